@@ -1,0 +1,59 @@
+//! `simpler-core`: the bytes the host and the device agree on, and the checks that guard them.
+//!
+//! Everything here is `#![no_std]` and allocation-free, so the same code runs in AICPU firmware,
+//! in the simulator and on the host while it builds images. Every struct that crosses the
+//! host-device or process boundary is `#[repr(C)]`, [`bytemuck::Pod`], and has its size and every
+//! field offset asserted at compile time, so a layout drift is a build error, not a corrupt run.
+//!
+//! The three tensor types, and the one way each becomes the next:
+//!
+//! ```text
+//!  wire Tensor (144 B, address-free)        -- crosses processes inside the TaskArgs blob
+//!     | read_blob(..).tensor(i)             -- the only decode path; validates -> ValidTensor
+//!     | ChipTensor::materialize(t, base)    -- resolved base + byte offset, strides kept
+//!  ChipTensor (72 B, resolved buffer + view) -- the chip entry argument (ChipStorageTaskArgs)
+//!     | TaskTensor::adopt(c)                -- the runtime's adoption point (set_orch_args)
+//!  TaskTensor (128 B, + owner, version, caches) -- what orchestration, TensorMap and kernels see
+//! ```
+//!
+//! Modules:
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(target_endian = "big")]
+compile_error!("the wire and image layouts are little-endian; big-endian targets are unsupported");
+
+/// Numeric limits of the ABI: dimensions, argument caps, mailbox room.
+pub mod limits;
+/// `DataType` and element sizes.
+pub mod dtype;
+/// Argument tags, directions, access modes and the access-permission matrix.
+pub mod arg;
+/// Core types, the per-task active-core mask and the resource shapes derived from it.
+pub mod cores;
+/// Saturating extent arithmetic and the geometry checks every tensor type shares.
+pub mod geometry;
+/// `CanonicalIdentity`, `BufferDescriptor`, address spaces, backends and descriptor validation.
+pub mod buffer;
+/// The address-free wire `Tensor` and its validation gate, `ValidTensor`.
+pub mod tensor;
+/// `ChipTensor`, the chip entry argument, and its materialization from a wire tensor.
+pub mod chip;
+/// `TaskTensor`, the runtime's working tensor, `TaskId`, and the adoption point.
+pub mod task_tensor;
+/// Fixed-capacity argument containers: `ChipStorageTaskArgs`, `OrchArgs`, `CoreTaskArgs`.
+pub mod args;
+/// The `TaskArgs` blob: `write_blob`, `read_blob` and the validating `TaskArgsView`.
+pub mod blob;
+
+pub use arg::{access_permits, Access, AccessMode, ArgDirection, TensorArgType};
+pub use args::{ArgsError, ChipStorageTaskArgs, CoreTaskArgs, EntryError, OrchArgs};
+pub use blob::{blob_size, read_blob, write_blob, BlobError, TaskArgsView};
+pub use buffer::{AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DescriptorError};
+pub use chip::{BufferHandle, ChipTensor, MaterializeError, Resolved};
+pub use cores::{ActiveMask, CoreType, ResourceShape};
+pub use dtype::DataType;
+pub use geometry::GeometryError;
+pub use task_tensor::{AdoptError, TaskId, TaskTensor, ViewError};
+pub use tensor::{Tensor, TensorError, ValidTensor};

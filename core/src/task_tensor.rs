@@ -1,0 +1,488 @@
+//! `TaskTensor`: the runtime's working tensor. 128 bytes, two cache lines.
+//!
+//! The chip argument's geometry plus what a runtime decides about a tensor: the task that
+//! produced it, the version dependency tracking keys on, whether tracking is creator-only, and
+//! two caches derived from the geometry. Orchestration, task payloads, the TensorMap and kernels
+//! all see this type; [`TaskTensor::adopt`] is where a `ChipTensor` becomes one.
+//!
+//! | off | size | field | |
+//! |---|---|---|---|
+//! | 0 | 16 | `buffer` (address, size) | line 1: what submit and dispatch read |
+//! | 16 | 8 | `owner_task_id` | |
+//! | 24 | 8 | `start_offset` (elements) | |
+//! | 32 | 4 | `version` | |
+//! | 36 | 4 | `ndims` | |
+//! | 40 | 1 | `dtype` | |
+//! | 41 | 1 | `manual_dep` (0/1) | |
+//! | 42 | 1 | `is_contiguous` (cache, 0/1) | |
+//! | 43 | 1 | `address_space` | |
+//! | 44 | 20 | `shapes[5]` | |
+//! | 64 | 8 | `extent_elem_cache` | line 2 |
+//! | 72 | 20 | `strides[5]` | |
+//! | 92 | 36 | `_pad` | |
+//!
+//! Fields are private so the caches can never disagree with the geometry: every constructor and
+//! [`TaskTensor::view`] recompute them.
+
+use crate::buffer::AddressSpace;
+use crate::chip::{BufferHandle, ChipTensor};
+use crate::dtype::DataType;
+use crate::geometry::{self, GeometryError};
+use crate::limits::MAX_TENSOR_DIMS;
+use bytemuck::{Pod, Zeroable};
+use core::fmt;
+use core::mem::{offset_of, size_of};
+use static_assertions::const_assert_eq;
+
+/// A task's id: `(ring << 32) | local`, where `local` counts submits on that ring in one run.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Pod, Zeroable)]
+pub struct TaskId(pub u64);
+
+const_assert_eq!(size_of::<TaskId>(), 8);
+
+impl TaskId {
+    /// No task: an external tensor, or "no producer".
+    pub const INVALID: TaskId = TaskId(u64::MAX);
+
+    /// The id of the `local`-th task on `ring`.
+    pub const fn new(ring: u32, local: u32) -> Self {
+        Self(((ring as u64) << 32) | local as u64)
+    }
+
+    /// The ring the task was submitted on.
+    pub const fn ring(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The task's position on its ring.
+    pub const fn local(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// Whether this names a task.
+    pub const fn is_valid(self) -> bool {
+        self.0 != u64::MAX
+    }
+}
+
+/// The runtime's working tensor. See the module table for its layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct TaskTensor {
+    buffer: BufferHandle,
+    owner_task_id: TaskId,
+    start_offset: u64,
+    version: i32,
+    ndims: u32,
+    dtype: u8,
+    manual_dep: u8,
+    is_contiguous: u8,
+    address_space: u8,
+    shapes: [u32; MAX_TENSOR_DIMS],
+    extent_elem_cache: u64,
+    strides: [u32; MAX_TENSOR_DIMS],
+    _pad: [u8; 36],
+}
+
+const_assert_eq!(size_of::<TaskTensor>(), 128);
+const_assert_eq!(offset_of!(TaskTensor, buffer), 0);
+const_assert_eq!(offset_of!(TaskTensor, owner_task_id), 16);
+const_assert_eq!(offset_of!(TaskTensor, start_offset), 24);
+const_assert_eq!(offset_of!(TaskTensor, version), 32);
+const_assert_eq!(offset_of!(TaskTensor, ndims), 36);
+const_assert_eq!(offset_of!(TaskTensor, dtype), 40);
+const_assert_eq!(offset_of!(TaskTensor, manual_dep), 41);
+const_assert_eq!(offset_of!(TaskTensor, is_contiguous), 42);
+const_assert_eq!(offset_of!(TaskTensor, address_space), 43);
+const_assert_eq!(offset_of!(TaskTensor, shapes), 44);
+const_assert_eq!(offset_of!(TaskTensor, extent_elem_cache), 64);
+const_assert_eq!(offset_of!(TaskTensor, strides), 72);
+const_assert_eq!(offset_of!(TaskTensor, _pad), 92);
+
+/// Why a chip argument could not be adopted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdoptError {
+    /// Its geometry is invalid.
+    Geometry(GeometryError),
+    /// Its address space byte is unknown.
+    AddressSpace {
+        /// The byte found.
+        value: u8,
+    },
+    /// The view reaches past the buffer it names.
+    OutOfBuffer {
+        /// Start of the view, in elements.
+        start_offset: u64,
+        /// Elements the view spans.
+        extent_elems: u64,
+        /// The buffer's size in bytes.
+        size: u64,
+    },
+}
+
+impl From<GeometryError> for AdoptError {
+    fn from(e: GeometryError) -> Self {
+        Self::Geometry(e)
+    }
+}
+
+impl fmt::Display for AdoptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Geometry(e) => e.fmt(f),
+            Self::AddressSpace { value } => write!(f, "address_space {value} is unknown"),
+            Self::OutOfBuffer {
+                start_offset,
+                extent_elems,
+                size,
+            } => write!(
+                f,
+                "view of {extent_elems} elements at element {start_offset} exceeds the {size}-byte buffer"
+            ),
+        }
+    }
+}
+
+/// Why a view could not be taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewError {
+    /// Shapes and offsets must both have one entry per dimension of the source.
+    Rank {
+        /// The source's rank.
+        expected: u32,
+        /// Number of shapes given.
+        shapes: usize,
+        /// Number of offsets given.
+        offsets: usize,
+    },
+    /// A view dimension of extent zero.
+    ZeroShape {
+        /// The dimension.
+        dim: u8,
+    },
+    /// `offset + shape` exceeds the source's extent in a dimension.
+    OutOfBounds {
+        /// The dimension.
+        dim: u8,
+        /// The view's offset in it.
+        offset: u32,
+        /// The view's extent in it.
+        shape: u32,
+        /// The source's extent in it.
+        limit: u32,
+    },
+}
+
+impl fmt::Display for ViewError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Rank {
+                expected,
+                shapes,
+                offsets,
+            } => write!(
+                f,
+                "a view of a rank-{expected} tensor needs {expected} shapes and offsets, got {shapes} and {offsets}"
+            ),
+            Self::ZeroShape { dim } => write!(f, "view shape[{dim}] is 0"),
+            Self::OutOfBounds {
+                dim,
+                offset,
+                shape,
+                limit,
+            } => write!(
+                f,
+                "view dimension {dim}: offset {offset} + shape {shape} exceeds {limit}"
+            ),
+        }
+    }
+}
+
+impl TaskTensor {
+    /// Adopts a chip entry argument: checks its geometry and containment, computes the caches,
+    /// and marks it external (no producer, version 0, automatic dependency tracking).
+    pub fn adopt(c: &ChipTensor) -> Result<Self, AdoptError> {
+        let g = geometry::check(c.ndims, &c.shapes, &c.strides, c.dtype)?;
+        AddressSpace::from_raw(c.address_space).ok_or(AdoptError::AddressSpace {
+            value: c.address_space,
+        })?;
+        let elems_in_buffer = c.buffer.size / g.dtype.elem_size() as u64;
+        if c.start_offset > elems_in_buffer || g.extent_elems > elems_in_buffer - c.start_offset {
+            return Err(AdoptError::OutOfBuffer {
+                start_offset: c.start_offset,
+                extent_elems: g.extent_elems,
+                size: c.buffer.size,
+            });
+        }
+        let mut t = Self {
+            buffer: c.buffer,
+            owner_task_id: TaskId::INVALID,
+            start_offset: c.start_offset,
+            version: 0,
+            ndims: c.ndims,
+            dtype: c.dtype,
+            manual_dep: 0,
+            is_contiguous: 0,
+            address_space: c.address_space,
+            shapes: c.shapes,
+            extent_elem_cache: 0,
+            strides: c.strides,
+            _pad: [0; 36],
+        };
+        t.refresh_caches();
+        Ok(t)
+    }
+
+    /// A tensor over memory the caller owns (an external or runtime-allocated buffer), with
+    /// the given view, checked like an adopted argument.
+    pub fn new(
+        buffer: BufferHandle,
+        start_offset: u64,
+        shapes: &[u32],
+        strides: &[u32],
+        dtype: DataType,
+        address_space: AddressSpace,
+    ) -> Result<Self, AdoptError> {
+        let rank = shapes.len();
+        if rank == 0 || rank > MAX_TENSOR_DIMS || strides.len() != rank {
+            return Err(GeometryError::NDims {
+                value: u32::try_from(rank).unwrap_or(u32::MAX),
+                limit: MAX_TENSOR_DIMS as u32,
+            }
+            .into());
+        }
+        let mut c = ChipTensor {
+            buffer,
+            start_offset,
+            ndims: rank as u32,
+            dtype: dtype.raw(),
+            address_space: address_space as u8,
+            ..ChipTensor::default()
+        };
+        c.shapes[..rank].copy_from_slice(shapes);
+        c.strides[..rank].copy_from_slice(strides);
+        Self::adopt(&c)
+    }
+
+    fn refresh_caches(&mut self) {
+        self.extent_elem_cache = geometry::extent_elems(self.ndims, &self.shapes, &self.strides);
+        self.is_contiguous = geometry::is_row_major(self.ndims, &self.shapes, &self.strides) as u8;
+    }
+
+    /// A view of `shapes` starting at `offsets` (per-dimension element coordinates). Strides are
+    /// kept, so a view of a view addresses exactly the source's elements; owner, version and
+    /// `manual_dep` are inherited.
+    pub fn view(&self, shapes: &[u32], offsets: &[u32]) -> Result<Self, ViewError> {
+        let rank = self.rank();
+        if shapes.len() != rank || offsets.len() != rank {
+            return Err(ViewError::Rank {
+                expected: self.ndims,
+                shapes: shapes.len(),
+                offsets: offsets.len(),
+            });
+        }
+        let mut out = *self;
+        let mut start = self.start_offset;
+        for dim in 0..rank {
+            let (shape, offset, limit) = (shapes[dim], offsets[dim], self.shapes[dim]);
+            if shape == 0 {
+                return Err(ViewError::ZeroShape { dim: dim as u8 });
+            }
+            if offset as u64 + shape as u64 > limit as u64 {
+                return Err(ViewError::OutOfBounds {
+                    dim: dim as u8,
+                    offset,
+                    shape,
+                    limit,
+                });
+            }
+            // offset < limit <= u32::MAX and the source's extent fits u64, so this stays in range.
+            start += offset as u64 * self.strides[dim] as u64;
+            out.shapes[dim] = shape;
+        }
+        out.start_offset = start;
+        out.refresh_caches();
+        Ok(out)
+    }
+
+    /// This tensor as produced by `task` (the creator edge consumers follow).
+    pub fn with_owner(mut self, task: TaskId) -> Self {
+        self.owner_task_id = task;
+        self
+    }
+
+    /// This tensor with creator-only dependency tracking switched on or off.
+    pub fn with_manual_dep(mut self, manual: bool) -> Self {
+        self.manual_dep = manual as u8;
+        self
+    }
+
+    /// This tensor with the given dependency-tracking version.
+    pub fn with_version(mut self, version: i32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The buffer the view is over.
+    pub fn buffer(&self) -> BufferHandle {
+        self.buffer
+    }
+    /// The producing task, or [`TaskId::INVALID`] for an external tensor.
+    pub fn owner_task_id(&self) -> TaskId {
+        self.owner_task_id
+    }
+    /// Start of the view, in elements from the buffer's address.
+    pub fn start_offset(&self) -> u64 {
+        self.start_offset
+    }
+    /// The dependency-tracking version.
+    pub fn version(&self) -> i32 {
+        self.version
+    }
+    /// Whether dependency tracking is creator-only for this tensor.
+    pub fn manual_dep(&self) -> bool {
+        self.manual_dep != 0
+    }
+    /// Rank.
+    pub fn ndims(&self) -> u32 {
+        self.ndims
+    }
+    fn rank(&self) -> usize {
+        (self.ndims as usize).min(MAX_TENSOR_DIMS)
+    }
+    /// The used shapes.
+    pub fn shapes(&self) -> &[u32] {
+        &self.shapes[..self.rank()]
+    }
+    /// The used strides, in elements.
+    pub fn strides(&self) -> &[u32] {
+        &self.strides[..self.rank()]
+    }
+    /// The element type. Every constructor checked it, so it is always defined.
+    pub fn dtype(&self) -> DataType {
+        DataType::from_raw(self.dtype).unwrap_or(DataType::Uint8)
+    }
+    /// Where the buffer lives.
+    pub fn address_space(&self) -> AddressSpace {
+        AddressSpace::from_raw(self.address_space).unwrap_or(AddressSpace::Host)
+    }
+    /// Whether the view is dense row-major.
+    pub fn is_contiguous(&self) -> bool {
+        self.is_contiguous != 0
+    }
+    /// Elements from the view's first to one past its last addressed element.
+    pub fn extent_elems(&self) -> u64 {
+        self.extent_elem_cache
+    }
+    /// [`Self::extent_elems`] in bytes.
+    pub fn extent_bytes(&self) -> u64 {
+        self.extent_elem_cache * self.dtype().elem_size() as u64
+    }
+    /// Number of elements in the view.
+    pub fn numel(&self) -> u64 {
+        geometry::numel(self.ndims, &self.shapes)
+    }
+    /// Address of the view's first element.
+    pub fn data_addr(&self) -> u64 {
+        // Wrapping: an address is opaque here; only the device dereferences it.
+        self.buffer
+            .addr
+            .wrapping_add(self.start_offset.wrapping_mul(self.dtype().elem_size() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix(rows: u32, cols: u32) -> TaskTensor {
+        let size = rows as u64 * cols as u64 * 4;
+        TaskTensor::new(
+            BufferHandle { addr: 0x1000, size },
+            0,
+            &[rows, cols],
+            &[cols, 1],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn task_id_packs_ring_and_local() {
+        let id = TaskId::new(3, 17);
+        assert_eq!((id.ring(), id.local()), (3, 17));
+        assert!(id.is_valid());
+        assert!(!TaskId::INVALID.is_valid());
+    }
+
+    #[test]
+    fn view_keeps_strides_and_moves_the_origin() {
+        let m = matrix(8, 16);
+        assert!(m.is_contiguous());
+        assert_eq!((m.extent_elems(), m.extent_bytes()), (128, 512));
+        let v = m.view(&[2, 4], &[3, 5]).unwrap();
+        assert_eq!(v.strides(), &[16, 1]);
+        assert_eq!(v.start_offset(), 3 * 16 + 5);
+        assert_eq!(v.extent_elems(), 16 + 4);
+        assert!(!v.is_contiguous());
+        assert_eq!(v.data_addr(), 0x1000 + (3 * 16 + 5) * 4);
+        // A full-width row block stays contiguous.
+        assert!(m.view(&[2, 16], &[4, 0]).unwrap().is_contiguous());
+        // A view of a view addresses the source's elements.
+        let vv = v.view(&[1, 2], &[1, 2]).unwrap();
+        assert_eq!(vv.start_offset(), (3 + 1) * 16 + 5 + 2);
+    }
+
+    #[test]
+    fn view_rejects_bad_requests() {
+        let m = matrix(8, 16);
+        assert_eq!(
+            m.view(&[2], &[0]),
+            Err(ViewError::Rank {
+                expected: 2,
+                shapes: 1,
+                offsets: 1
+            })
+        );
+        assert_eq!(
+            m.view(&[2, 0], &[0, 0]),
+            Err(ViewError::ZeroShape { dim: 1 })
+        );
+        assert_eq!(
+            m.view(&[2, 4], &[0, 13]),
+            Err(ViewError::OutOfBounds {
+                dim: 1,
+                offset: 13,
+                shape: 4,
+                limit: 16
+            })
+        );
+    }
+
+    #[test]
+    fn adopt_checks_containment_and_marks_external() {
+        let c = ChipTensor::contiguous(0x4000, &[4, 4], DataType::Float16, AddressSpace::Host);
+        let t = TaskTensor::adopt(&c).unwrap();
+        assert_eq!(t.owner_task_id(), TaskId::INVALID);
+        assert_eq!((t.version(), t.manual_dep()), (0, false));
+        assert_eq!(t.extent_bytes(), 32);
+        let mut short = c;
+        short.buffer.size = 30;
+        assert_eq!(
+            TaskTensor::adopt(&short),
+            Err(AdoptError::OutOfBuffer {
+                start_offset: 0,
+                extent_elems: 16,
+                size: 30
+            })
+        );
+        let mut bad = c;
+        bad.dtype = 200;
+        assert_eq!(
+            TaskTensor::adopt(&bad),
+            Err(AdoptError::Geometry(GeometryError::DataType { value: 200 }))
+        );
+    }
+}

@@ -1,0 +1,66 @@
+//! Shared fixtures. The base case is the reference suite's: a POSIX_SHM backing named
+//! "psm_deadbeef" of 8192 bytes, viewed at byte 4096 as a (2, 4, 8) FLOAT16 tensor with strides
+//! (32, 8, 1). It must pass every gate; each bad-input case changes exactly one thing.
+
+use simpler_core::{
+    AccessMode, AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DataType, Tensor,
+    ValidTensor,
+};
+
+/// The owner nonce used by fixtures.
+pub const OWNER: [u8; 8] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
+
+/// Identity `buffer_id` of generation 1 under [`OWNER`].
+pub fn identity(buffer_id: u64) -> CanonicalIdentity {
+    CanonicalIdentity::new(OWNER, buffer_id, 1)
+}
+
+/// The base descriptor: POSIX_SHM "psm_deadbeef", 8192 bytes, READWRITE, HOST.
+pub fn base_descriptor() -> BufferDescriptor {
+    BufferDescriptor::new(
+        identity(1),
+        AddressSpace::Host,
+        AccessMode::ReadWrite,
+        BackendKind::PosixShm,
+        8192,
+        b"psm_deadbeef",
+    )
+    .expect("the base descriptor is valid")
+}
+
+/// The base tensor: (2, 4, 8) FLOAT16, strides (32, 8, 1), at byte 4096 of the base descriptor.
+pub fn base_tensor() -> Tensor {
+    *base_valid_tensor().get()
+}
+
+/// [`base_tensor`], validated.
+pub fn base_valid_tensor() -> ValidTensor {
+    Tensor::new(
+        base_descriptor(),
+        4096,
+        &[2, 4, 8],
+        &[32, 8, 1],
+        DataType::Float16,
+    )
+    .expect("the base tensor is valid")
+}
+
+/// A FORK_SHM descriptor at `addr` of `nbytes`, READWRITE.
+pub fn fork_shm(buffer_id: u64, addr: u64, nbytes: u64) -> BufferDescriptor {
+    BufferDescriptor::new(
+        identity(buffer_id),
+        AddressSpace::Host,
+        AccessMode::ReadWrite,
+        BackendKind::ForkShm,
+        nbytes,
+        &addr.to_le_bytes(),
+    )
+    .expect("a FORK_SHM descriptor with a non-zero address is valid")
+}
+
+/// A dense row-major FLOAT32 tensor over a FORK_SHM backing that it exactly fills.
+pub fn dense_f32(buffer_id: u64, shapes: &[u32]) -> ValidTensor {
+    let numel: u64 = shapes.iter().map(|&s| s as u64).product();
+    let desc = fork_shm(buffer_id, 0x7f00_0000_0000 + buffer_id * 0x10_0000, numel * 4);
+    Tensor::row_major(desc, 0, shapes, DataType::Float32).expect("a dense view fits its backing")
+}

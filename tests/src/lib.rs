@@ -1,0 +1,12 @@
+//! `simpler-tests`: behaviour across crates, property tests against independent oracles, and
+//! the benchmarks. The library part holds what the tests and benches share.
+//!
+//! Modules:
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+/// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`
+/// line format.
+pub mod measure;
+/// Fixtures: the reference's base tensor and descriptor builders used across suites.
+pub mod fixtures;
