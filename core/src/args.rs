@@ -281,7 +281,9 @@ impl OrchArgs {
                 let t = TaskTensor::adopt(c).map_err(|error| EntryError::Adopt { index, error })?;
                 self.push_tensor(t)?;
             }
-            chip.scalars().iter().try_for_each(|&s| self.push_scalar(s))?;
+            chip.scalars()
+                .iter()
+                .try_for_each(|&s| self.push_scalar(s))?;
             Ok(())
         })();
         if result.is_err() {

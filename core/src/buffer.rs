@@ -190,6 +190,12 @@ impl Hash for CanonicalIdentity {
     }
 }
 
+/// A byte a POSIX_SHM name may hold: printable ASCII without space, and not '/'.
+#[inline]
+const fn is_shm_name_byte(b: u8) -> bool {
+    (b.wrapping_sub(0x21) < 0x7F - 0x21) & (b != b'/')
+}
+
 /// The wire description of a backing. 88 bytes; see the module table.
 ///
 /// Construct with [`BufferDescriptor::new`], which validates. A descriptor decoded from bytes is
@@ -404,14 +410,12 @@ impl BufferDescriptor {
         if self.magic != BUFFER_DESCRIPTOR_MAGIC {
             return Err(DescriptorError::Magic { value: self.magic });
         }
-        let space = AddressSpace::from_raw(self.address_space).ok_or(
-            DescriptorError::AddressSpace {
+        let space =
+            AddressSpace::from_raw(self.address_space).ok_or(DescriptorError::AddressSpace {
                 value: self.address_space,
-            },
-        )?;
-        let access = AccessMode::from_raw(self.access).ok_or(DescriptorError::Access {
-            value: self.access,
-        })?;
+            })?;
+        let access = AccessMode::from_raw(self.access)
+            .ok_or(DescriptorError::Access { value: self.access })?;
         let backend =
             BackendKind::from_raw(self.backend_kind).ok_or(DescriptorError::BackendKind {
                 value: self.backend_kind,
@@ -456,13 +460,15 @@ impl BufferDescriptor {
                 if len == 0 {
                     return Err(DescriptorError::EmptyShmName);
                 }
-                for (index, &value) in self.body[..len].iter().enumerate() {
-                    if !(0x21..=0x7E).contains(&value) || value == b'/' {
-                        return Err(DescriptorError::ShmNameByte {
-                            index: index as u8,
-                            value,
-                        });
-                    }
+                let name = &self.body[..len];
+                // Branch-free scan first; locate the offending byte only on failure.
+                let ok = name.iter().fold(true, |ok, &b| ok & is_shm_name_byte(b));
+                if !ok {
+                    let index = name.iter().position(|&b| !is_shm_name_byte(b)).unwrap_or(0);
+                    return Err(DescriptorError::ShmNameByte {
+                        index: index as u8,
+                        value: name[index],
+                    });
                 }
             }
             BackendKind::RemoteSidecar => {
@@ -473,13 +479,13 @@ impl BufferDescriptor {
                 }
             }
         }
-        for (index, &value) in self.body.iter().enumerate().skip(len) {
-            if value != 0 {
-                return Err(DescriptorError::BodyTail {
-                    index: index as u8,
-                    value,
-                });
-            }
+        let tail = &self.body[len..];
+        if tail.iter().fold(0u8, |acc, &b| acc | b) != 0 {
+            let index = tail.iter().position(|&b| b != 0).unwrap_or(0);
+            return Err(DescriptorError::BodyTail {
+                index: (len + index) as u8,
+                value: tail[index],
+            });
         }
         Ok(())
     }

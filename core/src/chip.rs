@@ -119,13 +119,14 @@ impl ChipTensor {
     /// given, so transposed and step-sliced views survive, and `buffer.size` is the view's
     /// extent in bytes, not the backing's size.
     pub fn materialize(t: &ValidTensor, resolved: Resolved) -> Result<Self, MaterializeError> {
-        let addr = resolved
-            .base
-            .checked_add(t.byte_offset)
-            .ok_or(MaterializeError::AddressOverflow {
-                base: resolved.base,
-                byte_offset: t.byte_offset,
-            })?;
+        let addr =
+            resolved
+                .base
+                .checked_add(t.byte_offset)
+                .ok_or(MaterializeError::AddressOverflow {
+                    base: resolved.base,
+                    byte_offset: t.byte_offset,
+                })?;
         Ok(Self {
             buffer: BufferHandle {
                 addr,

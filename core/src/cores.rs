@@ -77,8 +77,14 @@ mod tests {
         assert_eq!(ActiveMask::AIC.shape(), ResourceShape::Aic);
         assert_eq!(ActiveMask::AIV0.shape(), ResourceShape::Aiv);
         assert_eq!(ActiveMask::AIV1.shape(), ResourceShape::Aiv);
-        assert_eq!((ActiveMask::AIV0 | ActiveMask::AIV1).shape(), ResourceShape::Mix);
-        assert_eq!((ActiveMask::AIC | ActiveMask::AIV1).shape(), ResourceShape::Mix);
+        assert_eq!(
+            (ActiveMask::AIV0 | ActiveMask::AIV1).shape(),
+            ResourceShape::Mix
+        );
+        assert_eq!(
+            (ActiveMask::AIC | ActiveMask::AIV1).shape(),
+            ResourceShape::Mix
+        );
         assert_eq!(ActiveMask::all().shape(), ResourceShape::Mix);
     }
 

@@ -88,14 +88,33 @@ pub fn check(
     strides: &[u32; MAX_TENSOR_DIMS],
     dtype: u8,
 ) -> Result<Checked, GeometryError> {
+    let dtype = check_rank_dtype(ndims, dtype)?;
+    check_dims(ndims, shapes, strides, dtype)
+}
+
+/// Checks the rank and decodes the dtype: the part of [`check`] that comes before the wire
+/// gate's offset-alignment check.
+#[inline]
+pub fn check_rank_dtype(ndims: u32, dtype: u8) -> Result<DataType, GeometryError> {
     if ndims == 0 || ndims as usize > MAX_TENSOR_DIMS {
         return Err(GeometryError::NDims {
             value: ndims,
             limit: MAX_TENSOR_DIMS as u32,
         });
     }
-    let dtype = DataType::from_raw(dtype).ok_or(GeometryError::DataType { value: dtype })?;
-    let rank = ndims as usize;
+    DataType::from_raw(dtype).ok_or(GeometryError::DataType { value: dtype })
+}
+
+/// Checks every dimension and the extent of a geometry whose rank and dtype passed
+/// [`check_rank_dtype`].
+#[inline]
+pub fn check_dims(
+    ndims: u32,
+    shapes: &[u32; MAX_TENSOR_DIMS],
+    strides: &[u32; MAX_TENSOR_DIMS],
+    dtype: DataType,
+) -> Result<Checked, GeometryError> {
+    let rank = (ndims as usize).min(MAX_TENSOR_DIMS);
     let mut span: u64 = 0;
     for dim in 0..MAX_TENSOR_DIMS {
         let (shape, stride) = (shapes[dim], strides[dim]);
@@ -217,7 +236,12 @@ mod tests {
         let r = check(1, &[(1 << 31) + 1, 0, 0, 0, 0], &[1 << 31, 0, 0, 0, 0], f32);
         assert_eq!(r, Err(GeometryError::ExtentOverflow));
         let i8 = DataType::Int8.raw();
-        let r = check(2, &[u32::MAX, 7, 0, 0, 0], &[u32::MAX, 1 << 31, 0, 0, 0], i8);
+        let r = check(
+            2,
+            &[u32::MAX, 7, 0, 0, 0],
+            &[u32::MAX, 1 << 31, 0, 0, 0],
+            i8,
+        );
         assert_eq!(r, Err(GeometryError::ExtentOverflow));
     }
 }

@@ -24,28 +24,28 @@
 #[cfg(target_endian = "big")]
 compile_error!("the wire and image layouts are little-endian; big-endian targets are unsupported");
 
-/// Numeric limits of the ABI: dimensions, argument caps, mailbox room.
-pub mod limits;
-/// `DataType` and element sizes.
-pub mod dtype;
 /// Argument tags, directions, access modes and the access-permission matrix.
 pub mod arg;
-/// Core types, the per-task active-core mask and the resource shapes derived from it.
-pub mod cores;
-/// Saturating extent arithmetic and the geometry checks every tensor type shares.
-pub mod geometry;
-/// `CanonicalIdentity`, `BufferDescriptor`, address spaces, backends and descriptor validation.
-pub mod buffer;
-/// The address-free wire `Tensor` and its validation gate, `ValidTensor`.
-pub mod tensor;
-/// `ChipTensor`, the chip entry argument, and its materialization from a wire tensor.
-pub mod chip;
-/// `TaskTensor`, the runtime's working tensor, `TaskId`, and the adoption point.
-pub mod task_tensor;
 /// Fixed-capacity argument containers: `ChipStorageTaskArgs`, `OrchArgs`, `CoreTaskArgs`.
 pub mod args;
 /// The `TaskArgs` blob: `write_blob`, `read_blob` and the validating `TaskArgsView`.
 pub mod blob;
+/// `CanonicalIdentity`, `BufferDescriptor`, address spaces, backends and descriptor validation.
+pub mod buffer;
+/// `ChipTensor`, the chip entry argument, and its materialization from a wire tensor.
+pub mod chip;
+/// Core types, the per-task active-core mask and the resource shapes derived from it.
+pub mod cores;
+/// `DataType` and element sizes.
+pub mod dtype;
+/// Saturating extent arithmetic and the geometry checks every tensor type shares.
+pub mod geometry;
+/// Numeric limits of the ABI: dimensions, argument caps, mailbox room.
+pub mod limits;
+/// `TaskTensor`, the runtime's working tensor, `TaskId`, and the adoption point.
+pub mod task_tensor;
+/// The address-free wire `Tensor` and its validation gate, `ValidTensor`.
+pub mod tensor;
 
 pub use arg::{access_permits, Access, AccessMode, ArgDirection, TensorArgType};
 pub use args::{ArgsError, ChipStorageTaskArgs, CoreTaskArgs, EntryError, OrchArgs};

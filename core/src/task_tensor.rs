@@ -386,9 +386,10 @@ impl TaskTensor {
     /// Address of the view's first element.
     pub fn data_addr(&self) -> u64 {
         // Wrapping: an address is opaque here; only the device dereferences it.
-        self.buffer
-            .addr
-            .wrapping_add(self.start_offset.wrapping_mul(self.dtype().elem_size() as u64))
+        self.buffer.addr.wrapping_add(
+            self.start_offset
+                .wrapping_mul(self.dtype().elem_size() as u64),
+        )
     }
 }
 

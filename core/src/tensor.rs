@@ -126,7 +126,9 @@ impl fmt::Display for TensorError {
 }
 
 impl Tensor {
-    /// Builds a strided view over `buffer` and validates it.
+    /// Builds a strided view over `buffer` and validates it. Returns the validated form: a wire
+    /// tensor is only ever built through the gate.
+    #[allow(clippy::new_ret_no_self)]
     pub fn new(
         buffer: BufferDescriptor,
         byte_offset: u64,
@@ -181,20 +183,23 @@ impl Tensor {
         Self::new(buffer, byte_offset, shapes, &strides[..shapes.len()], dtype)
     }
 
-    /// Runs every check of the wire gate: the descriptor, the geometry (rank, dtype, shapes,
-    /// strides, unused dimensions, extent), the offset's alignment, and containment of the view
-    /// in the backing. Returns the view's extent in bytes. Reads nothing outside `self`.
+    /// Runs every check of the wire gate, in the reference's order: the descriptor; the rank
+    /// and dtype; the offset's alignment to the element size; every shape and stride, unused
+    /// dimensions and the extent; containment of the view in the backing. Returns the view's
+    /// extent in bytes. Reads nothing outside `self`.
     #[inline]
     pub fn validate(&self) -> Result<u64, TensorError> {
         self.buffer.validate()?;
-        let g = geometry::check(self.ndims, &self.shapes, &self.strides, self.dtype)?;
-        let elem_size = g.dtype.elem_size();
-        if self.byte_offset % elem_size as u64 != 0 {
+        let dtype = geometry::check_rank_dtype(self.ndims, self.dtype)?;
+        let elem_size = dtype.elem_size();
+        // Element sizes are powers of two.
+        if self.byte_offset & (elem_size as u64 - 1) != 0 {
             return Err(TensorError::MisalignedOffset {
                 byte_offset: self.byte_offset,
                 elem_size,
             });
         }
+        let g = geometry::check_dims(self.ndims, &self.shapes, &self.strides, dtype)?;
         let nbytes = self.buffer.nbytes;
         if self.byte_offset > nbytes || g.extent_bytes > nbytes - self.byte_offset {
             return Err(TensorError::OutOfBacking {

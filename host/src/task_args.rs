@@ -80,7 +80,11 @@ impl TaskArgs {
 
     /// Appends a tensor with `tag`. Refused after any scalar, or when the tensor's buffer does
     /// not grant what the tag needs (INPUT: read; OUTPUT_EXISTING: write; INOUT: both).
-    pub fn add_tensor(&mut self, tensor: ValidTensor, tag: TensorArgType) -> Result<(), TaskArgsError> {
+    pub fn add_tensor(
+        &mut self,
+        tensor: ValidTensor,
+        tag: TensorArgType,
+    ) -> Result<(), TaskArgsError> {
         if !self.scalars.is_empty() {
             return Err(TaskArgsError::TensorAfterScalar);
         }
@@ -205,7 +209,11 @@ impl TaskArgs {
     }
 }
 
-fn check_access(index: usize, tensor: &ValidTensor, tag: TensorArgType) -> Result<(), TaskArgsError> {
+fn check_access(
+    index: usize,
+    tensor: &ValidTensor,
+    tag: TensorArgType,
+) -> Result<(), TaskArgsError> {
     // A ValidTensor's access byte passed validation; the fallback is unreachable.
     let granted = tensor.buffer.access_mode().unwrap_or(AccessMode::Read);
     if access_permits(granted, tag) {

@@ -61,6 +61,10 @@ pub fn fork_shm(buffer_id: u64, addr: u64, nbytes: u64) -> BufferDescriptor {
 /// A dense row-major FLOAT32 tensor over a FORK_SHM backing that it exactly fills.
 pub fn dense_f32(buffer_id: u64, shapes: &[u32]) -> ValidTensor {
     let numel: u64 = shapes.iter().map(|&s| s as u64).product();
-    let desc = fork_shm(buffer_id, 0x7f00_0000_0000 + buffer_id * 0x10_0000, numel * 4);
+    let desc = fork_shm(
+        buffer_id,
+        0x7f00_0000_0000 + buffer_id * 0x10_0000,
+        numel * 4,
+    );
     Tensor::row_major(desc, 0, shapes, DataType::Float32).expect("a dense view fits its backing")
 }

@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Fixtures: the reference's base tensor and descriptor builders used across suites.
+pub mod fixtures;
 /// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`
 /// line format.
 pub mod measure;
-/// Fixtures: the reference's base tensor and descriptor builders used across suites.
-pub mod fixtures;

@@ -62,9 +62,21 @@ mod tests {
     #[test]
     fn median_and_min_of_odd_and_even_sets() {
         let mut odd = [5.0, 1.0, 3.0];
-        assert_eq!(summarize(&mut odd), Some(Summary { median: 3.0, min: 1.0 }));
+        assert_eq!(
+            summarize(&mut odd),
+            Some(Summary {
+                median: 3.0,
+                min: 1.0
+            })
+        );
         let mut even = [4.0, 2.0, 8.0, 6.0];
-        assert_eq!(summarize(&mut even), Some(Summary { median: 5.0, min: 2.0 }));
+        assert_eq!(
+            summarize(&mut even),
+            Some(Summary {
+                median: 5.0,
+                min: 2.0
+            })
+        );
         assert_eq!(summarize(&mut []), None);
     }
 }
