@@ -18,8 +18,11 @@
 //!
 //! Modules:
 #![no_std]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
+
+#[cfg(test)]
+extern crate std;
 
 #[cfg(target_endian = "big")]
 compile_error!("the wire and image layouts are little-endian; big-endian targets are unsupported");
@@ -36,16 +39,38 @@ pub mod buffer;
 pub mod chip;
 /// Core types, the per-task active-core mask and the resource shapes derived from it.
 pub mod cores;
+/// Edge kinds, explicit dependencies and the per-tag dependency rules.
+pub mod deps;
 /// `DataType` and element sizes.
 pub mod dtype;
+/// The dependency pool's cells and cursor.
+pub mod edge;
 /// Saturating extent arithmetic and the geometry checks every tensor type shares.
 pub mod geometry;
+/// Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.
+pub mod layout;
 /// Numeric limits of the ABI: dimensions, argument caps, mailbox room.
 pub mod limits;
+/// The orchestrator's submit path.
+pub mod orchestrator;
+/// Whether two views of one buffer may share an element (range test, exact box test).
+pub mod overlap;
+/// Ring selection, the heap ring, and the flow-control words shared with schedulers.
+pub mod ring;
+/// Bounded lock-free MPMC ready queues (Vyukov).
+pub mod ready_queue;
+/// The state shared by the orchestrator and the schedulers, and the slot transitions.
+pub mod sched;
+/// The scope stack.
+pub mod scope;
+/// Task slots: the state machine, its counters and its lock.
+pub mod slot;
 /// `TaskTensor`, the runtime's working tensor, `TaskId`, and the adoption point.
 pub mod task_tensor;
 /// The address-free wire `Tensor` and its validation gate, `ValidTensor`.
 pub mod tensor;
+/// The TensorMap: the live writers of every tracked region.
+pub mod tensor_map;
 
 pub use arg::{access_permits, Access, AccessMode, ArgDirection, TensorArgType};
 pub use args::{ArgsError, ChipStorageTaskArgs, CoreTaskArgs, EntryError, OrchArgs};

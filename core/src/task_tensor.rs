@@ -265,6 +265,32 @@ impl TaskTensor {
         Self::adopt(&c)
     }
 
+    /// The description of an output the runtime allocates: a dense row-major tensor of
+    /// `shapes` and `dtype` with no buffer yet. Submitting it as an OUTPUT argument gives it a
+    /// buffer in the heap ring and makes the submitting task its owner.
+    pub fn create_info(shapes: &[u32], dtype: DataType) -> Result<Self, AdoptError> {
+        let rank = shapes.len().min(MAX_TENSOR_DIMS);
+        let mut full = [0u32; MAX_TENSOR_DIMS];
+        full[..rank].copy_from_slice(&shapes[..rank]);
+        let strides = geometry::row_major_strides(shapes.len() as u32, &full);
+        let size = geometry::numel(rank as u32, &full).saturating_mul(dtype.elem_size() as u64);
+        Self::new(
+            BufferHandle { addr: 0, size },
+            0,
+            shapes,
+            &strides[..rank],
+            dtype,
+            AddressSpace::Device,
+        )
+    }
+
+    /// Gives an output description its runtime-allocated buffer and its producer.
+    pub(crate) fn bind_output(&mut self, addr: u64, owner: TaskId) {
+        self.buffer.addr = addr;
+        self.start_offset = 0;
+        self.owner_task_id = owner;
+    }
+
     fn refresh_caches(&mut self) {
         self.extent_elem_cache = geometry::extent_elems(self.ndims, &self.shapes, &self.strides);
         self.is_contiguous = geometry::is_row_major(self.ndims, &self.shapes, &self.strides) as u8;
@@ -350,6 +376,14 @@ impl TaskTensor {
     }
     fn rank(&self) -> usize {
         (self.ndims as usize).min(MAX_TENSOR_DIMS)
+    }
+    /// Shapes of all five dimensions (zero past the rank).
+    pub(crate) fn shapes_all(&self) -> &[u32; MAX_TENSOR_DIMS] {
+        &self.shapes
+    }
+    /// Strides of all five dimensions (zero past the rank).
+    pub(crate) fn strides_all(&self) -> &[u32; MAX_TENSOR_DIMS] {
+        &self.strides
     }
     /// The used shapes.
     pub fn shapes(&self) -> &[u32] {

@@ -7,6 +7,10 @@
 
 /// Fixtures: the reference's base tensor and descriptor builders used across suites.
 pub mod fixtures;
+/// Memory for the core runtime structures and a single-threaded scheduler stand-in.
+pub mod harness;
 /// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`
 /// line format.
 pub mod measure;
+/// Task-stream generators shaped like the reference scenes (paged attention, bgemm).
+pub mod workloads;

@@ -1,0 +1,914 @@
+//! The orchestrator's submit path: claim a slot and heap, find producers, register writers,
+//! wire and publish.
+//!
+//! One thread owns an [`Orchestrator`]; it shares only the [`SchedState`] with the schedulers.
+//! A submit:
+//!
+//! 1. validates the task (argument caps, an open scope, the scope fitting its ring);
+//! 2. claims the next task slot and the heap bytes for its OUTPUT tensors on the ring of its
+//!    scope depth, waiting (through the caller's [`Waiter`]) while the ring is full, and
+//!    reporting a deadlock when the ring's oldest task is held by a scope that cannot close;
+//! 3. gives every OUTPUT tensor its buffer (outputs packed, each aligned to 1024 bytes);
+//! 4. collects producers: retaining explicit dependencies and every tensor's creator first,
+//!    then WAIT-only explicit dependencies and, in AUTO scopes for tensors not marked
+//!    `manual_dep`, the TensorMap's overlapping writers ([`crate::deps`] has the table); each
+//!    producer is recorded once, with its edge kinds merged;
+//! 5. registers INOUT and OUTPUT_EXISTING tensors as writers;
+//! 6. publishes the task, which becomes READY at once if every producer it waits for had
+//!    completed.
+//!
+//! Each edge is attached to its producer as it is recorded, under the producer's lock (see
+//! [`crate::slot`], "Edges"): RETAIN pins the producer, WAIT links into its fanout list or
+//! counts it as completed.
+//!
+//! An error after step 2 leaves a half-built task behind; the orchestrator latches it and
+//! every later submit fails with [`SubmitError::Fatal`], as the reference's fatal latch does:
+//! the run must end.
+
+use crate::arg::TensorArgType;
+use crate::cores::ActiveMask;
+use crate::deps::{self, DepFlags, ExplicitDep};
+use crate::edge::{EdgeCursor, EdgeRef};
+use crate::layout::{Carver, Layout, LayoutError, Span};
+use crate::limits::CORE_MAX_TENSOR_ARGS;
+use crate::ring::{HeapClaim, HeapRing, MAX_RINGS, PACKED_OUTPUT_ALIGN};
+use crate::sched::{SchedState, SchedStateLayout};
+use crate::scope::{ScopeError, ScopeMode, ScopeStack};
+use crate::slot::SlotRef;
+use crate::task_tensor::{TaskId, TaskTensor};
+use crate::tensor_map::{EntryKind, TensorMap, TensorMapConfig, TensorMapLayout, Visit};
+use bytemuck::{Pod, Zeroable};
+use core::fmt;
+use core::sync::atomic::Ordering;
+
+/// Explicit dependencies one submit may carry.
+pub const MAX_EXPLICIT_DEPS: usize = 64;
+
+/// A tensor argument of a task and how the task uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskArg {
+    /// The tensor. For an OUTPUT argument, a description made by
+    /// [`TaskTensor::create_info`]; the submit replaces it with the allocated tensor.
+    pub tensor: TaskTensor,
+    /// How the task uses it.
+    pub tag: TensorArgType,
+}
+
+/// One task to submit.
+#[derive(Debug)]
+pub struct Task<'t> {
+    /// The kernel slots it occupies on one cluster; empty for a dummy (dependency-only) task.
+    pub mask: ActiveMask,
+    /// SPMD blocks (at least 1).
+    pub block_num: u16,
+    /// Its tensors (at most 32), OUTPUT descriptions rewritten in place.
+    pub args: &'t mut [TaskArg],
+    /// Dependencies beyond what its tensors imply.
+    pub deps: &'t [ExplicitDep],
+}
+
+/// A resource a submit is waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// The ring's task window is full.
+    TaskRing {
+        /// The ring.
+        ring: usize,
+    },
+    /// The ring's heap cannot hold the task's outputs yet.
+    Heap {
+        /// The ring.
+        ring: usize,
+        /// Bytes needed.
+        bytes: u64,
+    },
+    /// The ring's dependency pool is full.
+    EdgePool {
+        /// The ring.
+        ring: usize,
+    },
+    /// The TensorMap's entry pool is full.
+    TensorMap {
+        /// Entries needed.
+        needed: u32,
+    },
+}
+
+/// The caller's waiting policy for a full resource. Return `Ok` to try again (after spinning,
+/// blocking on a wakeup, or, in a test, running the scheduler side); return `Err` to give up,
+/// which fails the submit with the resource's overflow or deadlock error.
+pub trait Waiter {
+    /// Called each time a claim fails on `on`.
+    fn wait(&mut self, on: Blocked) -> Result<(), GaveUp>;
+}
+
+/// A [`Waiter`] gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GaveUp;
+
+/// A waiter that never waits: every full resource fails the submit at once.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoWait;
+
+impl Waiter for NoWait {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        Err(GaveUp)
+    }
+}
+
+/// Why a submit failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// A scope rule was broken (no open scope, too deep, too many held tasks).
+    Scope(ScopeError),
+    /// More tensor arguments than a task carries.
+    TooManyTensors {
+        /// Tensors given.
+        count: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// More explicit dependencies than a submit carries.
+    TooManyDeps {
+        /// Dependencies given.
+        count: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// `block_num` of 0.
+    ZeroBlocks,
+    /// The outputs need more bytes than the ring's whole heap.
+    OutputsTooLarge {
+        /// The ring.
+        ring: usize,
+        /// Bytes needed.
+        bytes: u64,
+        /// The heap's size.
+        heap: u64,
+    },
+    /// The innermost scope holds as many tasks as its ring can keep live: none of them can
+    /// retire before the scope ends, so the next claim could never succeed.
+    ScopeDeadlock {
+        /// The ring.
+        ring: usize,
+        /// Tasks the scope holds.
+        tasks: usize,
+        /// The ring's window.
+        window: u32,
+    },
+    /// The heap is full and its oldest task is held by an open scope (or the waiter gave up).
+    HeapRingDeadlock {
+        /// The ring.
+        ring: usize,
+        /// The task holding the ring's head, when known.
+        head: Option<TaskId>,
+    },
+    /// The task window is full and its oldest task is held by an open scope (or the waiter
+    /// gave up).
+    FlowControlDeadlock {
+        /// The ring.
+        ring: usize,
+        /// The task holding the ring's head, when known.
+        head: Option<TaskId>,
+    },
+    /// The dependency pool cannot hold this task's edges.
+    DepPoolOverflow {
+        /// The ring.
+        ring: usize,
+    },
+    /// The TensorMap cannot hold this task's writers.
+    TensorMapOverflow {
+        /// Entries needed.
+        needed: u32,
+        /// Entries free.
+        free: u32,
+    },
+    /// An earlier submit failed after claiming its slot; the run must end.
+    Fatal,
+}
+
+impl From<ScopeError> for SubmitError {
+    fn from(e: ScopeError) -> Self {
+        Self::Scope(e)
+    }
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Scope(e) => e.fmt(f),
+            Self::TooManyTensors { count, limit } => {
+                write!(f, "{count} tensor arguments exceed the per-task cap of {limit}")
+            }
+            Self::TooManyDeps { count, limit } => {
+                write!(f, "{count} explicit dependencies exceed the cap of {limit}")
+            }
+            Self::ZeroBlocks => f.write_str("block_num must be at least 1"),
+            Self::OutputsTooLarge { ring, bytes, heap } => write!(
+                f,
+                "outputs of {bytes} bytes exceed ring {ring}'s {heap}-byte heap"
+            ),
+            Self::ScopeDeadlock {
+                ring,
+                tasks,
+                window,
+            } => write!(
+                f,
+                "scope holds {tasks} tasks on ring {ring} whose window is {window}: enlarge the window or split the scope"
+            ),
+            Self::HeapRingDeadlock { ring, head } => {
+                write!(f, "ring {ring} heap cannot drain (head task {head:?})")
+            }
+            Self::FlowControlDeadlock { ring, head } => {
+                write!(f, "ring {ring} task window cannot drain (head task {head:?})")
+            }
+            Self::DepPoolOverflow { ring } => write!(f, "ring {ring} dependency pool overflow"),
+            Self::TensorMapOverflow { needed, free } => {
+                write!(f, "TensorMap needs {needed} entries, {free} free")
+            }
+            Self::Fatal => f.write_str("an earlier submit failed; the run must end"),
+        }
+    }
+}
+
+/// Sizes of an orchestrator and the shared state it feeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrchestratorConfig {
+    /// The shared state (ring sizes).
+    pub sched: crate::sched::SchedConfig,
+    /// TensorMap buckets (a power of two).
+    pub map_buckets: u32,
+    /// TensorMap entries.
+    pub map_entries: u32,
+    /// Device address of each ring's heap.
+    pub heap_base: [u64; MAX_RINGS],
+}
+
+impl OrchestratorConfig {
+    /// The reference's defaults, with heaps at `heap_base`.
+    pub const fn with_heaps(heap_base: [u64; MAX_RINGS]) -> Self {
+        Self {
+            sched: crate::sched::SchedConfig::DEFAULT,
+            map_buckets: TensorMapConfig::DEFAULT.buckets,
+            map_entries: TensorMapConfig::DEFAULT.entries,
+            heap_base,
+        }
+    }
+
+    fn map_config(&self) -> TensorMapConfig {
+        TensorMapConfig {
+            buckets: self.map_buckets,
+            entries: self.map_entries,
+            windows: self.sched.rings.map(|r| r.window),
+        }
+    }
+}
+
+/// Which producer a task already recorded an edge to in the current submit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+struct Seen {
+    task: u64,
+    epoch: u32,
+    edge: u32,
+}
+
+/// Where the orchestrator's private arrays live.
+#[derive(Clone, Copy, Debug)]
+pub struct OrchestratorLayout {
+    config: OrchestratorConfig,
+    layout: Layout,
+    map: TensorMapLayout,
+    map_region: Span<crate::layout::Line>,
+    heap_end: [Span<u32>; MAX_RINGS],
+    edge_mark: [Span<u32>; MAX_RINGS],
+    seen: [Span<Seen>; MAX_RINGS],
+    scope_tasks: Span<u64>,
+    sched: SchedStateLayout,
+}
+
+impl OrchestratorLayout {
+    /// Lays out the orchestrator-private memory of `config`.
+    pub fn new(config: OrchestratorConfig) -> Result<Self, LayoutError> {
+        let sched = SchedStateLayout::new(config.sched)?;
+        let map = TensorMapLayout::new(config.map_config())?;
+        let mut layout = Layout::new();
+        let map_region = layout.region(map.size())?;
+        let mut heap_end = [Span::empty(); MAX_RINGS];
+        let mut edge_mark = [Span::empty(); MAX_RINGS];
+        let mut seen = [Span::empty(); MAX_RINGS];
+        let windows = config.sched.rings.map(|r| r.window as usize);
+        for r in 0..MAX_RINGS {
+            heap_end[r] = layout.array::<u32>(windows[r])?;
+        }
+        for r in 0..MAX_RINGS {
+            edge_mark[r] = layout.array::<u32>(windows[r])?;
+        }
+        for r in 0..MAX_RINGS {
+            seen[r] = layout.array::<Seen>(windows[r])?;
+        }
+        let total = windows.iter().sum();
+        let scope_tasks = layout.array::<u64>(total)?;
+        Ok(Self {
+            config,
+            layout,
+            map,
+            map_region,
+            heap_end,
+            edge_mark,
+            seen,
+            scope_tasks,
+            sched,
+        })
+    }
+
+    /// Bytes of orchestrator-private memory.
+    pub fn size(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// The layout of the shared state this orchestrator needs.
+    pub fn sched(&self) -> &SchedStateLayout {
+        &self.sched
+    }
+}
+
+/// One ring's allocation cursors, private to the orchestrator.
+#[derive(Clone, Copy, Debug)]
+struct RingCursor {
+    next_local: u32,
+    window: u32,
+    heap: HeapRing,
+    /// First task claimed after the heap last restarted at 0.
+    heap_anchor: u32,
+    edges: EdgeCursor,
+    last_alive: u32,
+}
+
+/// Orchestrator-private per-ring arrays and cursors: everything the edge recording needs,
+/// kept apart from the TensorMap so a lookup's visitor can record edges.
+struct Wiring<'a> {
+    shared: &'a SchedState<'a>,
+    rings: [RingCursor; MAX_RINGS],
+    heap_end: [&'a mut [u32]; MAX_RINGS],
+    edge_mark: [&'a mut [u32]; MAX_RINGS],
+    seen: [&'a mut [Seen]; MAX_RINGS],
+    epoch: u32,
+    /// WAIT edges of the task being submitted.
+    waits: u32,
+    /// Of those, edges whose producer had already completed.
+    completed: u32,
+}
+
+/// The orchestrator: submit path and scopes over caller-provided memory.
+pub struct Orchestrator<'a> {
+    map: TensorMap<'a>,
+    wiring: Wiring<'a>,
+    scopes: ScopeStack<'a>,
+    heap_base: [u64; MAX_RINGS],
+    fatal: bool,
+    track_war: bool,
+}
+
+impl<'a> Orchestrator<'a> {
+    /// Formats `region` for an orchestrator feeding `shared`, which must have been laid out by
+    /// `layout.sched()`.
+    pub fn init(
+        region: &'a mut [u8],
+        layout: &OrchestratorLayout,
+        shared: &'a SchedState<'a>,
+    ) -> Result<Self, LayoutError> {
+        if shared.config() != &layout.config.sched {
+            return Err(LayoutError::Config {
+                field: "orchestrator.sched",
+                value: 0,
+            });
+        }
+        let mut c = Carver::new(region, &layout.layout)?;
+        let map = TensorMap::init(c.region(layout.map_region)?, &layout.map)?;
+        let [h0, h1, h2, h3] = layout.heap_end;
+        let [m0, m1, m2, m3] = layout.edge_mark;
+        let [s0, s1, s2, s3] = layout.seen;
+        let heap_end = [c.pod(h0)?, c.pod(h1)?, c.pod(h2)?, c.pod(h3)?];
+        let edge_mark = [c.pod(m0)?, c.pod(m1)?, c.pod(m2)?, c.pod(m3)?];
+        let seen = [c.pod(s0)?, c.pod(s1)?, c.pod(s2)?, c.pod(s3)?];
+        let scope_tasks = c.pod(layout.scope_tasks)?;
+        let rings = layout.config.sched.rings.map(|r| RingCursor {
+            next_local: 0,
+            window: r.window,
+            heap: HeapRing::new(r.heap_bytes),
+            heap_anchor: 0,
+            edges: EdgeCursor::new(r.edges),
+            last_alive: 0,
+        });
+        let mut wiring = Wiring {
+            shared,
+            rings,
+            heap_end,
+            edge_mark,
+            seen,
+            epoch: 0,
+            waits: 0,
+            completed: 0,
+        };
+        wiring.clear_seen();
+        Ok(Self {
+            map,
+            wiring,
+            scopes: ScopeStack::new(scope_tasks),
+            heap_base: layout.config.heap_base,
+            fatal: false,
+            track_war: false,
+        })
+    }
+
+    /// The shared state this orchestrator feeds.
+    pub fn shared(&self) -> &'a SchedState<'a> {
+        self.wiring.shared
+    }
+
+    /// The TensorMap (for inspection).
+    pub fn tensor_map(&self) -> &TensorMap<'a> {
+        &self.map
+    }
+
+    /// Turns write-after-read tracking on or off (off by default, as in the reference).
+    ///
+    /// When on, INPUT arguments are recorded as readers, and a writer (INOUT or
+    /// OUTPUT_EXISTING) waits for every earlier live reader of an overlapping region; a writer
+    /// that covers a reader's region supersedes its entry. The cost is a TensorMap insert per
+    /// INPUT and longer bucket chains for every lookup; the `submit` benchmark measures it.
+    pub fn set_track_war(&mut self, on: bool) {
+        self.track_war = on;
+    }
+
+    /// Opens a scope.
+    pub fn scope_begin(&mut self, mode: ScopeMode) -> Result<(), ScopeError> {
+        self.scopes.begin(mode)
+    }
+
+    /// Closes the innermost scope, releasing its reference on every task it holds.
+    pub fn scope_end(&mut self) -> Result<(), ScopeError> {
+        let shared = self.wiring.shared;
+        for &task in self.scopes.end()? {
+            shared.release_scope(TaskId(task));
+        }
+        Ok(())
+    }
+
+    /// Open scopes.
+    pub fn scope_depth(&self) -> usize {
+        self.scopes.depth()
+    }
+
+    /// Tasks claimed on `ring` so far.
+    pub fn submitted(&self, ring: usize) -> u32 {
+        self.wiring.rings[ring.min(MAX_RINGS - 1)].next_local
+    }
+
+    /// Submits `task`; see the module docs for the steps.
+    pub fn submit(
+        &mut self,
+        task: Task<'_>,
+        waiter: &mut impl Waiter,
+    ) -> Result<TaskId, SubmitError> {
+        if self.fatal {
+            return Err(SubmitError::Fatal);
+        }
+        if task.args.len() > CORE_MAX_TENSOR_ARGS {
+            return Err(SubmitError::TooManyTensors {
+                count: task.args.len(),
+                limit: CORE_MAX_TENSOR_ARGS,
+            });
+        }
+        if task.deps.len() > MAX_EXPLICIT_DEPS {
+            return Err(SubmitError::TooManyDeps {
+                count: task.deps.len(),
+                limit: MAX_EXPLICIT_DEPS,
+            });
+        }
+        if task.block_num == 0 {
+            return Err(SubmitError::ZeroBlocks);
+        }
+        let mask = task.mask.normalized();
+        let subtasks = (task.block_num as u32) * mask.bits().count_ones().max(1);
+        let bytes = output_bytes(task.args);
+        let result = self.submit_inner(mask, subtasks, bytes, task.args, task.deps, false, waiter);
+        self.latch(result)
+    }
+
+    /// Submits an allocation task: it only gives `outputs` (descriptions made by
+    /// [`TaskTensor::create_info`]) their buffers, and is complete at once.
+    pub fn alloc_tensors(
+        &mut self,
+        outputs: &mut [TaskArg],
+        waiter: &mut impl Waiter,
+    ) -> Result<TaskId, SubmitError> {
+        if self.fatal {
+            return Err(SubmitError::Fatal);
+        }
+        if outputs.len() > CORE_MAX_TENSOR_ARGS {
+            return Err(SubmitError::TooManyTensors {
+                count: outputs.len(),
+                limit: CORE_MAX_TENSOR_ARGS,
+            });
+        }
+        for o in outputs.iter_mut() {
+            o.tag = TensorArgType::Output;
+        }
+        let bytes = output_bytes(outputs);
+        let result = self.submit_inner(ActiveMask::empty(), 1, bytes, outputs, &[], true, waiter);
+        self.latch(result)
+    }
+
+    fn latch(
+        &mut self,
+        result: Result<TaskId, (SubmitError, bool)>,
+    ) -> Result<TaskId, SubmitError> {
+        result.map_err(|(e, claimed)| {
+            self.fatal |= claimed;
+            e
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit_inner(
+        &mut self,
+        mask: ActiveMask,
+        subtasks: u32,
+        bytes: u64,
+        args: &mut [TaskArg],
+        explicit: &[ExplicitDep],
+        alloc_only: bool,
+        waiter: &mut impl Waiter,
+    ) -> Result<TaskId, (SubmitError, bool)> {
+        let early = |e: SubmitError| (e, false);
+        let late = |e: SubmitError| (e, true);
+        let ring = self.scopes.ring().map_err(|e| early(e.into()))?;
+        let window = self.wiring.rings[ring].window;
+        let held = self.scopes.innermost_len();
+        if held + 1 >= window as usize {
+            return Err(early(SubmitError::ScopeDeadlock {
+                ring,
+                tasks: held,
+                window,
+            }));
+        }
+        let heap_size = self.wiring.rings[ring].heap.size();
+        if bytes > heap_size {
+            return Err(early(SubmitError::OutputsTooLarge {
+                ring,
+                bytes,
+                heap: heap_size,
+            }));
+        }
+        let (id, me, heap_offset) = self
+            .claim(ring, mask, subtasks, bytes, waiter)
+            .map_err(early)?;
+        // Outputs: packed in the task's heap claim, each aligned to 1024 bytes.
+        let mut offset = self.heap_base[ring] + heap_offset;
+        for a in args.iter_mut().filter(|a| a.tag == TensorArgType::Output) {
+            a.tensor.bind_output(offset, id);
+            offset += align_output(a.tensor.extent_bytes());
+        }
+        if alloc_only {
+            self.wiring.finish_edges(ring, id, me);
+            self.wiring.shared.publish_completed(me);
+            self.scopes.push(id).map_err(|e| late(e.into()))?;
+            return Ok(id);
+        }
+
+        self.wiring.next_epoch();
+        // Edges that retain come first, so that a producer reached again later (a lookup, a
+        // WAIT-only dependency) only ever adds WAIT to an edge that already keeps it alive.
+        for dep in explicit
+            .iter()
+            .filter(|d| d.flags.contains(DepFlags::RETAIN))
+        {
+            if !self.wiring.is_retired(dep.task) {
+                self.wiring
+                    .add_edge(me, dep.task, dep.flags, waiter)
+                    .map_err(late)?;
+            }
+        }
+        for a in args.iter().filter(|a| deps::follows_creator(a.tag)) {
+            let owner = a.tensor.owner_task_id();
+            if owner.is_valid() && !self.wiring.is_retired(owner) {
+                self.wiring
+                    .add_edge(me, owner, DepFlags::WAIT | DepFlags::RETAIN, waiter)
+                    .map_err(late)?;
+            }
+        }
+        for dep in explicit
+            .iter()
+            .filter(|d| !d.flags.contains(DepFlags::RETAIN))
+        {
+            if !self.wiring.is_retired(dep.task) {
+                self.wiring
+                    .add_edge(me, dep.task, dep.flags, waiter)
+                    .map_err(late)?;
+            }
+        }
+        let manual_scope = self.scopes.is_manual();
+        let war = self.track_war;
+        let mut inserts = 0u32;
+        for a in args.iter() {
+            if !deps::follows_creator(a.tag) || manual_scope || a.tensor.manual_dep() {
+                continue;
+            }
+            let writes = deps::registers_writer(a.tag);
+            inserts += (writes || war && a.tag == TensorArgType::Input) as u32;
+            // Readers of earlier writers (RAW, and WAW for INOUT); with WAR tracking, writers
+            // also look for earlier readers.
+            let after_writers = deps::looks_up_writers(a.tag);
+            let after_readers = war && writes;
+            if !after_writers && !after_readers {
+                continue;
+            }
+            let evict = a.tag == TensorArgType::InOut;
+            let mut failure = None;
+            let wiring = &mut self.wiring;
+            self.map.lookup(&a.tensor, |producer, overlap, kind| {
+                let wanted = match kind {
+                    EntryKind::Writer => after_writers,
+                    EntryKind::Reader => after_readers,
+                };
+                if !wanted {
+                    return Visit::Keep;
+                }
+                if failure.is_none() {
+                    if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
+                        failure = Some(e);
+                    }
+                }
+                // A writer that covers an entry supersedes it: later accesses reach the old
+                // one through this task.
+                let supersedes = match kind {
+                    EntryKind::Writer => evict,
+                    EntryKind::Reader => writes,
+                };
+                if supersedes && overlap == crate::overlap::Overlap::Covered {
+                    Visit::Remove
+                } else {
+                    Visit::Keep
+                }
+            });
+            if let Some(e) = failure {
+                return Err(late(e));
+            }
+        }
+        if inserts > 0 {
+            self.reserve_map(inserts, waiter).map_err(late)?;
+            for a in args.iter() {
+                if manual_scope || a.tensor.manual_dep() {
+                    continue;
+                }
+                let kind = if deps::registers_writer(a.tag) {
+                    EntryKind::Writer
+                } else if war && a.tag == TensorArgType::Input {
+                    EntryKind::Reader
+                } else {
+                    continue;
+                };
+                // Reserved above; the insert cannot fail.
+                let _ = self.map.insert(&a.tensor, id, kind);
+            }
+        }
+        self.wiring.wire_and_publish(ring, id, me);
+        self.scopes.push(id).map_err(|e| late(e.into()))?;
+        Ok(id)
+    }
+
+    fn claim(
+        &mut self,
+        ring: usize,
+        mask: ActiveMask,
+        subtasks: u32,
+        bytes: u64,
+        waiter: &mut impl Waiter,
+    ) -> Result<(TaskId, SlotRef, u64), SubmitError> {
+        let shared = self.wiring.shared;
+        loop {
+            self.sync_ring(ring);
+            let cur = &mut self.wiring.rings[ring];
+            let live = cur.next_local.wrapping_sub(cur.last_alive);
+            let blocked = if live + 1 < cur.window {
+                match cur.heap.claim(bytes) {
+                    Ok((at, restarted)) => {
+                        let local = cur.next_local;
+                        cur.next_local += 1;
+                        if restarted {
+                            cur.heap_anchor = local;
+                        }
+                        let id = TaskId::new(ring as u32, local);
+                        let slot = (local & (cur.window - 1)) as usize;
+                        // Heaps are below 4 GiB (checked at layout), so the end fits.
+                        self.wiring.heap_end[ring][slot] = (at + bytes) as u32;
+                        let me = SlotRef::new(ring, slot as u32);
+                        shared.slot(me).claim(id, mask, subtasks, cur.edges.top());
+                        shared
+                            .flow(ring)
+                            .current_task_index
+                            .store(cur.next_local, Ordering::Release);
+                        return Ok((id, me, at));
+                    }
+                    Err(HeapClaim::TooLarge) => {
+                        return Err(SubmitError::OutputsTooLarge {
+                            ring,
+                            bytes,
+                            heap: cur.heap.size(),
+                        })
+                    }
+                    Err(HeapClaim::WouldBlock) => Blocked::Heap { ring, bytes },
+                }
+            } else {
+                Blocked::TaskRing { ring }
+            };
+            let deadlock = |head| match blocked {
+                Blocked::Heap { .. } => SubmitError::HeapRingDeadlock { ring, head },
+                _ => SubmitError::FlowControlDeadlock { ring, head },
+            };
+            if let Some(head) = shared.head_pinned_by_scope(ring) {
+                return Err(deadlock(Some(head)));
+            }
+            waiter.wait(blocked).map_err(|_| deadlock(None))?;
+        }
+    }
+
+    /// Reads `ring`'s watermark and frees what the retired tasks held.
+    fn sync_ring(&mut self, ring: usize) {
+        if let Some(last_alive) = self.wiring.sync_ring(ring) {
+            self.map.sync_watermark(ring, last_alive);
+        }
+    }
+
+    fn reserve_map(&mut self, needed: u32, waiter: &mut impl Waiter) -> Result<(), SubmitError> {
+        loop {
+            for ring in 0..MAX_RINGS {
+                self.sync_ring(ring);
+            }
+            match self.map.ensure_capacity(needed) {
+                Ok(()) => return Ok(()),
+                Err(full) => {
+                    waiter.wait(Blocked::TensorMap { needed }).map_err(|_| {
+                        SubmitError::TensorMapOverflow {
+                            needed: full.needed,
+                            free: full.free,
+                        }
+                    })?;
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Wiring<'a> {
+    fn clear_seen(&mut self) {
+        for s in self.seen.iter_mut() {
+            s.fill(Seen::zeroed());
+        }
+        self.epoch = 0;
+    }
+
+    fn next_epoch(&mut self) {
+        self.waits = 0;
+        self.completed = 0;
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.clear_seen();
+            self.epoch = 1;
+        }
+    }
+
+    fn is_retired(&self, task: TaskId) -> bool {
+        let ring = task.ring() as usize;
+        match self.rings.get(ring) {
+            Some(r) => task.local() < self.shared.flow(ring).last_alive().max(r.last_alive),
+            None => true,
+        }
+    }
+
+    /// Reads `ring`'s watermark; if it moved, frees the heap and edge cells retired tasks held
+    /// and returns it.
+    fn sync_ring(&mut self, ring: usize) -> Option<u32> {
+        let last_alive = self.shared.flow(ring).last_alive();
+        let cur = &mut self.rings[ring];
+        if last_alive == cur.last_alive {
+            return None;
+        }
+        cur.last_alive = last_alive;
+        let newest = last_alive.wrapping_sub(1);
+        let slot = (newest & (cur.window - 1)) as usize;
+        let tail = if newest < cur.heap_anchor {
+            0
+        } else {
+            self.heap_end[ring][slot] as u64
+        };
+        cur.heap.set_tail(tail);
+        cur.edges.set_tail(self.edge_mark[ring][slot]);
+        Some(last_alive)
+    }
+
+    /// Records an edge from `producer` to the task in slot `me` and attaches it to the
+    /// producer, once per producer per submit (a later request adds its kinds to the first).
+    fn add_edge(
+        &mut self,
+        me: SlotRef,
+        producer: TaskId,
+        flags: DepFlags,
+        waiter: &mut impl Waiter,
+    ) -> Result<(), SubmitError> {
+        let Some(pr) = self.shared.slot_ref(producer) else {
+            return Ok(());
+        };
+        let ring = me.ring();
+        let seen = self.seen[pr.ring()][pr.index()];
+        if seen.epoch == self.epoch && seen.task == producer.0 {
+            let cell = &self.shared.edge_cells(ring)[seen.edge as usize];
+            let had = DepFlags::from_bits_truncate(cell.flags.load(Ordering::Relaxed));
+            let new = flags.difference(had);
+            if !new.is_empty() {
+                // Retaining edges are recorded first, so `new` is WAIT on a retained (alive)
+                // producer.
+                cell.flags.fetch_or(new.bits(), Ordering::Relaxed);
+                let done = self.shared.extend(pr, EdgeRef::new(ring, seen.edge), new);
+                self.count_wait(new, done);
+            }
+            return Ok(());
+        }
+        let linear = loop {
+            if let Some(linear) = self.rings[ring].edges.claim() {
+                break linear;
+            }
+            self.sync_ring(ring);
+            if let Some(linear) = self.rings[ring].edges.claim() {
+                break linear;
+            }
+            let mine = self.rings[ring]
+                .edges
+                .top()
+                .wrapping_sub(self.shared.slot(me).edge_start.load(Ordering::Relaxed));
+            if mine >= self.rings[ring].edges.capacity()
+                || self.shared.head_pinned_by_scope(ring).is_some()
+            {
+                return Err(SubmitError::DepPoolOverflow { ring });
+            }
+            waiter
+                .wait(Blocked::EdgePool { ring })
+                .map_err(|_| SubmitError::DepPoolOverflow { ring })?;
+        };
+        let index = self.rings[ring].edges.cell(linear);
+        // The cell is complete before the producer can see it in its fanout list.
+        self.shared.edge_cells(ring)[index as usize].set(me.0, pr.0, flags.bits());
+        let Some((_, done)) = self
+            .shared
+            .attach(producer, EdgeRef::new(ring, index), flags)
+        else {
+            // The producer retired or was consumed meanwhile: no edge; give the cell back.
+            self.rings[ring].edges.unclaim();
+            return Ok(());
+        };
+        self.count_wait(flags, done);
+        self.seen[pr.ring()][pr.index()] = Seen {
+            task: producer.0,
+            epoch: self.epoch,
+            edge: index,
+        };
+        Ok(())
+    }
+
+    fn count_wait(&mut self, flags: DepFlags, done: bool) {
+        if flags.contains(DepFlags::WAIT) {
+            self.waits += 1;
+            self.completed += done as u32;
+        }
+    }
+
+    /// Records where this task's edges end (for reclaiming the pool in task order).
+    fn finish_edges(&mut self, ring: usize, id: TaskId, me: SlotRef) -> (u32, u32) {
+        let cur = &self.rings[ring];
+        let slot = self.shared.slot(me);
+        let start = slot.edge_start.load(Ordering::Relaxed);
+        let count = cur.edges.top().wrapping_sub(start);
+        slot.edge_count.store(count, Ordering::Relaxed);
+        self.edge_mark[ring][(id.local() & (cur.window - 1)) as usize] = cur.edges.top();
+        (start, count)
+    }
+
+    /// Step 6: records the task's edge range and publishes it.
+    fn wire_and_publish(&mut self, ring: usize, id: TaskId, me: SlotRef) {
+        self.finish_edges(ring, id, me);
+        self.shared.publish(me, self.waits, self.completed);
+    }
+}
+
+fn align_output(bytes: u64) -> u64 {
+    bytes.div_ceil(PACKED_OUTPUT_ALIGN) * PACKED_OUTPUT_ALIGN
+}
+
+fn output_bytes(args: &[TaskArg]) -> u64 {
+    args.iter()
+        .filter(|a| a.tag == TensorArgType::Output)
+        .map(|a| align_output(a.tensor.extent_bytes()))
+        .fold(0u64, u64::saturating_add)
+}

@@ -1,0 +1,481 @@
+//! `SchedState`: the state the orchestrator and every scheduler thread share.
+//!
+//! Per ring: the flow-control words ([`RingFlow`]), the task slots ([`SlotState`]) and the
+//! dependency pool ([`EdgeCell`]). Plus one ready queue per resource shape (AIC, AIV, MIX) and
+//! one for DUMMY tasks, each at least as large as every ring's window together, so a push
+//! never finds a queue full (a task is in at most one queue, at most once).
+//!
+//! The transitions of the slot state machine ([`crate::slot`]) live here; the orchestrator's
+//! side (claiming, wiring, publishing) is in [`crate::orchestrator`].
+
+use crate::cores::{ActiveMask, ResourceShape};
+use crate::deps::{DepFlags, NIL};
+use crate::edge::{EdgeCell, EdgeRef};
+use crate::layout::{Carver, Layout, LayoutError, Line, Span};
+use crate::ready_queue::{ReadyQueue, ReadyQueueLayout};
+use crate::ring::{RingConfig, RingFlow, MAX_RINGS};
+use crate::slot::{SlotRef, SlotState, SlotStatus, SCOPE_BIT};
+use crate::task_tensor::TaskId;
+use core::sync::atomic::Ordering;
+
+/// Number of ready queues: AIC, AIV, MIX, DUMMY (indexed by [`ResourceShape`]).
+pub const READY_QUEUES: usize = 4;
+
+/// Sizes of the shared state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedConfig {
+    /// Each ring's sizes.
+    pub rings: [RingConfig; MAX_RINGS],
+}
+
+impl SchedConfig {
+    /// Four rings at the reference's defaults.
+    pub const DEFAULT: Self = Self {
+        rings: [RingConfig::DEFAULT; MAX_RINGS],
+    };
+
+    /// Every ring at `ring`.
+    pub const fn uniform(ring: RingConfig) -> Self {
+        Self {
+            rings: [ring; MAX_RINGS],
+        }
+    }
+
+    fn validate(&self) -> Result<(), LayoutError> {
+        for r in &self.rings {
+            if r.window < 4 || !r.window.is_power_of_two() || r.window >= 1 << SlotRef::INDEX_BITS {
+                return Err(LayoutError::Config {
+                    field: "ring.window",
+                    value: r.window as u64,
+                });
+            }
+            if r.edges < 4 || !r.edges.is_power_of_two() || r.edges >= 1 << 30 {
+                return Err(LayoutError::Config {
+                    field: "ring.edges",
+                    value: r.edges as u64,
+                });
+            }
+            if r.heap_bytes < 1024 || r.heap_bytes > u32::MAX as u64 {
+                return Err(LayoutError::Config {
+                    field: "ring.heap_bytes",
+                    value: r.heap_bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn queue_capacity(&self) -> usize {
+        let live: usize = self.rings.iter().map(|r| r.window as usize).sum();
+        live.next_power_of_two()
+    }
+}
+
+/// Where each part of a [`SchedState`] lives in its region.
+#[derive(Clone, Copy, Debug)]
+pub struct SchedStateLayout {
+    config: SchedConfig,
+    layout: Layout,
+    flows: Span<RingFlow>,
+    slots: [Span<SlotState>; MAX_RINGS],
+    edges: [Span<EdgeCell>; MAX_RINGS],
+    queue: ReadyQueueLayout,
+    queues: [Span<Line>; READY_QUEUES],
+}
+
+impl SchedStateLayout {
+    /// Lays out the shared state of `config`.
+    pub fn new(config: SchedConfig) -> Result<Self, LayoutError> {
+        config.validate()?;
+        let mut layout = Layout::new();
+        let flows = layout.array::<RingFlow>(MAX_RINGS)?;
+        let mut slots = [Span::empty(); MAX_RINGS];
+        for (r, s) in slots.iter_mut().enumerate() {
+            *s = layout.array::<SlotState>(config.rings[r].window as usize)?;
+        }
+        let mut edges = [Span::empty(); MAX_RINGS];
+        for (r, e) in edges.iter_mut().enumerate() {
+            *e = layout.array::<EdgeCell>(config.rings[r].edges as usize)?;
+        }
+        let queue = ReadyQueue::layout(config.queue_capacity())?;
+        let mut queues = [layout.region(queue.size())?; READY_QUEUES];
+        for q in queues.iter_mut().skip(1) {
+            *q = layout.region(queue.size())?;
+        }
+        Ok(Self {
+            config,
+            layout,
+            flows,
+            slots,
+            edges,
+            queue,
+            queues,
+        })
+    }
+
+    /// Bytes the shared state needs.
+    pub fn size(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> SchedConfig {
+        self.config
+    }
+}
+
+/// The shared state, a view over its region. `Sync`: every field is atomic.
+pub struct SchedState<'a> {
+    config: SchedConfig,
+    flows: &'a [RingFlow],
+    slots: [&'a [SlotState]; MAX_RINGS],
+    edges: [&'a [EdgeCell]; MAX_RINGS],
+    queues: [ReadyQueue<'a>; READY_QUEUES],
+}
+
+impl<'a> SchedState<'a> {
+    /// Formats `region` (every slot FREE, every queue empty, watermarks at 0).
+    pub fn init(region: &'a mut [u8], layout: &SchedStateLayout) -> Result<Self, LayoutError> {
+        let mut c = Carver::new(region, &layout.layout)?;
+        let flows = c.atomic(layout.flows)?;
+        let [s0, s1, s2, s3] = layout.slots;
+        let slots = [c.atomic(s0)?, c.atomic(s1)?, c.atomic(s2)?, c.atomic(s3)?];
+        let [e0, e1, e2, e3] = layout.edges;
+        let edges = [c.atomic(e0)?, c.atomic(e1)?, c.atomic(e2)?, c.atomic(e3)?];
+        let [q0, q1, q2, q3] = layout.queues;
+        let queues = [
+            ReadyQueue::init(c.region(q0)?, &layout.queue)?,
+            ReadyQueue::init(c.region(q1)?, &layout.queue)?,
+            ReadyQueue::init(c.region(q2)?, &layout.queue)?,
+            ReadyQueue::init(c.region(q3)?, &layout.queue)?,
+        ];
+        Ok(Self {
+            config: layout.config,
+            flows,
+            slots,
+            edges,
+            queues,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedConfig {
+        &self.config
+    }
+
+    /// Ring `ring`'s flow-control words.
+    pub fn flow(&self, ring: usize) -> &RingFlow {
+        &self.flows[ring.min(MAX_RINGS - 1)]
+    }
+
+    /// The slot a task id maps to (whether or not that task still occupies it).
+    pub fn slot_ref(&self, task: TaskId) -> Option<SlotRef> {
+        let ring = task.ring() as usize;
+        let slots = self.slots.get(ring)?;
+        Some(SlotRef::new(ring, task.local() & (slots.len() as u32 - 1)))
+    }
+
+    /// The slot state behind `r`.
+    pub fn slot(&self, r: SlotRef) -> &SlotState {
+        &self.slots[r.ring()][r.index()]
+    }
+
+    /// The slot state of `task`, if that task still occupies its slot.
+    pub fn task_slot(&self, task: TaskId) -> Option<&SlotState> {
+        let s = self.slot(self.slot_ref(task)?);
+        (s.task_id() == task).then_some(s)
+    }
+
+    pub(crate) fn edge(&self, r: EdgeRef) -> &EdgeCell {
+        &self.edges[r.ring()][r.index()]
+    }
+
+    pub(crate) fn edge_cells(&self, ring: usize) -> &'a [EdgeCell] {
+        self.edges[ring]
+    }
+
+    /// The producers a task's submit wired it to, with the edge kinds, while the task is live.
+    pub fn fanin(&self, task: TaskId) -> impl Iterator<Item = (TaskId, DepFlags)> + '_ {
+        let slot = self.task_slot(task);
+        let ring = task.ring() as usize;
+        let (start, count) = slot.map_or((0, 0), |s| {
+            (
+                s.edge_start.load(Ordering::Acquire),
+                s.edge_count.load(Ordering::Acquire),
+            )
+        });
+        let cells = self.edges.get(ring).copied().unwrap_or(&[]);
+        (0..count).filter_map(move |i| {
+            let cell = cells.get(start.wrapping_add(i) as usize & (cells.len().max(1) - 1))?;
+            let producer = self.slot(SlotRef(cell.producer.load(Ordering::Relaxed)));
+            Some((
+                producer.task_id(),
+                DepFlags::from_bits_truncate(cell.flags.load(Ordering::Relaxed)),
+            ))
+        })
+    }
+
+    /// Transition 3, PENDING → READY, when this release is the last fanin `consumer` waits for.
+    pub fn release_fanin(&self, consumer: SlotRef) {
+        let slot = self.slot(consumer);
+        let before = slot.fanin_refcount.fetch_add(1, Ordering::AcqRel);
+        if before + 1 == slot.fanin_count.load(Ordering::Acquire) {
+            self.make_ready(slot);
+        }
+    }
+
+    /// Moves a wired, satisfied task into its ready queue. Exactly one caller wins the CAS.
+    pub(crate) fn make_ready(&self, slot: &SlotState) {
+        if slot
+            .status
+            .compare_exchange(
+                SlotStatus::Pending as u32,
+                SlotStatus::Ready as u32,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return;
+        }
+        let queue = &self.queues[slot.active_mask().shape() as usize];
+        let task = slot.task_id().0;
+        // Queues hold every live task of every ring; a push cannot find one full.
+        while queue.push(task).is_err() {
+            core::hint::spin_loop();
+        }
+    }
+
+    /// Takes a ready task of `shape`, if any.
+    pub fn pop_ready(&self, shape: ResourceShape) -> Option<TaskId> {
+        self.queues[shape as usize].pop().map(TaskId)
+    }
+
+    /// Transition 4, READY → RUNNING: the scheduler that popped `task` dispatches it.
+    pub fn mark_running(&self, task: TaskId) -> bool {
+        self.task_slot(task).is_some_and(|s| {
+            s.status
+                .compare_exchange(
+                    SlotStatus::Ready as u32,
+                    SlotStatus::Running as u32,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        })
+    }
+
+    /// Records one finished subtask of `task`; completes the task (transition 5) when it was
+    /// the last. Returns whether the task completed.
+    pub fn complete_subtask(&self, task: TaskId) -> bool {
+        let Some(slot) = self.task_slot(task) else {
+            return false;
+        };
+        let total = (slot.shape.load(Ordering::Relaxed) >> 8).max(1);
+        if slot.completed_subtasks.fetch_add(1, Ordering::AcqRel) + 1 == total {
+            self.complete(task);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Transitions 5 and 6, → COMPLETED: notifies every waiting consumer, releases the
+    /// producers this task retained, and consumes the task if nothing else holds it.
+    pub fn complete(&self, task: TaskId) {
+        let Some(r) = self.slot_ref(task) else {
+            return;
+        };
+        let slot = self.slot(r);
+        let head = {
+            let _guard = slot.lock();
+            if slot.task_id() != task {
+                return;
+            }
+            slot.status
+                .store(SlotStatus::Completed as u32, Ordering::Release);
+            slot.fanout_head.load(Ordering::Relaxed)
+        };
+        let mut cursor = head;
+        while cursor != NIL {
+            let cell = self.edge(EdgeRef(cursor));
+            // Read the link before releasing: the consumer may complete and retire, and its
+            // cells be reused, as soon as it is released.
+            let next = cell.next.load(Ordering::Relaxed);
+            let consumer = SlotRef(cell.consumer.load(Ordering::Relaxed));
+            self.release_fanin(consumer);
+            cursor = next;
+        }
+        let ring = r.ring();
+        let cells = self.edges[ring];
+        let start = slot.edge_start.load(Ordering::Relaxed);
+        let count = slot.edge_count.load(Ordering::Relaxed);
+        for i in 0..count {
+            let cell = &cells[start.wrapping_add(i) as usize & (cells.len() - 1)];
+            if cell.flags.load(Ordering::Relaxed) & DepFlags::RETAIN.bits() != 0 {
+                self.release_fanout(SlotRef(cell.producer.load(Ordering::Relaxed)), 1);
+            }
+        }
+        self.release_fanout(r, 0);
+    }
+
+    /// Transition 8: adds `amount` released references to a task's fanout; consumes it when it
+    /// has completed and every reference is released, then advances its ring's watermark.
+    pub fn release_fanout(&self, r: SlotRef, amount: u32) {
+        let slot = self.slot(r);
+        let consumed = {
+            let _guard = slot.lock();
+            let refs = slot
+                .fanout_refcount
+                .load(Ordering::Relaxed)
+                .wrapping_add(amount);
+            slot.fanout_refcount.store(refs, Ordering::Relaxed);
+            let done = refs == slot.fanout_count.load(Ordering::Relaxed)
+                && slot.status.load(Ordering::Relaxed) == SlotStatus::Completed as u32;
+            if done {
+                slot.status
+                    .store(SlotStatus::Consumed as u32, Ordering::Release);
+            }
+            done
+        };
+        if consumed {
+            self.advance(r.ring());
+        }
+    }
+
+    /// Releases the scope reference of `task` (at the end of its scope).
+    pub fn release_scope(&self, task: TaskId) {
+        if let Some(r) = self.slot_ref(task) {
+            if self.slot(r).task_id() == task {
+                self.release_fanout(r, SCOPE_BIT);
+            }
+        }
+    }
+
+    /// Transition 9: moves `ring`'s watermark over every CONSUMED task at its head, resetting
+    /// their slots to FREE before publishing the new watermark.
+    pub fn advance(&self, ring: usize) {
+        let flow = self.flow(ring);
+        let slots = self.slots[ring];
+        let mask = slots.len() as u32 - 1;
+        loop {
+            if flow.advance_lock.swap(1, Ordering::SeqCst) != 0 {
+                flow.advance_pending.store(1, Ordering::SeqCst);
+                if flow.advance_lock.load(Ordering::SeqCst) != 0 {
+                    return;
+                }
+                continue;
+            }
+            flow.advance_pending.store(0, Ordering::SeqCst);
+            let current = flow.current_task_index.load(Ordering::Acquire);
+            let mut alive = flow.last_task_alive.load(Ordering::Relaxed);
+            while alive != current {
+                let slot = &slots[(alive & mask) as usize];
+                if slot.status.load(Ordering::Acquire) != SlotStatus::Consumed as u32 {
+                    break;
+                }
+                slot.status
+                    .store(SlotStatus::Free as u32, Ordering::Relaxed);
+                alive = alive.wrapping_add(1);
+            }
+            flow.last_task_alive.store(alive, Ordering::Release);
+            flow.advance_lock.store(0, Ordering::SeqCst);
+            if flow.advance_pending.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+        }
+    }
+
+    // ---- the orchestrator's side of wiring -------------------------------------------------
+
+    /// Attaches a recorded edge (cell `edge`, already written) to `producer`, if that task
+    /// still occupies its slot and is not consumed: a RETAIN edge pins the producer, a WAIT edge
+    /// is linked into its fanout list unless it has completed. Returns the producer's slot and
+    /// whether a WAIT edge found it completed (so counts as released), or `None` if the
+    /// producer is gone. The check and the attachment are atomic with respect to the producer's
+    /// completion and consumption.
+    pub(crate) fn attach(
+        &self,
+        producer: TaskId,
+        edge: EdgeRef,
+        flags: DepFlags,
+    ) -> Option<(SlotRef, bool)> {
+        let r = self.slot_ref(producer)?;
+        let slot = self.slot(r);
+        let _guard = slot.lock();
+        let status = slot.status.load(Ordering::Relaxed);
+        if slot.task_id.load(Ordering::Relaxed) != producer.0
+            || status == SlotStatus::Free as u32
+            || status == SlotStatus::Consumed as u32
+        {
+            return None;
+        }
+        Some((r, self.attach_locked(slot, edge, flags)))
+    }
+
+    /// Adds `flags` to an edge already attached to `producer` (which the edge keeps alive).
+    /// Returns whether a newly added WAIT found the producer completed.
+    pub(crate) fn extend(&self, producer: SlotRef, edge: EdgeRef, flags: DepFlags) -> bool {
+        let slot = self.slot(producer);
+        let _guard = slot.lock();
+        self.attach_locked(slot, edge, flags)
+    }
+
+    fn attach_locked(&self, slot: &SlotState, edge: EdgeRef, flags: DepFlags) -> bool {
+        if flags.contains(DepFlags::RETAIN) {
+            let count = slot.fanout_count.load(Ordering::Relaxed);
+            slot.fanout_count.store(count + 1, Ordering::Relaxed);
+        }
+        if !flags.contains(DepFlags::WAIT) {
+            return false;
+        }
+        if slot.status.load(Ordering::Relaxed) >= SlotStatus::Completed as u32 {
+            return true;
+        }
+        let head = slot.fanout_head.load(Ordering::Relaxed);
+        self.edge(edge).next.store(head, Ordering::Relaxed);
+        slot.fanout_head.store(edge.0, Ordering::Relaxed);
+        false
+    }
+
+    /// Transition 2 (and 3 if nothing is outstanding): publishes a wired task.
+    pub(crate) fn publish(&self, r: SlotRef, wait_edges: u32, already_completed: u32) {
+        let slot = self.slot(r);
+        slot.fanin_count.store(wait_edges + 1, Ordering::Relaxed);
+        slot.status
+            .store(SlotStatus::Pending as u32, Ordering::Release);
+        let before = slot
+            .fanin_refcount
+            .fetch_add(already_completed + 1, Ordering::AcqRel);
+        if before + already_completed + 1 == wait_edges + 1 {
+            self.make_ready(slot);
+        }
+    }
+
+    /// Transition 7: an allocation task has no work; it is complete as soon as it exists.
+    pub(crate) fn publish_completed(&self, r: SlotRef) {
+        self.slot(r)
+            .status
+            .store(SlotStatus::Completed as u32, Ordering::Release);
+    }
+
+    /// The task at the head of `ring`, if its owning scope still holds it: such a head cannot
+    /// retire until the orchestrator closes that scope.
+    pub(crate) fn head_pinned_by_scope(&self, ring: usize) -> Option<TaskId> {
+        let flow = self.flow(ring);
+        let alive = flow.last_task_alive.load(Ordering::Acquire);
+        if alive == flow.current_task_index.load(Ordering::Acquire) {
+            return None;
+        }
+        let slots = self.slots[ring];
+        let slot = &slots[(alive & (slots.len() as u32 - 1)) as usize];
+        let _guard = slot.lock();
+        let released = slot.fanout_refcount.load(Ordering::Relaxed) & SCOPE_BIT != 0;
+        (!released).then(|| TaskId(slot.task_id.load(Ordering::Relaxed)))
+    }
+
+    /// The shape a task's mask dispatches as.
+    pub fn shape_of(mask: ActiveMask) -> ResourceShape {
+        mask.shape()
+    }
+}

@@ -1,0 +1,763 @@
+//! The TensorMap: which earlier tasks wrote a region a new task touches.
+//!
+//! Writers are recorded (INOUT and OUTPUT_EXISTING arguments; see [`crate::deps`] for the
+//! rules), and readers too when write-after-read tracking is on. A lookup walks the bucket of
+//! the probe's buffer address and reports every live entry whose region may overlap the probe
+//! ([`crate::overlap`]).
+//!
+//! Structure, all in caller-provided memory ([`TensorMapLayout`]):
+//!
+//! - `buckets`: heads of doubly linked entry chains, hashed by buffer address (Fibonacci
+//!   hashing of the address, top bits), so every view of one allocation shares a bucket.
+//! - `entries`: the pool; a free stack recycles entries, a bump index hands out fresh ones.
+//! - `task_heads` per ring: each task slot's chain of the entries that task produced, so a
+//!   retired task's entries are freed in O(its entries) ([`TensorMap::sync_watermark`]).
+//! - `epoch`: [`TensorMap::reset`] advances it; a bucket or task head stamped with an older epoch
+//!   reads as empty and is re-stamped lazily on the next insert. Reset is O(1), and O(buckets +
+//!   task window) once every 2^32 resets when the stamps are cleared.
+//!
+//! Entries of retired tasks (local id below their ring's `last_task_alive`) are skipped by
+//! lookups and freed in batches; chains of one slot may hold entries of an older task and of
+//! the newer one that reused the slot, so freeing matches the exact task id.
+
+use crate::deps::NIL;
+use crate::layout::{Carver, Layout, LayoutError, Span};
+use crate::limits::MAX_TENSOR_DIMS;
+use crate::overlap::{self, Footprint, Overlap};
+use crate::ring::MAX_RINGS;
+use crate::task_tensor::{TaskId, TaskTensor};
+use bytemuck::{Pod, Zeroable};
+use core::mem::{offset_of, size_of};
+use static_assertions::const_assert_eq;
+
+/// Freed entries are reclaimed once a ring's watermark moved this many tasks.
+pub const CLEANUP_INTERVAL: u32 = 64;
+
+/// Sizes of a TensorMap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorMapConfig {
+    /// Buckets; a power of two.
+    pub buckets: u32,
+    /// Entries in the pool.
+    pub entries: u32,
+    /// Task window of each ring (a power of two), or 0 for a ring that is not used.
+    pub windows: [u32; MAX_RINGS],
+}
+
+impl TensorMapConfig {
+    /// The runtime's default: 4096 buckets, 65,536 entries, four rings of 16,384 tasks.
+    pub const DEFAULT: Self = Self {
+        buckets: 4096,
+        entries: 65_536,
+        windows: [16_384; MAX_RINGS],
+    };
+
+    /// The Graph recorder's hazard map: 4096 buckets, 16,384 entries, one ring of 1024 nodes.
+    pub const RECORDER: Self = Self {
+        buckets: 4096,
+        entries: 16_384,
+        windows: [1024, 0, 0, 0],
+    };
+}
+
+/// A recorded writer. Two cache lines: the first holds what a lookup reads for every entry in
+/// a bucket chain, the second what only the exact box test and the task chain need.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct MapEntry {
+    buffer_addr: u64,
+    producer: TaskId,
+    start: u64,
+    extent: u64,
+    next_in_bucket: u32,
+    prev_in_bucket: u32,
+    version: i32,
+    ndims: u8,
+    dtype: u8,
+    elem_size: u8,
+    kind: u8,
+    /// Bucket index, or `NIL` while the entry is free.
+    bucket: u32,
+    next_in_task: u32,
+    prev_in_task: u32,
+    _pad1: u32,
+    shapes: [u32; MAX_TENSOR_DIMS],
+    strides: [u32; MAX_TENSOR_DIMS],
+    _pad2: [u8; 24],
+}
+
+const_assert_eq!(size_of::<MapEntry>(), 128);
+const_assert_eq!(offset_of!(MapEntry, shapes), 64);
+
+impl MapEntry {
+    fn footprint(&self) -> Footprint {
+        Footprint {
+            start: self.start,
+            extent: self.extent,
+            version: self.version,
+            ndims: self.ndims as u32,
+            dtype: self.dtype,
+            elem_size: self.elem_size as u32,
+            contiguous: false,
+            shapes: self.shapes,
+            strides: self.strides,
+        }
+    }
+}
+
+/// A list head stamped with the epoch it was last written in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct Head {
+    first: u32,
+    epoch: u32,
+}
+
+/// Counters of the map, kept in its memory so a map can be re-attached to a region.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+struct Header {
+    epoch: u32,
+    bump: u32,
+    free_top: u32,
+    live: u32,
+    bucket_shift: u32,
+    _pad: u32,
+    last_alive: [u32; MAX_RINGS],
+    last_cleanup: [u32; MAX_RINGS],
+}
+
+/// Where each array of a TensorMap lives in its region.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorMapLayout {
+    config: TensorMapConfig,
+    layout: Layout,
+    header: Span<Header>,
+    buckets: Span<Head>,
+    entries: Span<MapEntry>,
+    free: Span<u32>,
+    task_heads: [Span<Head>; MAX_RINGS],
+}
+
+impl TensorMapLayout {
+    /// Lays out a map of `config`; checks every size.
+    pub fn new(config: TensorMapConfig) -> Result<Self, LayoutError> {
+        if !config.buckets.is_power_of_two() {
+            return Err(LayoutError::Config {
+                field: "tensor_map.buckets",
+                value: config.buckets as u64,
+            });
+        }
+        if config.entries == 0 || config.entries == NIL {
+            return Err(LayoutError::Config {
+                field: "tensor_map.entries",
+                value: config.entries as u64,
+            });
+        }
+        for w in config.windows {
+            if w != 0 && !w.is_power_of_two() {
+                return Err(LayoutError::Config {
+                    field: "tensor_map.windows",
+                    value: w as u64,
+                });
+            }
+        }
+        let mut layout = Layout::new();
+        let header = layout.array::<Header>(1)?;
+        let buckets = layout.array::<Head>(config.buckets as usize)?;
+        let entries = layout.array::<MapEntry>(config.entries as usize)?;
+        let free = layout.array::<u32>(config.entries as usize)?;
+        let mut task_heads = [Span::empty(); MAX_RINGS];
+        for (ring, heads) in task_heads.iter_mut().enumerate() {
+            *heads = layout.array::<Head>(config.windows[ring] as usize)?;
+        }
+        Ok(Self {
+            config,
+            layout,
+            header,
+            buckets,
+            entries,
+            free,
+            task_heads,
+        })
+    }
+
+    /// Bytes the map's region needs.
+    pub fn size(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// The configuration this layout was made from.
+    pub fn config(&self) -> TensorMapConfig {
+        self.config
+    }
+}
+
+/// What an entry records.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A task wrote the region (INOUT, OUTPUT_EXISTING).
+    Writer = 0,
+    /// A task read the region (INPUT); recorded only when write-after-read tracking is on.
+    Reader = 1,
+}
+
+/// What a lookup's visitor wants done with the entry it was shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Visit {
+    /// Keep the entry.
+    Keep,
+    /// Remove the entry: the probe's writer supersedes it.
+    Remove,
+}
+
+/// The map could not take more entries even after freeing every retired task's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapFull {
+    /// Entries needed.
+    pub needed: u32,
+    /// Entries free.
+    pub free: u32,
+}
+
+/// A TensorMap over a caller-provided region. Written by one thread (the orchestrator).
+pub struct TensorMap<'a> {
+    header: &'a mut Header,
+    buckets: &'a mut [Head],
+    entries: &'a mut [MapEntry],
+    free: &'a mut [u32],
+    task_heads: [&'a mut [Head]; MAX_RINGS],
+}
+
+const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl<'a> TensorMap<'a> {
+    /// Formats `region` as an empty map.
+    pub fn init(region: &'a mut [u8], layout: &TensorMapLayout) -> Result<Self, LayoutError> {
+        let mut carver = Carver::new(region, &layout.layout)?;
+        let header = &mut carver.pod(layout.header)?[0];
+        let buckets = carver.pod(layout.buckets)?;
+        let entries = carver.pod(layout.entries)?;
+        let free = carver.pod(layout.free)?;
+        let [h0, h1, h2, h3] = layout.task_heads;
+        let task_heads = [
+            carver.pod(h0)?,
+            carver.pod(h1)?,
+            carver.pod(h2)?,
+            carver.pod(h3)?,
+        ];
+        *header = Header {
+            epoch: 1,
+            bucket_shift: 64 - layout.config.buckets.trailing_zeros(),
+            ..Header::zeroed()
+        };
+        let mut map = Self {
+            header,
+            buckets,
+            entries,
+            free,
+            task_heads,
+        };
+        map.clear_stamps();
+        Ok(map)
+    }
+
+    /// Zeroes every epoch stamp (epoch 0 is never current).
+    fn clear_stamps(&mut self) {
+        self.buckets.fill(Head::zeroed());
+        for heads in self.task_heads.iter_mut() {
+            heads.fill(Head::zeroed());
+        }
+    }
+
+    /// Empties the map against the memory in place: afterwards it answers every lookup as a
+    /// freshly initialised map does, and the whole pool is free.
+    pub fn reset(&mut self) {
+        let h = &mut *self.header;
+        h.epoch = h.epoch.wrapping_add(1);
+        h.bump = 0;
+        h.free_top = 0;
+        h.live = 0;
+        h.last_alive = [0; MAX_RINGS];
+        h.last_cleanup = [0; MAX_RINGS];
+        if h.epoch == 0 {
+            h.epoch = 1;
+            self.clear_stamps();
+        }
+    }
+
+    /// Entries in use (including not yet freed entries of retired tasks).
+    pub fn live_entries(&self) -> u32 {
+        self.header.live
+    }
+
+    /// Entries that can be inserted without freeing anything.
+    pub fn free_entries(&self) -> u32 {
+        self.entries.len() as u32 - self.header.live
+    }
+
+    /// The pool's size.
+    pub fn capacity(&self) -> u32 {
+        self.entries.len() as u32
+    }
+
+    #[inline]
+    fn bucket_of(&self, addr: u64) -> usize {
+        // Fibonacci hashing: the top bits of the product spread nearby addresses.
+        (addr.wrapping_mul(FIB) >> self.header.bucket_shift.min(63)) as usize
+            & (self.buckets.len() - 1)
+    }
+
+    #[inline]
+    fn is_retired(&self, task: TaskId) -> bool {
+        let ring = (task.ring() as usize).min(MAX_RINGS - 1);
+        task.local() < self.header.last_alive[ring]
+    }
+
+    fn task_head_index(&self, task: TaskId) -> Option<(usize, usize)> {
+        let ring = task.ring() as usize;
+        let heads = self.task_heads.get(ring)?;
+        if heads.is_empty() {
+            return None;
+        }
+        Some((ring, task.local() as usize & (heads.len() - 1)))
+    }
+
+    /// Records that `producer` accesses `tensor` as `kind`. Fails only when the pool is
+    /// exhausted (callers reserve with [`Self::ensure_capacity`] first) or the producer's ring
+    /// has no task window in this map.
+    pub fn insert(
+        &mut self,
+        tensor: &TaskTensor,
+        producer: TaskId,
+        kind: EntryKind,
+    ) -> Result<(), MapFull> {
+        let full = MapFull {
+            needed: 1,
+            free: self.free_entries(),
+        };
+        let (ring, slot) = self.task_head_index(producer).ok_or(full)?;
+        let index = if self.header.free_top > 0 {
+            self.header.free_top -= 1;
+            self.free[self.header.free_top as usize]
+        } else if (self.header.bump as usize) < self.entries.len() {
+            self.header.bump += 1;
+            self.header.bump - 1
+        } else {
+            return Err(full);
+        };
+        let epoch = self.header.epoch;
+        let bucket = self.bucket_of(tensor.buffer().addr);
+
+        let bucket_head = &mut self.buckets[bucket];
+        if bucket_head.epoch != epoch {
+            *bucket_head = Head { first: NIL, epoch };
+        }
+        let old_bucket_first = bucket_head.first;
+        bucket_head.first = index;
+        let task_head = &mut self.task_heads[ring][slot];
+        if task_head.epoch != epoch {
+            *task_head = Head { first: NIL, epoch };
+        }
+        let old_task_first = task_head.first;
+        task_head.first = index;
+
+        let (shapes, strides) = (*tensor.shapes_all(), *tensor.strides_all());
+        self.entries[index as usize] = MapEntry {
+            buffer_addr: tensor.buffer().addr,
+            producer,
+            start: tensor.start_offset(),
+            extent: tensor.extent_elems(),
+            next_in_bucket: old_bucket_first,
+            prev_in_bucket: NIL,
+            version: tensor.version(),
+            ndims: tensor.ndims() as u8,
+            dtype: tensor.dtype().raw(),
+            elem_size: tensor.dtype().elem_size() as u8,
+            kind: kind as u8,
+            bucket: bucket as u32,
+            next_in_task: old_task_first,
+            prev_in_task: NIL,
+            _pad1: 0,
+            shapes,
+            strides,
+            _pad2: [0; 24],
+        };
+        if old_bucket_first != NIL {
+            self.entries[old_bucket_first as usize].prev_in_bucket = index;
+        }
+        if old_task_first != NIL {
+            self.entries[old_task_first as usize].prev_in_task = index;
+        }
+        self.header.live += 1;
+        Ok(())
+    }
+
+    /// Shows `visit` every live entry whose region may overlap `probe`, newest first, with the
+    /// overlap class and the entry's kind. Entries of retired tasks are skipped. The visitor may
+    /// remove the entry it is shown.
+    pub fn lookup(
+        &mut self,
+        probe: &TaskTensor,
+        mut visit: impl FnMut(TaskId, Overlap, EntryKind) -> Visit,
+    ) {
+        let addr = probe.buffer().addr;
+        let bucket = self.bucket_of(addr);
+        let head = self.buckets[bucket];
+        if head.epoch != self.header.epoch {
+            return;
+        }
+        let elem = probe.dtype().elem_size();
+        let footprint = Footprint {
+            start: probe.start_offset(),
+            extent: probe.extent_elems(),
+            version: probe.version(),
+            ndims: probe.ndims(),
+            dtype: probe.dtype().raw(),
+            elem_size: elem,
+            contiguous: probe.is_contiguous(),
+            shapes: *probe.shapes_all(),
+            strides: *probe.strides_all(),
+        };
+        let buffer_elems = probe.buffer().size / elem as u64;
+        let mut cursor = head.first;
+        while cursor != NIL {
+            let this = cursor;
+            let entry = &self.entries[this as usize];
+            cursor = entry.next_in_bucket;
+            if entry.buffer_addr != addr || self.is_retired(entry.producer) {
+                continue;
+            }
+            let overlap = overlap::check(&footprint, &entry.footprint(), buffer_elems);
+            if overlap == Overlap::None {
+                continue;
+            }
+            let kind = if entry.kind == EntryKind::Reader as u8 {
+                EntryKind::Reader
+            } else {
+                EntryKind::Writer
+            };
+            if visit(entry.producer, overlap, kind) == Visit::Remove {
+                self.remove(this);
+            }
+        }
+    }
+
+    /// Unlinks entry `index` from its bucket and task chains and returns it to the pool.
+    fn remove(&mut self, index: u32) {
+        let e = self.entries[index as usize];
+        if e.bucket == NIL {
+            return;
+        }
+        if e.prev_in_bucket != NIL {
+            self.entries[e.prev_in_bucket as usize].next_in_bucket = e.next_in_bucket;
+        } else {
+            self.buckets[e.bucket as usize].first = e.next_in_bucket;
+        }
+        if e.next_in_bucket != NIL {
+            self.entries[e.next_in_bucket as usize].prev_in_bucket = e.prev_in_bucket;
+        }
+        if e.prev_in_task != NIL {
+            self.entries[e.prev_in_task as usize].next_in_task = e.next_in_task;
+        } else if let Some((ring, slot)) = self.task_head_index(e.producer) {
+            self.task_heads[ring][slot].first = e.next_in_task;
+        }
+        if e.next_in_task != NIL {
+            self.entries[e.next_in_task as usize].prev_in_task = e.prev_in_task;
+        }
+        self.entries[index as usize].bucket = NIL;
+        self.free[self.header.free_top as usize] = index;
+        self.header.free_top += 1;
+        self.header.live -= 1;
+    }
+
+    /// Frees every entry produced by exactly `task`.
+    fn free_task(&mut self, task: TaskId) {
+        let Some((ring, slot)) = self.task_head_index(task) else {
+            return;
+        };
+        let head = self.task_heads[ring][slot];
+        if head.epoch != self.header.epoch {
+            return;
+        }
+        let mut cursor = head.first;
+        while cursor != NIL {
+            let e = self.entries[cursor as usize];
+            let this = cursor;
+            cursor = e.next_in_task;
+            if e.producer == task {
+                self.remove(this);
+            }
+        }
+    }
+
+    /// Tells the map that tasks of `ring` below `last_alive` have retired. Lookups skip their
+    /// entries at once; the entries are freed every [`CLEANUP_INTERVAL`] retirements, or at the
+    /// next [`Self::ensure_capacity`] that finds the pool short.
+    pub fn sync_watermark(&mut self, ring: usize, last_alive: u32) {
+        if ring >= MAX_RINGS || last_alive <= self.header.last_alive[ring] {
+            return;
+        }
+        self.header.last_alive[ring] = last_alive;
+        if last_alive - self.header.last_cleanup[ring] >= CLEANUP_INTERVAL {
+            self.free_retired(ring);
+        }
+    }
+
+    /// Frees the entries of every task of `ring` retired since the last cleanup.
+    fn free_retired(&mut self, ring: usize) {
+        let (from, to) = (self.header.last_cleanup[ring], self.header.last_alive[ring]);
+        if to - from <= self.task_heads[ring].len() as u32 {
+            // O(entries of the retired tasks): each retired id's slot chain, exact id only.
+            for local in from..to {
+                self.free_task(TaskId::new(ring as u32, local));
+            }
+        } else {
+            // More than a window retired: some slots were reused, so sweep every chain once.
+            self.sweep_retired(ring);
+        }
+        self.header.last_cleanup[ring] = to;
+    }
+
+    /// Frees every entry of `ring` whose producer has retired, whatever its slot.
+    fn sweep_retired(&mut self, ring: usize) {
+        for slot in 0..self.task_heads[ring].len() {
+            let head = self.task_heads[ring][slot];
+            if head.epoch != self.header.epoch {
+                continue;
+            }
+            let mut cursor = head.first;
+            while cursor != NIL {
+                let e = self.entries[cursor as usize];
+                let this = cursor;
+                cursor = e.next_in_task;
+                if self.is_retired(e.producer) {
+                    self.remove(this);
+                }
+            }
+        }
+    }
+
+    /// Makes room for `needed` inserts, freeing every retired task's entries if the pool is
+    /// short. Fails if that is still not enough; the caller waits for tasks to retire (passing
+    /// the new watermarks to [`Self::sync_watermark`]) and retries.
+    pub fn ensure_capacity(&mut self, needed: u32) -> Result<(), MapFull> {
+        if self.free_entries() < needed {
+            for ring in 0..MAX_RINGS {
+                if self.header.last_cleanup[ring] < self.header.last_alive[ring] {
+                    self.free_retired(ring);
+                }
+            }
+        }
+        if self.free_entries() >= needed {
+            Ok(())
+        } else {
+            Err(MapFull {
+                needed,
+                free: self.free_entries(),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::AddressSpace;
+    use crate::chip::BufferHandle;
+    use crate::dtype::DataType;
+    use crate::layout::Line;
+    use std::vec;
+    use std::vec::Vec;
+
+    const CONFIG: TensorMapConfig = TensorMapConfig {
+        buckets: 16,
+        entries: 48,
+        windows: [16, 16, 0, 0],
+    };
+
+    fn memory() -> (TensorMapLayout, Vec<Line>) {
+        let layout = TensorMapLayout::new(CONFIG).unwrap();
+        let mem = vec![Line([0; 64]); layout.size() / 64];
+        (layout, mem)
+    }
+
+    /// A 1-D FLOAT32 view of `len` elements at `start` of buffer `b` (of 256 elements).
+    fn view(b: u64, start: u32, len: u32) -> TaskTensor {
+        let base = TaskTensor::new(
+            BufferHandle {
+                addr: 0x1000 * (b + 1),
+                size: 1024,
+            },
+            0,
+            &[256],
+            &[1],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap();
+        base.view(&[len], &[start]).unwrap()
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+        fn view(&mut self) -> TaskTensor {
+            let start = self.next(200) as u32;
+            view(self.next(3), start, 1 + self.next(56) as u32)
+        }
+    }
+
+    /// Every answer a map gives to a fixed set of probes.
+    fn answers(map: &mut TensorMap<'_>) -> Vec<Vec<(TaskId, Overlap)>> {
+        let mut out = Vec::new();
+        for b in 0..3 {
+            for start in (0..256).step_by(16) {
+                let mut seen = Vec::new();
+                map.lookup(&view(b, start, 16), |t, o, _| {
+                    seen.push((t, o));
+                    Visit::Keep
+                });
+                out.push(seen);
+            }
+        }
+        out
+    }
+
+    /// Random inserts, evicting lookups and watermark moves.
+    fn churn(map: &mut TensorMap<'_>, rng: &mut Rng, ops: usize) {
+        let mut next = [0u32; 2];
+        for _ in 0..ops {
+            let ring = rng.next(2) as usize;
+            match rng.next(4) {
+                0 | 1 => {
+                    if map.ensure_capacity(1).is_ok()
+                        && next[ring] < map.header.last_alive[ring] + 15
+                    {
+                        let id = TaskId::new(ring as u32, next[ring]);
+                        next[ring] += 1;
+                        map.insert(&rng.view(), id, EntryKind::Writer).unwrap();
+                    }
+                }
+                2 => map.lookup(&rng.view(), |_, o, _| {
+                    if o == Overlap::Covered {
+                        Visit::Remove
+                    } else {
+                        Visit::Keep
+                    }
+                }),
+                _ => {
+                    let alive = map.header.last_alive[ring];
+                    let to = alive + rng.next((next[ring] - alive + 1) as u64) as u32;
+                    map.sync_watermark(ring, to);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_reset_map_answers_like_a_fresh_one() {
+        for seed in 1..40u64 {
+            let (layout, mut fresh_mem) = memory();
+            let (_, mut used_mem) = memory();
+            let mut fresh =
+                TensorMap::init(bytemuck::cast_slice_mut(&mut fresh_mem), &layout).unwrap();
+            let mut used =
+                TensorMap::init(bytemuck::cast_slice_mut(&mut used_mem), &layout).unwrap();
+            let mut rng = Rng(seed * 0x9E37_79B9);
+            churn(&mut used, &mut rng, 300);
+            used.reset();
+            if seed % 2 == 0 {
+                used.reset(); // twice is the same as once
+            }
+            assert_eq!(used.live_entries(), 0);
+            assert_eq!(used.free_entries(), used.capacity());
+            assert_eq!(used.capacity(), fresh.capacity());
+            assert_eq!(answers(&mut used), answers(&mut fresh));
+            // The same operations from here give the same answers.
+            let mut a = Rng(seed);
+            let mut b = Rng(seed);
+            churn(&mut fresh, &mut a, 200);
+            churn(&mut used, &mut b, 200);
+            assert_eq!(answers(&mut used), answers(&mut fresh), "seed {seed}");
+            assert_eq!(used.live_entries(), fresh.live_entries());
+        }
+    }
+
+    #[test]
+    fn the_whole_pool_is_usable_after_reset() {
+        let (layout, mut mem) = memory();
+        let mut map = TensorMap::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
+        for round in 0..3 {
+            for i in 0..CONFIG.entries {
+                map.insert(
+                    &view(0, i % 200, 4),
+                    TaskId::new(0, i % 16),
+                    EntryKind::Writer,
+                )
+                .unwrap();
+            }
+            assert_eq!(
+                map.insert(&view(0, 0, 4), TaskId::new(0, 0), EntryKind::Writer),
+                Err(MapFull { needed: 1, free: 0 }),
+                "round {round}"
+            );
+            map.reset();
+        }
+    }
+
+    #[test]
+    fn retired_writers_are_skipped_then_freed() {
+        let (layout, mut mem) = memory();
+        let mut map = TensorMap::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
+        for i in 0..10 {
+            map.insert(&view(0, i * 10, 10), TaskId::new(0, i), EntryKind::Writer)
+                .unwrap();
+        }
+        map.sync_watermark(0, 4);
+        let mut seen = Vec::new();
+        map.lookup(&view(0, 0, 100), |t, _, _| {
+            seen.push(t.local());
+            Visit::Keep
+        });
+        seen.sort();
+        assert_eq!(seen, vec![4, 5, 6, 7, 8, 9]);
+        // Below the cleanup interval the entries are still held; pressure frees them.
+        assert_eq!(map.live_entries(), 10);
+        map.ensure_capacity(CONFIG.entries - 6).unwrap();
+        assert_eq!(map.live_entries(), 6);
+        assert_eq!(
+            map.ensure_capacity(CONFIG.entries),
+            Err(MapFull {
+                needed: CONFIG.entries,
+                free: CONFIG.entries - 6
+            })
+        );
+    }
+
+    #[test]
+    fn entries_of_a_reused_slot_are_freed_by_exact_id() {
+        let (layout, mut mem) = memory();
+        let mut map = TensorMap::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
+        // Task 3 and task 19 share slot 3 of a 16-slot window.
+        map.insert(&view(0, 0, 8), TaskId::new(0, 3), EntryKind::Writer)
+            .unwrap();
+        map.insert(&view(0, 8, 8), TaskId::new(0, 19), EntryKind::Reader)
+            .unwrap();
+        map.sync_watermark(0, 4);
+        map.ensure_capacity(CONFIG.entries).ok();
+        let mut seen = Vec::new();
+        map.lookup(&view(0, 0, 16), |t, _, _| {
+            seen.push(t.local());
+            Visit::Keep
+        });
+        assert_eq!(seen, vec![19]);
+        assert_eq!(map.live_entries(), 1);
+    }
+}

@@ -1,0 +1,345 @@
+//! `submit`: the tmr orchestrator's submit path per task (TensorMap lookup and insert, ring
+//! claim, wiring, publish), in-process, no kernels.
+//!
+//! Workloads (`simpler_tests::workloads`): the paged-attention stream, batch 64 x 65 KV blocks =
+//! 16,704 tasks (the stream of the reference's 0.874 us/task AICPU figure), and bgemm Case0,
+//! 250 groups x grid_k 2 = 1000 tasks, tile 128. Each runs on its own runtime at the default
+//! sizes (`OrchestratorConfig::with_heaps`: windows 16,384, heaps 256 MiB, 16,384 edges per ring,
+//! TensorMap 65,536 entries), allocated once; rounds run back to back on it, so the rings wrap
+//! as in a long run. A round is one whole stream inside an outer AUTO scope; each batch element
+//! (group) sits in its own inner scope, and after each inner `scope_end` the `Drain` stand-in
+//! (record off) completes every ready task, as a scheduler keeping up would, so slots retire.
+//!
+//! Arms, interleaved per sample (pa whole, pa split, bgemm whole, bgemm split):
+//! - whole: one clock read around the round; `<w>_round_ns_per_task` is orchestration plus
+//!   drain;
+//! - split: the `drain.run()` calls (and any wait the orchestrator made, which also drains) are
+//!   timed and subtracted: `<w>_ns_per_task` is the orchestrator alone (submits, views of the
+//!   external tensors, scope calls), `<w>_drain_ns_per_task` the scheduler stand-in.
+//!
+//! A sample is one round of paged attention (16,704 tasks) or 16 rounds of bgemm (16,000 tasks).
+//! Counts beside the durations: host heap allocations per warm round (a counting global
+//! allocator; 0 means the submit path and the drain allocate nothing), minor page faults per warm
+//! round (`/proc/self/stat`), and the times a submit blocked on a full resource.
+//!
+//! Not shown: concurrency. The drain runs on the submitting thread, between scopes, so nothing
+//! here measures cache-line traffic between an orchestrator and scheduler threads, nor the
+//! orchestrator finding producers already complete (it never does within a scope here). The
+//! split arm's figures include the clock reads around each drain (`clock_read_ns` is printed;
+//! bgemm pays two per 4 tasks).
+//!
+//! Run: `cargo bench -p simpler-tests --bench submit` (`SUBMIT_SAMPLES=n` for more samples).
+
+use simpler_core::orchestrator::{
+    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
+};
+use simpler_core::scope::ScopeMode;
+use simpler_tests::harness::{with_runtime, Drain};
+use simpler_tests::measure::{report, report_summary, summarize};
+use simpler_tests::workloads::{Bgemm, PagedAttention};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Counts every heap allocation of the process.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const NAME: &str = "submit";
+const HEAPS: [u64; 4] = [
+    0x100_0000_0000,
+    0x200_0000_0000,
+    0x300_0000_0000,
+    0x400_0000_0000,
+];
+/// Samples per arm; `SUBMIT_SAMPLES` overrides (at least 15 for reported figures; more for a
+/// profiler run).
+const SAMPLES: usize = 21;
+const WARMUP_ROUNDS: usize = 3;
+const PA_BATCH: u32 = 64;
+const PA_BLOCKS: u32 = 65;
+const PA_ROUNDS: usize = 1;
+const BG_GROUPS: u32 = 250;
+const BG_GRID_K: u32 = 2;
+const BG_TILE: u32 = 128;
+const BG_ROUNDS: usize = 16;
+
+/// The drain, also standing in as the waiter, timing its waits.
+struct Timed<'s> {
+    drain: Drain<'s>,
+    wait_ns: u64,
+}
+
+impl Waiter for Timed<'_> {
+    fn wait(&mut self, on: Blocked) -> Result<(), GaveUp> {
+        let start = Instant::now();
+        let r = Waiter::wait(&mut self.drain, on);
+        self.wait_ns += start.elapsed().as_nanos() as u64;
+        r
+    }
+}
+
+/// A scene: units (batch elements or groups), each submitted in its own scope.
+trait Scene {
+    fn units(&self) -> u32;
+    fn unit(&self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>, i: u32) -> usize;
+}
+
+impl Scene for PagedAttention {
+    fn units(&self) -> u32 {
+        self.batch()
+    }
+    fn unit(&self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>, i: u32) -> usize {
+        self.element(orch, w, i).expect("the stream submits")
+    }
+}
+
+impl Scene for Bgemm {
+    fn units(&self) -> u32 {
+        self.groups()
+    }
+    fn unit(&self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>, i: u32) -> usize {
+        self.group(orch, w, i).expect("the stream submits")
+    }
+}
+
+/// Nanoseconds of one sample: everything, and the part spent draining (split arm only).
+#[derive(Default)]
+struct Span {
+    total: u64,
+    drain: u64,
+    tasks: u64,
+}
+
+/// Runs `rounds` whole streams back to back.
+fn sample(
+    scene: &impl Scene,
+    orch: &mut Orchestrator<'_>,
+    w: &mut Timed<'_>,
+    rounds: usize,
+    split: bool,
+) -> Span {
+    let mut drain = 0u64;
+    let mut tasks = 0usize;
+    w.wait_ns = 0;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        orch.scope_begin(ScopeMode::Auto).expect("a scope opens");
+        for i in 0..scene.units() {
+            tasks += scene.unit(orch, w, i);
+            if split {
+                let t = Instant::now();
+                black_box(w.drain.run());
+                drain += t.elapsed().as_nanos() as u64;
+            } else {
+                black_box(w.drain.run());
+            }
+        }
+        orch.scope_end().expect("the scope closes");
+        black_box(w.drain.run());
+    }
+    let total = start.elapsed().as_nanos() as u64;
+    Span {
+        total,
+        drain: drain + w.wait_ns,
+        tasks: tasks as u64,
+    }
+}
+
+/// Minor page faults of this process so far.
+fn minflt() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command: state is field 3, minflt field 10.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Per-workload samples and counts.
+struct Arm<'a, S: Scene> {
+    name: &'a str,
+    scene: S,
+    rounds: usize,
+    round: Vec<f64>,
+    orch: Vec<f64>,
+    drain: Vec<f64>,
+    allocs: u64,
+    faults: u64,
+    waits: u64,
+    measured_rounds: u64,
+}
+
+impl<'a, S: Scene> Arm<'a, S> {
+    fn new(name: &'a str, scene: S, rounds: usize) -> Self {
+        Self {
+            name,
+            scene,
+            rounds,
+            round: Vec::new(),
+            orch: Vec::new(),
+            drain: Vec::new(),
+            allocs: 0,
+            faults: 0,
+            waits: 0,
+            measured_rounds: 0,
+        }
+    }
+
+    /// The first rounds on fresh memory; returns the minor faults they took.
+    fn warm_up(&mut self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>) -> u64 {
+        let f0 = minflt();
+        for _ in 0..WARMUP_ROUNDS {
+            sample(&self.scene, orch, w, 1, false);
+        }
+        minflt() - f0
+    }
+
+    /// One whole-arm and one split-arm sample.
+    fn step(&mut self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>) {
+        let f0 = minflt();
+        let waits0 = w.drain.waits;
+        let a0 = ALLOCS.load(Ordering::Relaxed);
+        let whole = sample(&self.scene, orch, w, self.rounds, false);
+        let split = sample(&self.scene, orch, w, self.rounds, true);
+        let a1 = ALLOCS.load(Ordering::Relaxed);
+        self.allocs += a1 - a0;
+        self.waits += w.drain.waits - waits0;
+        self.faults += minflt() - f0;
+        self.measured_rounds += 2 * self.rounds as u64;
+        self.round.push(whole.total as f64 / whole.tasks as f64);
+        self.orch
+            .push((split.total - split.drain) as f64 / split.tasks as f64);
+        self.drain.push(split.drain as f64 / split.tasks as f64);
+    }
+
+    fn report(&mut self, tasks: usize, cold_faults: u64) {
+        let n = self.name;
+        report(NAME, &format!("{n}_tasks"), tasks as f64, "tasks");
+        report_summary(NAME, &format!("{n}_ns_per_task"), &mut self.orch, "ns/task");
+        report_summary(
+            NAME,
+            &format!("{n}_drain_ns_per_task"),
+            &mut self.drain,
+            "ns/task",
+        );
+        report_summary(
+            NAME,
+            &format!("{n}_round_ns_per_task"),
+            &mut self.round,
+            "ns/task",
+        );
+        let r = self.measured_rounds.max(1) as f64;
+        report(
+            NAME,
+            &format!("{n}_heap_allocs_per_round"),
+            self.allocs as f64 / r,
+            "allocs",
+        );
+        report(
+            NAME,
+            &format!("{n}_minflt_per_round"),
+            self.faults as f64 / r,
+            "faults",
+        );
+        report(
+            NAME,
+            &format!("{n}_minflt_first_{WARMUP_ROUNDS}_rounds"),
+            cold_faults as f64,
+            "faults",
+        );
+        report(
+            NAME,
+            &format!("{n}_waits_per_round"),
+            self.waits as f64 / r,
+            "waits",
+        );
+    }
+}
+
+fn main() {
+    let samples = std::env::var("SUBMIT_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SAMPLES);
+    let config = OrchestratorConfig::with_heaps(HEAPS);
+    let layout = OrchestratorLayout::new(config).expect("the default configuration is valid");
+    let bytes = layout.size() + layout.sched().size();
+
+    // Clock cost, for reading the split arm.
+    let mut clock = Vec::new();
+    for _ in 0..samples {
+        let start = Instant::now();
+        for _ in 0..10_000 {
+            black_box(Instant::now());
+        }
+        clock.push(start.elapsed().as_nanos() as f64 / 10_000.0);
+    }
+    // Building a runtime of the default sizes (allocate, format, free).
+    let mut init = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        with_runtime(config, |orch, _| black_box(orch.submitted(0)));
+        init.push(start.elapsed().as_nanos() as f64 / 1e6);
+    }
+
+    let pa_scene = PagedAttention::new(PA_BATCH, PA_BLOCKS);
+    let bg_scene = Bgemm::new(BG_GROUPS, BG_GRID_K, BG_TILE);
+    let (pa_tasks, bg_tasks) = (pa_scene.tasks(), bg_scene.tasks());
+    let mut pa = Arm::new("pa", pa_scene, PA_ROUNDS);
+    let mut bg = Arm::new("bgemm_case0", bg_scene, BG_ROUNDS);
+
+    let (pa_cold, bg_cold) = with_runtime(config, |pa_orch, pa_shared| {
+        with_runtime(config, |bg_orch, bg_shared| {
+            let mut pa_w = Timed {
+                drain: Drain::new(pa_shared),
+                wait_ns: 0,
+            };
+            let mut bg_w = Timed {
+                drain: Drain::new(bg_shared),
+                wait_ns: 0,
+            };
+            pa_w.drain.record = false;
+            bg_w.drain.record = false;
+            let pa_cold = pa.warm_up(pa_orch, &mut pa_w);
+            let bg_cold = bg.warm_up(bg_orch, &mut bg_w);
+            for _ in 0..samples {
+                pa.step(pa_orch, &mut pa_w);
+                bg.step(bg_orch, &mut bg_w);
+            }
+            (pa_cold, bg_cold)
+        })
+    });
+
+    pa.report(pa_tasks, pa_cold);
+    bg.report(bg_tasks, bg_cold);
+    report(NAME, "runtime_bytes", bytes as f64, "bytes");
+    if let Some(s) = summarize(&mut init) {
+        report(NAME, "runtime_init_median", s.median, "ms");
+    }
+    report_summary(NAME, "clock_read", &mut clock, "ns");
+}
