@@ -228,13 +228,15 @@ impl<'a> Carver<'a> {
     /// The array `span` names, as shared atomic state, zero-initialised.
     pub fn atomic<T: AtomicPod>(&mut self, span: Span<T>) -> Result<&'a [T], LayoutError> {
         let bytes = self.take_bytes(span.offset, span.len * size_of::<T>())?;
-        let ptr = bytes.as_mut_ptr().cast::<T>();
-        if ptr as usize % align_of::<T>() != 0 {
+        if bytes.as_ptr() as usize % align_of::<T>() != 0 {
             return Err(LayoutError::SpanOutOfOrder {
                 offset: span.offset,
             });
         }
         bytes.fill(0);
+        // Derived after the last use of `bytes` as a unique borrow, so the pointer's provenance
+        // stays valid for the shared slice below.
+        let ptr = bytes.as_mut_ptr().cast::<T>();
         // SAFETY: `bytes` is an exclusive borrow for 'a of exactly `len * size_of::<T>()` bytes
         // at an address aligned for T (checked above). `AtomicPod` guarantees every bit pattern,
         // in particular the zeroes written above, is a valid T and that T is only mutated

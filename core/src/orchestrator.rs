@@ -728,7 +728,13 @@ impl<'a> Orchestrator<'a> {
                 Blocked::Heap { .. } => SubmitError::HeapRingDeadlock { ring, head },
                 _ => SubmitError::FlowControlDeadlock { ring, head },
             };
-            if let Some(head) = shared.head_pinned_by_scope(ring) {
+            // Judge a deadlock at the watermark the claim failed at; if tasks retired since,
+            // simply try again.
+            let alive = self.wiring.rings[ring].last_alive;
+            if shared.flow(ring).last_alive() != alive {
+                continue;
+            }
+            if let Some(head) = shared.head_pinned_by_scope(ring, alive) {
                 return Err(deadlock(Some(head)));
             }
             waiter.wait(blocked).map_err(|_| deadlock(None))?;
@@ -848,9 +854,14 @@ impl<'a> Wiring<'a> {
                 .edges
                 .top()
                 .wrapping_sub(self.shared.slot(me).edge_start.load(Ordering::Relaxed));
-            if mine >= self.rings[ring].edges.capacity()
-                || self.shared.head_pinned_by_scope(ring).is_some()
-            {
+            if mine >= self.rings[ring].edges.capacity() {
+                return Err(SubmitError::DepPoolOverflow { ring });
+            }
+            let alive = self.rings[ring].last_alive;
+            if self.shared.flow(ring).last_alive() != alive {
+                continue;
+            }
+            if self.shared.head_pinned_by_scope(ring, alive).is_some() {
                 return Err(SubmitError::DepPoolOverflow { ring });
             }
             waiter

@@ -459,11 +459,13 @@ impl<'a> SchedState<'a> {
             .store(SlotStatus::Completed as u32, Ordering::Release);
     }
 
-    /// The task at the head of `ring`, if its owning scope still holds it: such a head cannot
-    /// retire until the orchestrator closes that scope.
-    pub(crate) fn head_pinned_by_scope(&self, ring: usize) -> Option<TaskId> {
+    /// The task at the head of `ring` when its watermark is `alive`, if that task's owning scope
+    /// still holds it: such a head cannot retire until the orchestrator closes that scope.
+    /// Callers pass the watermark their "ring is full" decision was made at, and must retry
+    /// instead if the watermark has moved since, or a ring that just drained onto a pinned
+    /// head would be reported as deadlocked while it has room.
+    pub(crate) fn head_pinned_by_scope(&self, ring: usize, alive: u32) -> Option<TaskId> {
         let flow = self.flow(ring);
-        let alive = flow.last_task_alive.load(Ordering::Acquire);
         if alive == flow.current_task_index.load(Ordering::Acquire) {
             return None;
         }
@@ -471,7 +473,8 @@ impl<'a> SchedState<'a> {
         let slot = &slots[(alive & (slots.len() as u32 - 1)) as usize];
         let _guard = slot.lock();
         let released = slot.fanout_refcount.load(Ordering::Relaxed) & SCOPE_BIT != 0;
-        (!released).then(|| TaskId(slot.task_id.load(Ordering::Relaxed)))
+        let head = TaskId::new(ring as u32, alive);
+        (!released && slot.task_id.load(Ordering::Relaxed) == head.0).then_some(head)
     }
 
     /// The shape a task's mask dispatches as.

@@ -420,7 +420,8 @@ impl<'a> TensorMap<'a> {
             shapes: *probe.shapes_all(),
             strides: *probe.strides_all(),
         };
-        let buffer_elems = probe.buffer().size / elem as u64;
+        // Element sizes are powers of two: a shift, not a division, on this hot path.
+        let buffer_elems = probe.buffer().size >> elem.trailing_zeros();
         let mut cursor = head.first;
         while cursor != NIL {
             let this = cursor;
