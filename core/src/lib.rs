@@ -55,10 +55,10 @@ pub mod limits;
 pub mod orchestrator;
 /// Whether two views of one buffer may share an element (range test, exact box test).
 pub mod overlap;
-/// Ring selection, the heap ring, and the flow-control words shared with schedulers.
-pub mod ring;
 /// Bounded lock-free MPMC ready queues (Vyukov).
 pub mod ready_queue;
+/// Ring selection, the heap ring, and the flow-control words shared with schedulers.
+pub mod ring;
 /// The state shared by the orchestrator and the schedulers, and the slot transitions.
 pub mod sched;
 /// The scope stack.

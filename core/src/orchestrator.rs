@@ -37,7 +37,6 @@ use crate::scope::{ScopeError, ScopeMode, ScopeStack};
 use crate::slot::SlotRef;
 use crate::task_tensor::{TaskId, TaskTensor};
 use crate::tensor_map::{EntryKind, TensorMap, TensorMapConfig, TensorMapLayout, Visit};
-use bytemuck::{Pod, Zeroable};
 use core::fmt;
 use core::sync::atomic::Ordering;
 
@@ -264,15 +263,6 @@ impl OrchestratorConfig {
     }
 }
 
-/// Which producer a task already recorded an edge to in the current submit.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-struct Seen {
-    task: u64,
-    epoch: u32,
-    edge: u32,
-}
-
 /// Where the orchestrator's private arrays live.
 #[derive(Clone, Copy, Debug)]
 pub struct OrchestratorLayout {
@@ -280,9 +270,6 @@ pub struct OrchestratorLayout {
     layout: Layout,
     map: TensorMapLayout,
     map_region: Span<crate::layout::Line>,
-    heap_end: [Span<u32>; MAX_RINGS],
-    edge_mark: [Span<u32>; MAX_RINGS],
-    seen: [Span<Seen>; MAX_RINGS],
     scope_tasks: Span<u64>,
     sched: SchedStateLayout,
 }
@@ -294,29 +281,13 @@ impl OrchestratorLayout {
         let map = TensorMapLayout::new(config.map_config())?;
         let mut layout = Layout::new();
         let map_region = layout.region(map.size())?;
-        let mut heap_end = [Span::empty(); MAX_RINGS];
-        let mut edge_mark = [Span::empty(); MAX_RINGS];
-        let mut seen = [Span::empty(); MAX_RINGS];
-        let windows = config.sched.rings.map(|r| r.window as usize);
-        for r in 0..MAX_RINGS {
-            heap_end[r] = layout.array::<u32>(windows[r])?;
-        }
-        for r in 0..MAX_RINGS {
-            edge_mark[r] = layout.array::<u32>(windows[r])?;
-        }
-        for r in 0..MAX_RINGS {
-            seen[r] = layout.array::<Seen>(windows[r])?;
-        }
-        let total = windows.iter().sum();
+        let total = config.sched.rings.iter().map(|r| r.window as usize).sum();
         let scope_tasks = layout.array::<u64>(total)?;
         Ok(Self {
             config,
             layout,
             map,
             map_region,
-            heap_end,
-            edge_mark,
-            seen,
             scope_tasks,
             sched,
         })
@@ -350,9 +321,6 @@ struct RingCursor {
 struct Wiring<'a> {
     shared: &'a SchedState<'a>,
     rings: [RingCursor; MAX_RINGS],
-    heap_end: [&'a mut [u32]; MAX_RINGS],
-    edge_mark: [&'a mut [u32]; MAX_RINGS],
-    seen: [&'a mut [Seen]; MAX_RINGS],
     epoch: u32,
     /// WAIT edges of the task being submitted.
     waits: u32,
@@ -386,12 +354,6 @@ impl<'a> Orchestrator<'a> {
         }
         let mut c = Carver::new(region, &layout.layout)?;
         let map = TensorMap::init(c.region(layout.map_region)?, &layout.map)?;
-        let [h0, h1, h2, h3] = layout.heap_end;
-        let [m0, m1, m2, m3] = layout.edge_mark;
-        let [s0, s1, s2, s3] = layout.seen;
-        let heap_end = [c.pod(h0)?, c.pod(h1)?, c.pod(h2)?, c.pod(h3)?];
-        let edge_mark = [c.pod(m0)?, c.pod(m1)?, c.pod(m2)?, c.pod(m3)?];
-        let seen = [c.pod(s0)?, c.pod(s1)?, c.pod(s2)?, c.pod(s3)?];
         let scope_tasks = c.pod(layout.scope_tasks)?;
         let rings = layout.config.sched.rings.map(|r| RingCursor {
             next_local: 0,
@@ -401,17 +363,14 @@ impl<'a> Orchestrator<'a> {
             edges: EdgeCursor::new(r.edges),
             last_alive: 0,
         });
-        let mut wiring = Wiring {
+        let wiring = Wiring {
             shared,
             rings,
-            heap_end,
-            edge_mark,
-            seen,
             epoch: 0,
             waits: 0,
             completed: 0,
         };
-        wiring.clear_seen();
+        shared.clear_seen_marks();
         Ok(Self {
             map,
             wiring,
@@ -572,7 +531,7 @@ impl<'a> Orchestrator<'a> {
             offset += align_output(a.tensor.extent_bytes());
         }
         if alloc_only {
-            self.wiring.finish_edges(ring, id, me);
+            self.wiring.finish_edges(ring, me);
             self.wiring.shared.publish_completed(me);
             self.scopes.push(id).map_err(|e| late(e.into()))?;
             return Ok(id);
@@ -674,7 +633,7 @@ impl<'a> Orchestrator<'a> {
                 let _ = self.map.insert(&a.tensor, id, kind);
             }
         }
-        self.wiring.wire_and_publish(ring, id, me);
+        self.wiring.wire_and_publish(ring, me);
         self.scopes.push(id).map_err(|e| late(e.into()))?;
         Ok(id)
     }
@@ -702,10 +661,12 @@ impl<'a> Orchestrator<'a> {
                         }
                         let id = TaskId::new(ring as u32, local);
                         let slot = (local & (cur.window - 1)) as usize;
-                        // Heaps are below 4 GiB (checked at layout), so the end fits.
-                        self.wiring.heap_end[ring][slot] = (at + bytes) as u32;
                         let me = SlotRef::new(ring, slot as u32);
-                        shared.slot(me).claim(id, mask, subtasks, cur.edges.top());
+                        // Heaps are below 4 GiB (checked at layout), so the end fits.
+                        let heap_end = (at + bytes) as u32;
+                        shared
+                            .slot(me)
+                            .claim(id, mask, subtasks, cur.edges.top(), heap_end);
                         shared
                             .flow(ring)
                             .current_task_index
@@ -769,27 +730,21 @@ impl<'a> Orchestrator<'a> {
 }
 
 impl<'a> Wiring<'a> {
-    fn clear_seen(&mut self) {
-        for s in self.seen.iter_mut() {
-            s.fill(Seen::zeroed());
-        }
-        self.epoch = 0;
-    }
-
     fn next_epoch(&mut self) {
         self.waits = 0;
         self.completed = 0;
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
-            self.clear_seen();
+            self.shared.clear_seen_marks();
             self.epoch = 1;
         }
     }
 
+    /// Whether `task` retired as of the watermarks this orchestrator last read. A task that
+    /// retired since is caught when its edge is attached (its slot is free or reused).
     fn is_retired(&self, task: TaskId) -> bool {
-        let ring = task.ring() as usize;
-        match self.rings.get(ring) {
-            Some(r) => task.local() < self.shared.flow(ring).last_alive().max(r.last_alive),
+        match self.rings.get(task.ring() as usize) {
+            Some(r) => task.local() < r.last_alive,
             None => true,
         }
     }
@@ -803,15 +758,21 @@ impl<'a> Wiring<'a> {
             return None;
         }
         cur.last_alive = last_alive;
+        // The newest retired task's slot is not reused before the orchestrator claims it again,
+        // so its recorded ends are still there.
         let newest = last_alive.wrapping_sub(1);
-        let slot = (newest & (cur.window - 1)) as usize;
+        let slot = self
+            .shared
+            .slot(SlotRef::new(ring, newest & (cur.window - 1)));
         let tail = if newest < cur.heap_anchor {
             0
         } else {
-            self.heap_end[ring][slot] as u64
+            slot.heap_end.load(Ordering::Relaxed) as u64
         };
         cur.heap.set_tail(tail);
-        cur.edges.set_tail(self.edge_mark[ring][slot]);
+        let edge_start = slot.edge_start.load(Ordering::Relaxed);
+        cur.edges
+            .set_tail(edge_start.wrapping_add(slot.edge_count.load(Ordering::Relaxed)));
         Some(last_alive)
     }
 
@@ -828,16 +789,17 @@ impl<'a> Wiring<'a> {
             return Ok(());
         };
         let ring = me.ring();
-        let seen = self.seen[pr.ring()][pr.index()];
-        if seen.epoch == self.epoch && seen.task == producer.0 {
-            let cell = &self.shared.edge_cells(ring)[seen.edge as usize];
+        let pslot = self.shared.slot(pr);
+        if pslot.seen_epoch.load(Ordering::Relaxed) == self.epoch && pslot.task_id() == producer {
+            let edge = pslot.seen_edge.load(Ordering::Relaxed);
+            let cell = &self.shared.edge_cells(ring)[edge as usize];
             let had = DepFlags::from_bits_truncate(cell.flags.load(Ordering::Relaxed));
             let new = flags.difference(had);
             if !new.is_empty() {
                 // Retaining edges are recorded first, so `new` is WAIT on a retained (alive)
                 // producer.
                 cell.flags.fetch_or(new.bits(), Ordering::Relaxed);
-                let done = self.shared.extend(pr, EdgeRef::new(ring, seen.edge), new);
+                let done = self.shared.extend(pr, EdgeRef::new(ring, edge), new);
                 self.count_wait(new, done);
             }
             return Ok(());
@@ -880,11 +842,8 @@ impl<'a> Wiring<'a> {
             return Ok(());
         };
         self.count_wait(flags, done);
-        self.seen[pr.ring()][pr.index()] = Seen {
-            task: producer.0,
-            epoch: self.epoch,
-            edge: index,
-        };
+        pslot.seen_epoch.store(self.epoch, Ordering::Relaxed);
+        pslot.seen_edge.store(index, Ordering::Relaxed);
         Ok(())
     }
 
@@ -896,19 +855,18 @@ impl<'a> Wiring<'a> {
     }
 
     /// Records where this task's edges end (for reclaiming the pool in task order).
-    fn finish_edges(&mut self, ring: usize, id: TaskId, me: SlotRef) -> (u32, u32) {
+    fn finish_edges(&mut self, ring: usize, me: SlotRef) -> (u32, u32) {
         let cur = &self.rings[ring];
         let slot = self.shared.slot(me);
         let start = slot.edge_start.load(Ordering::Relaxed);
         let count = cur.edges.top().wrapping_sub(start);
         slot.edge_count.store(count, Ordering::Relaxed);
-        self.edge_mark[ring][(id.local() & (cur.window - 1)) as usize] = cur.edges.top();
         (start, count)
     }
 
     /// Step 6: records the task's edge range and publishes it.
-    fn wire_and_publish(&mut self, ring: usize, id: TaskId, me: SlotRef) {
-        self.finish_edges(ring, id, me);
+    fn wire_and_publish(&mut self, ring: usize, me: SlotRef) {
+        self.finish_edges(ring, me);
         self.shared.publish(me, self.waits, self.completed);
     }
 }

@@ -3,8 +3,9 @@
 //! The test is the reference's, in three levels, and it only ever errs towards "may overlap":
 //!
 //! 1. A dependency-tracking version newer than the recorded writer's always depends.
-//! 2. **1-D range.** Each view spans `[start, start + extent)` elements; disjoint spans share
-//!    nothing.
+//! 2. **1-D range.** Each view spans `[start, start + extent)` elements, compared in bytes
+//!    (views of one buffer may reinterpret its dtype); disjoint spans share nothing. The same
+//!    view again, or a dense probe whose byte range holds the entry's, is covered.
 //! 3. **Exact box test** when both views use the same strides and those strides describe a
 //!    mixed-radix layout (innermost stride 1, each stride a multiple of the next, a whole number
 //!    of outer rows in the buffer). Then every element offset has unique per-dimension
@@ -57,19 +58,27 @@ pub fn check(probe: &Footprint, entry: &Footprint, buffer_elems: u64) -> Overlap
     if probe.version > entry.version {
         return Overlap::Partial;
     }
-    let p_end = probe.start.saturating_add(probe.extent);
-    let e_end = entry.start.saturating_add(entry.extent);
-    if p_end <= entry.start || e_end <= probe.start {
+    // Ranges in bytes: views of one buffer may use different dtypes.
+    let bytes = |f: &Footprint| {
+        let e = f.elem_size.max(1) as u64;
+        (
+            f.start.saturating_mul(e),
+            f.start.saturating_add(f.extent).saturating_mul(e),
+        )
+    };
+    let (p_start, p_end) = bytes(probe);
+    let (e_start, e_end) = bytes(entry);
+    if p_end <= e_start || e_end <= p_start {
         return Overlap::None;
     }
     // The same view again (an accumulator written by one task, read or updated by the next)
     // and a dense probe whose range holds the entry's are covered without the box test.
-    if probe.start == entry.start
-        && probe.extent == entry.extent
+    if probe.dtype == entry.dtype
+        && probe.start == entry.start
         && probe.ndims == entry.ndims
         && probe.shapes == entry.shapes
         && probe.strides == entry.strides
-        || probe.contiguous && probe.start <= entry.start && e_end <= p_end
+        || probe.contiguous && p_start <= e_start && e_end <= p_end
     {
         return Overlap::Covered;
     }
@@ -207,6 +216,26 @@ mod tests {
         let t = fp(0, &[4, 4], &[1, 4]);
         assert_eq!(check(&t, &a, 16), Overlap::Partial);
         assert_eq!(check(&a, &t, 16), Overlap::Covered);
+    }
+
+    #[test]
+    fn views_with_different_dtypes_are_compared_in_bytes() {
+        // FLOAT32 elements [32, 64) and FLOAT16 elements [64, 128) are the same bytes.
+        let f32 = fp(32, &[32], &[1]);
+        let mut f16 = fp(64, &[64], &[1]);
+        f16.dtype = 1;
+        f16.elem_size = 2;
+        assert_eq!(check(&f16, &f32, 128), Overlap::Covered);
+        assert_eq!(check(&f32, &f16, 64), Overlap::Covered);
+        let mut half = fp(64, &[32], &[1]);
+        half.dtype = 1;
+        half.elem_size = 2;
+        assert_eq!(check(&half, &f32, 128), Overlap::Partial);
+        assert_eq!(check(&f32, &half, 64), Overlap::Covered);
+        let mut after = fp(128, &[8], &[1]);
+        after.dtype = 1;
+        after.elem_size = 2;
+        assert_eq!(check(&after, &f32, 128), Overlap::None);
     }
 
     #[test]

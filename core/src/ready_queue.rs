@@ -34,6 +34,10 @@
 //! consumer that reads a sequence below its position + 1 finds the slot not yet published: the
 //! queue is empty.
 //!
+//! Each side claims positions in the order of its counter, so the values one thread pushes are
+//! claimed for popping in the order it pushed them, and one thread that pops sees any one
+//! producer's values in that order. Across producers, and across consumers, there is no order.
+//!
 //! ## Memory ordering
 //!
 //! - Each side's position counter is loaded and compare-and-swapped `Relaxed`. The counter only

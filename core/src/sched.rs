@@ -477,6 +477,15 @@ impl<'a> SchedState<'a> {
         (!released && slot.task_id.load(Ordering::Relaxed) == head.0).then_some(head)
     }
 
+    /// Forgets every slot's orchestrator-private edge mark (when the submit epoch wraps).
+    pub(crate) fn clear_seen_marks(&self) {
+        for slots in self.slots {
+            for slot in slots {
+                slot.seen_epoch.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The shape a task's mask dispatches as.
     pub fn shape_of(mask: ActiveMask) -> ResourceShape {
         mask.shape()

@@ -149,13 +149,19 @@ pub struct SlotState {
     /// Active core mask (bits 0..8) and subtasks to complete (bits 8..24).
     pub(crate) shape: AtomicU32,
     pub(crate) completed_subtasks: AtomicU32,
-    _pad: [u32; 3],
+    /// Orchestrator-private: end of the task's heap claim (the ring's heap tail once this task
+    /// is the newest retired one).
+    pub(crate) heap_end: AtomicU32,
+    /// Orchestrator-private: the submit (epoch) that last recorded an edge from this task,
+    /// and that edge's cell, for merging a second request into the first.
+    pub(crate) seen_epoch: AtomicU32,
+    pub(crate) seen_edge: AtomicU32,
 }
 
 static_assertions::const_assert_eq!(core::mem::size_of::<SlotState>(), 64);
 
-// SAFETY: SlotState is #[repr(C)] made only of atomic integers and u32 padding, so every bit
-// pattern (zero included) is valid and all mutation is atomic.
+// SAFETY: SlotState is #[repr(C)] made only of atomic integers, so every bit pattern (zero
+// included) is valid and all mutation is atomic.
 #[allow(unsafe_code)]
 unsafe impl AtomicPod for SlotState {}
 
@@ -189,8 +195,16 @@ impl SlotState {
 
     /// Prepares the slot for a new task (transition 1). Only the orchestrator calls this, on a
     /// FREE slot no other thread references.
-    pub(crate) fn claim(&self, task: TaskId, mask: ActiveMask, subtasks: u32, edge_start: u32) {
+    pub(crate) fn claim(
+        &self,
+        task: TaskId,
+        mask: ActiveMask,
+        subtasks: u32,
+        edge_start: u32,
+        heap_end: u32,
+    ) {
         self.task_id.store(task.0, Ordering::Relaxed);
+        self.heap_end.store(heap_end, Ordering::Relaxed);
         self.fanout_count.store(SCOPE_BIT, Ordering::Relaxed);
         self.fanout_head.store(NIL, Ordering::Relaxed);
         self.fanout_refcount.store(0, Ordering::Relaxed);

@@ -6,7 +6,7 @@
 //! the run reached any particular interleaving; a pass on one machine is evidence, not proof.
 
 use bytemuck::{Pod, Zeroable};
-use simpler_core::ready_queue::ReadyQueue;
+use simpler_core::ready_queue::{Full, ReadyQueue};
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -54,7 +54,10 @@ fn watchdog() -> mpsc::Sender<()> {
     let (finished, deadline) = mpsc::channel::<()>();
     std::thread::spawn(move || {
         if let Err(mpsc::RecvTimeoutError::Timeout) = deadline.recv_timeout(DEADLINE) {
-            eprintln!("ready_queue_stress: no completion after {DEADLINE:?}; a value was lost or a thread livelocked");
+            eprintln!(
+                "ready_queue_stress: not finished after {DEADLINE:?}: \
+                 a value was lost or a thread livelocked"
+            );
             std::process::exit(101);
         }
     });
@@ -81,10 +84,9 @@ fn every_value_is_popped_once_and_in_order_per_producer() {
                 let mut retries = 0;
                 for seq in 0..PER_PRODUCER {
                     let mut failures = 0;
-                    let mut value = encode(producer, seq);
-                    while let Err(full) = queue.push(value) {
-                        assert_eq!(full.0, value, "Full carries the value back");
-                        value = full.0;
+                    let value = encode(producer, seq);
+                    while let Err(Full(returned)) = queue.push(value) {
+                        assert_eq!(returned, value, "Full carries the value back");
                         back_off(&mut failures);
                     }
                     retries += failures as usize;
