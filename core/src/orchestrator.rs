@@ -584,36 +584,31 @@ impl<'a> Orchestrator<'a> {
             if !after_writers && !after_readers {
                 continue;
             }
-            let evict = a.tag == TensorArgType::InOut;
-            let mut failure = None;
-            let wiring = &mut self.wiring;
-            self.map.lookup(&a.tensor, |producer, overlap, kind| {
-                let wanted = match kind {
-                    EntryKind::Writer => after_writers,
-                    EntryKind::Reader => after_readers,
-                };
-                if !wanted {
-                    return Visit::Keep;
+            // A writer that covers an entry supersedes it: later accesses reach the old one
+            // through this task. INOUT supersedes writers; any writer supersedes readers.
+            if after_writers {
+                let evict = a.tag == TensorArgType::InOut;
+                let mut failure = None;
+                let wiring = &mut self.wiring;
+                self.map
+                    .lookup(&a.tensor, EntryKind::Writer, |producer, overlap| {
+                        if failure.is_none() {
+                            if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
+                                failure = Some(e);
+                            }
+                        }
+                        if evict && overlap == crate::overlap::Overlap::Covered {
+                            Visit::Remove
+                        } else {
+                            Visit::Keep
+                        }
+                    });
+                if let Some(e) = failure {
+                    return Err(late(e));
                 }
-                if failure.is_none() {
-                    if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
-                        failure = Some(e);
-                    }
-                }
-                // A writer that covers an entry supersedes it: later accesses reach the old
-                // one through this task.
-                let supersedes = match kind {
-                    EntryKind::Writer => evict,
-                    EntryKind::Reader => writes,
-                };
-                if supersedes && overlap == crate::overlap::Overlap::Covered {
-                    Visit::Remove
-                } else {
-                    Visit::Keep
-                }
-            });
-            if let Some(e) = failure {
-                return Err(late(e));
+            }
+            if after_readers {
+                self.reader_edges(&a.tensor, me, waiter).map_err(late)?;
             }
         }
         if inserts > 0 {
@@ -636,6 +631,33 @@ impl<'a> Orchestrator<'a> {
         self.wiring.wire_and_publish(ring, me);
         self.scopes.push(id).map_err(|e| late(e.into()))?;
         Ok(id)
+    }
+
+    /// Write-after-read: records a WAIT edge from every live reader of a region `tensor` writes,
+    /// and supersedes the readers it covers. Off the default path.
+    #[inline(never)]
+    fn reader_edges(
+        &mut self,
+        tensor: &TaskTensor,
+        me: SlotRef,
+        waiter: &mut impl Waiter,
+    ) -> Result<(), SubmitError> {
+        let mut failure = None;
+        let wiring = &mut self.wiring;
+        self.map
+            .lookup(tensor, EntryKind::Reader, |producer, overlap| {
+                if failure.is_none() {
+                    if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
+                        failure = Some(e);
+                    }
+                }
+                if overlap == crate::overlap::Overlap::Covered {
+                    Visit::Remove
+                } else {
+                    Visit::Keep
+                }
+            });
+        failure.map_or(Ok(()), Err)
     }
 
     fn claim(

@@ -231,6 +231,7 @@ pub struct TensorMap<'a> {
 }
 
 const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
+const READER_SALT: u64 = 0x5EAD_E125_0000_0000;
 
 impl<'a> TensorMap<'a> {
     /// Formats `region` as an empty map.
@@ -303,9 +304,15 @@ impl<'a> TensorMap<'a> {
     }
 
     #[inline]
-    fn bucket_of(&self, addr: u64) -> usize {
+    fn bucket_of(&self, addr: u64, kind: EntryKind) -> usize {
+        // Readers hash apart from writers of the same buffer, so a reader's lookup (which wants
+        // writers only) never walks the readers that pile up on a widely read buffer.
+        let key = match kind {
+            EntryKind::Writer => addr,
+            EntryKind::Reader => addr ^ READER_SALT,
+        };
         // Fibonacci hashing: the top bits of the product spread nearby addresses.
-        (addr.wrapping_mul(FIB) >> self.header.bucket_shift.min(63)) as usize
+        (key.wrapping_mul(FIB) >> self.header.bucket_shift.min(63)) as usize
             & (self.buckets.len() - 1)
     }
 
@@ -348,7 +355,7 @@ impl<'a> TensorMap<'a> {
             return Err(full);
         };
         let epoch = self.header.epoch;
-        let bucket = self.bucket_of(tensor.buffer().addr);
+        let bucket = self.bucket_of(tensor.buffer().addr, kind);
 
         let bucket_head = &mut self.buckets[bucket];
         if bucket_head.epoch != epoch {
@@ -394,16 +401,17 @@ impl<'a> TensorMap<'a> {
         Ok(())
     }
 
-    /// Shows `visit` every live entry whose region may overlap `probe`, newest first, with the
-    /// overlap class and the entry's kind. Entries of retired tasks are skipped. The visitor may
-    /// remove the entry it is shown.
+    /// Shows `visit` every live entry of `kind` whose region may overlap `probe`, newest first,
+    /// with the overlap class. Entries of retired tasks are skipped. The visitor may remove the
+    /// entry it is shown.
     pub fn lookup(
         &mut self,
         probe: &TaskTensor,
-        mut visit: impl FnMut(TaskId, Overlap, EntryKind) -> Visit,
+        kind: EntryKind,
+        mut visit: impl FnMut(TaskId, Overlap) -> Visit,
     ) {
         let addr = probe.buffer().addr;
-        let bucket = self.bucket_of(addr);
+        let bucket = self.bucket_of(addr, kind);
         let head = self.buckets[bucket];
         if head.epoch != self.header.epoch {
             return;
@@ -427,19 +435,17 @@ impl<'a> TensorMap<'a> {
             let this = cursor;
             let entry = &self.entries[this as usize];
             cursor = entry.next_in_bucket;
-            if entry.buffer_addr != addr || self.is_retired(entry.producer) {
+            if entry.buffer_addr != addr
+                || entry.kind != kind as u8
+                || self.is_retired(entry.producer)
+            {
                 continue;
             }
             let overlap = overlap::check(&footprint, &entry.footprint(), buffer_elems);
             if overlap == Overlap::None {
                 continue;
             }
-            let kind = if entry.kind == EntryKind::Reader as u8 {
-                EntryKind::Reader
-            } else {
-                EntryKind::Writer
-            };
-            if visit(entry.producer, overlap, kind) == Visit::Remove {
+            if visit(entry.producer, overlap) == Visit::Remove {
                 self.remove(this);
             }
         }
@@ -621,7 +627,7 @@ mod tests {
         for b in 0..3 {
             for start in (0..256).step_by(16) {
                 let mut seen = Vec::new();
-                map.lookup(&view(b, start, 16), |t, o, _| {
+                map.lookup(&view(b, start, 16), EntryKind::Writer, |t, o| {
                     seen.push((t, o));
                     Visit::Keep
                 });
@@ -646,7 +652,7 @@ mod tests {
                         map.insert(&rng.view(), id, EntryKind::Writer).unwrap();
                     }
                 }
-                2 => map.lookup(&rng.view(), |_, o, _| {
+                2 => map.lookup(&rng.view(), EntryKind::Writer, |_, o| {
                     if o == Overlap::Covered {
                         Visit::Remove
                     } else {
@@ -723,7 +729,7 @@ mod tests {
         }
         map.sync_watermark(0, 4);
         let mut seen = Vec::new();
-        map.lookup(&view(0, 0, 100), |t, _, _| {
+        map.lookup(&view(0, 0, 100), EntryKind::Writer, |t, _| {
             seen.push(t.local());
             Visit::Keep
         });
@@ -743,18 +749,36 @@ mod tests {
     }
 
     #[test]
+    fn readers_and_writers_are_found_only_by_their_kind() {
+        let (layout, mut mem) = memory();
+        let mut map = TensorMap::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
+        map.insert(&view(0, 0, 8), TaskId::new(0, 1), EntryKind::Writer)
+            .unwrap();
+        map.insert(&view(0, 0, 8), TaskId::new(0, 2), EntryKind::Reader)
+            .unwrap();
+        for (kind, expected) in [(EntryKind::Writer, 1), (EntryKind::Reader, 2)] {
+            let mut seen = Vec::new();
+            map.lookup(&view(0, 4, 8), kind, |t, _| {
+                seen.push(t.local());
+                Visit::Keep
+            });
+            assert_eq!(seen, vec![expected], "{kind:?}");
+        }
+    }
+
+    #[test]
     fn entries_of_a_reused_slot_are_freed_by_exact_id() {
         let (layout, mut mem) = memory();
         let mut map = TensorMap::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
         // Task 3 and task 19 share slot 3 of a 16-slot window.
         map.insert(&view(0, 0, 8), TaskId::new(0, 3), EntryKind::Writer)
             .unwrap();
-        map.insert(&view(0, 8, 8), TaskId::new(0, 19), EntryKind::Reader)
+        map.insert(&view(0, 8, 8), TaskId::new(0, 19), EntryKind::Writer)
             .unwrap();
         map.sync_watermark(0, 4);
         map.ensure_capacity(CONFIG.entries).ok();
         let mut seen = Vec::new();
-        map.lookup(&view(0, 0, 16), |t, _, _| {
+        map.lookup(&view(0, 0, 16), EntryKind::Writer, |t, _| {
             seen.push(t.local());
             Visit::Keep
         });

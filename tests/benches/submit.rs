@@ -10,7 +10,12 @@
 //! (group) sits in its own inner scope, and after each inner `scope_end` the `Drain` stand-in
 //! (record off) completes every ready task, as a scheduler keeping up would, so slots retire.
 //!
-//! Arms, interleaved per sample (pa whole, pa split, bgemm whole, bgemm split):
+//! Four runtimes: each workload with write-after-read tracking off (the default, the
+//! reference's behaviour) and on (`Orchestrator::set_track_war`); `<w>_war_cost_ratio` is the
+//! median orchestrator time with tracking over without. `SUBMIT_WAR=0` skips the tracking arms.
+//!
+//! Arms, interleaved per sample (pa, pa_war, bgemm, bgemm_war; each a whole and a split
+//! sample):
 //! - whole: one clock read around the round; `<w>_round_ns_per_task` is orchestration plus
 //!   drain;
 //! - split: the `drain.run()` calls (and any wait the orchestrator made, which also drains) are
@@ -170,6 +175,11 @@ fn sample(
     }
 }
 
+/// The median of `samples` (0 when empty).
+fn median(samples: &[f64]) -> f64 {
+    summarize(&mut samples.to_vec()).map_or(0.0, |s| s.median)
+}
+
 /// Minor page faults of this process so far.
 fn minflt() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -312,31 +322,73 @@ fn main() {
     let (pa_tasks, bg_tasks) = (pa_scene.tasks(), bg_scene.tasks());
     let mut pa = Arm::new("pa", pa_scene, PA_ROUNDS);
     let mut bg = Arm::new("bgemm_case0", bg_scene, BG_ROUNDS);
+    let mut pa_war = Arm::new(
+        "pa_war",
+        PagedAttention::new(PA_BATCH, PA_BLOCKS),
+        PA_ROUNDS,
+    );
+    let mut bg_war = Arm::new(
+        "bgemm_case0_war",
+        Bgemm::new(BG_GROUPS, BG_GRID_K, BG_TILE),
+        BG_ROUNDS,
+    );
 
-    let (pa_cold, bg_cold) = with_runtime(config, |pa_orch, pa_shared| {
+    // Four runtimes: each workload without and with write-after-read tracking, every arm
+    // sampled in turn.
+    let colds = with_runtime(config, |pa_orch, pa_shared| {
         with_runtime(config, |bg_orch, bg_shared| {
-            let mut pa_w = Timed {
-                drain: Drain::new(pa_shared),
-                wait_ns: 0,
-            };
-            let mut bg_w = Timed {
-                drain: Drain::new(bg_shared),
-                wait_ns: 0,
-            };
-            pa_w.drain.record = false;
-            bg_w.drain.record = false;
-            let pa_cold = pa.warm_up(pa_orch, &mut pa_w);
-            let bg_cold = bg.warm_up(bg_orch, &mut bg_w);
-            for _ in 0..samples {
-                pa.step(pa_orch, &mut pa_w);
-                bg.step(bg_orch, &mut bg_w);
-            }
-            (pa_cold, bg_cold)
+            with_runtime(config, |paw_orch, paw_shared| {
+                with_runtime(config, |bgw_orch, bgw_shared| {
+                    paw_orch.set_track_war(true);
+                    bgw_orch.set_track_war(true);
+                    let timed = |shared| {
+                        let mut drain = Drain::new(shared);
+                        drain.record = false;
+                        Timed { drain, wait_ns: 0 }
+                    };
+                    let mut pa_w = timed(pa_shared);
+                    let mut bg_w = timed(bg_shared);
+                    let mut paw_w = timed(paw_shared);
+                    let mut bgw_w = timed(bgw_shared);
+                    let colds = [
+                        pa.warm_up(pa_orch, &mut pa_w),
+                        bg.warm_up(bg_orch, &mut bg_w),
+                        pa_war.warm_up(paw_orch, &mut paw_w),
+                        bg_war.warm_up(bgw_orch, &mut bgw_w),
+                    ];
+                    let war = std::env::var("SUBMIT_WAR").map_or(true, |v| v != "0");
+                    for _ in 0..samples {
+                        pa.step(pa_orch, &mut pa_w);
+                        if war {
+                            pa_war.step(paw_orch, &mut paw_w);
+                        }
+                        bg.step(bg_orch, &mut bg_w);
+                        if war {
+                            bg_war.step(bgw_orch, &mut bgw_w);
+                        }
+                    }
+                    colds
+                })
+            })
         })
     });
 
-    pa.report(pa_tasks, pa_cold);
-    bg.report(bg_tasks, bg_cold);
+    report(
+        NAME,
+        "pa_war_cost_ratio",
+        median(&pa_war.orch) / median(&pa.orch),
+        "x",
+    );
+    report(
+        NAME,
+        "bgemm_case0_war_cost_ratio",
+        median(&bg_war.orch) / median(&bg.orch),
+        "x",
+    );
+    pa.report(pa_tasks, colds[0]);
+    bg.report(bg_tasks, colds[1]);
+    pa_war.report(pa_tasks, colds[2]);
+    bg_war.report(bg_tasks, colds[3]);
     report(NAME, "runtime_bytes", bytes as f64, "bytes");
     if let Some(s) = summarize(&mut init) {
         report(NAME, "runtime_init_median", s.median, "ms");
