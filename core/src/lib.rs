@@ -27,49 +27,49 @@ extern crate std;
 #[cfg(target_endian = "big")]
 compile_error!("the wire and image layouts are little-endian; big-endian targets are unsupported");
 
-/// Argument tags, directions, access modes and the access-permission matrix.
+// Argument tags, directions, access modes and the access-permission matrix.
 pub mod arg;
-/// Fixed-capacity argument containers: `ChipStorageTaskArgs`, `OrchArgs`, `CoreTaskArgs`.
+// Fixed-capacity argument containers: `ChipStorageTaskArgs`, `OrchArgs`, `CoreTaskArgs`.
 pub mod args;
-/// The `TaskArgs` blob: `write_blob`, `read_blob` and the validating `TaskArgsView`.
+// The `TaskArgs` blob: `write_blob`, `read_blob` and the validating `TaskArgsView`.
 pub mod blob;
-/// `CanonicalIdentity`, `BufferDescriptor`, address spaces, backends and descriptor validation.
+// `CanonicalIdentity`, `BufferDescriptor`, address spaces, backends and descriptor validation.
 pub mod buffer;
-/// `ChipTensor`, the chip entry argument, and its materialization from a wire tensor.
+// `ChipTensor`, the chip entry argument, and its materialization from a wire tensor.
 pub mod chip;
-/// Core types, the per-task active-core mask and the resource shapes derived from it.
+// Core types, the per-task active-core mask and the resource shapes derived from it.
 pub mod cores;
-/// Edge kinds, explicit dependencies and the per-tag dependency rules.
+// Edge kinds, explicit dependencies and the per-tag dependency rules.
 pub mod deps;
-/// `DataType` and element sizes.
+// `DataType` and element sizes.
 pub mod dtype;
-/// The dependency pool's cells and cursor.
+// The dependency pool's cells and cursor.
 pub mod edge;
-/// Saturating extent arithmetic and the geometry checks every tensor type shares.
+// Saturating extent arithmetic and the geometry checks every tensor type shares.
 pub mod geometry;
-/// Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.
+// Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.
 pub mod layout;
-/// Numeric limits of the ABI: dimensions, argument caps, mailbox room.
+// Numeric limits of the ABI: dimensions, argument caps, mailbox room.
 pub mod limits;
-/// The orchestrator's submit path.
+// The orchestrator's submit path.
 pub mod orchestrator;
-/// Whether two views of one buffer may share an element (range test, exact box test).
+// Whether two views of one buffer may share an element (range test, exact box test).
 pub mod overlap;
-/// Bounded lock-free MPMC ready queues (Vyukov).
+// Bounded lock-free MPMC ready queues (Vyukov).
 pub mod ready_queue;
-/// Ring selection, the heap ring, and the flow-control words shared with schedulers.
+// Ring selection, the heap ring, and the flow-control words shared with schedulers.
 pub mod ring;
-/// The state shared by the orchestrator and the schedulers, and the slot transitions.
+// The state shared by the orchestrator and the schedulers, and the slot transitions.
 pub mod sched;
-/// The scope stack.
+// The scope stack.
 pub mod scope;
-/// Task slots: the state machine, its counters and its lock.
+// Task slots: the state machine, its counters and its lock.
 pub mod slot;
-/// `TaskTensor`, the runtime's working tensor, `TaskId`, and the adoption point.
+// `TaskTensor`, the runtime's working tensor, `TaskId`, and the adoption point.
 pub mod task_tensor;
-/// The address-free wire `Tensor` and its validation gate, `ValidTensor`.
+// The address-free wire `Tensor` and its validation gate, `ValidTensor`.
 pub mod tensor;
-/// The TensorMap: the live writers of every tracked region.
+// The TensorMap: the live writers of every tracked region.
 pub mod tensor_map;
 
 pub use arg::{access_permits, Access, AccessMode, ArgDirection, TensorArgType};

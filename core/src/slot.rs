@@ -16,12 +16,12 @@
 //! | # | transition | performed by | function |
 //! |---|---|---|---|
 //! | 1 | FREE → BUILDING | orchestrator, claiming the slot | [`crate::orchestrator::Orchestrator::submit`] (`claim_slot`) |
-//! | 2 | BUILDING → PENDING | orchestrator, after wiring fanin | [`crate::sched::SchedState::publish`] |
+//! | 2 | BUILDING → PENDING | orchestrator, after wiring fanin | `SchedState::publish` (crate-private) |
 //! | 3 | PENDING → READY | whichever thread releases the last fanin (or the orchestrator at publish) | [`crate::sched::SchedState::release_fanin`] |
 //! | 4 | READY → RUNNING | the scheduler that popped it | [`crate::sched::SchedState::mark_running`] |
 //! | 5 | RUNNING → COMPLETED | the scheduler owning its last core | [`crate::sched::SchedState::complete`] |
 //! | 6 | READY → COMPLETED | a scheduler, for a DUMMY task | [`crate::sched::SchedState::complete`] |
-//! | 7 | BUILDING → COMPLETED | orchestrator, for an allocation task | [`crate::sched::SchedState::publish_completed`] |
+//! | 7 | BUILDING → COMPLETED | orchestrator, for an allocation task | `SchedState::publish_completed` (crate-private) |
 //! | 8 | COMPLETED → CONSUMED | whichever thread releases the last reference | [`crate::sched::SchedState::release_fanout`] |
 //! | 9 | CONSUMED → FREE | whichever thread advances the ring's watermark | [`crate::sched::SchedState::advance`] |
 //!
