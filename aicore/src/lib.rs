@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-/// The kernel calling convention.
+// The kernel calling convention.
 pub mod kernel;
 
 pub use kernel::{KernelFailure, KernelFn, KernelId};

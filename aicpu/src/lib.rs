@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-/// The hardware primitives the AICPU program needs.
+// The hardware primitives the AICPU program needs.
 pub mod platform;
 
 pub use platform::{CoreIndex, Platform};

@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-/// The tagged task-argument builder and its blob encoding.
+// The tagged task-argument builder and its blob encoding.
 pub mod task_args;
 
 pub use task_args::{TaskArgs, TaskArgsError};

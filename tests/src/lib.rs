@@ -5,12 +5,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-/// Fixtures: the reference's base tensor and descriptor builders used across suites.
+// Fixtures: the reference's base tensor and descriptor builders used across suites.
 pub mod fixtures;
-/// Memory for the core runtime structures and a single-threaded scheduler stand-in.
+// Memory for the core runtime structures and a single-threaded scheduler stand-in.
 pub mod harness;
 /// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`
-/// line format.
+// line format.
 pub mod measure;
-/// Task-stream generators shaped like the reference scenes (paged attention, bgemm).
+// Task-stream generators shaped like the reference scenes (paged attention, bgemm).
 pub mod workloads;

@@ -89,18 +89,18 @@ const fn mix(mut x: u64) -> u64 {
 /// The paged-attention scene (16x16 sim version of the reference's `paged_attention`).
 ///
 /// External tensors (descriptors only, at fixed made-up device addresses):
-/// - `query` [batch, 16, 16] bf16; element `b` reads its row-slice view [1, 16, 16] at [b, 0, 0];
-/// - `key_cache`, `value_cache` [total_blocks, 16, 16] bf16 with
-///   `total_blocks = batch * blocks_per_seq`; block `j` of element `b` reads the [1, 16, 16]
+/// - `query` `[batch, 16, 16]` bf16; element `b` reads its row-slice view `[1, 16, 16]` at `[b, 0, 0]`;
+/// - `key_cache`, `value_cache` `[total_blocks, 16, 16]` bf16 with
+///   `total_blocks = batch * blocks_per_seq`; block `j` of element `b` reads the `[1, 16, 16]`
 ///   view at `[block_table(b, j), 0, 0]`, the block table being a deterministic pseudo-random
 ///   map into `0..total_blocks` (the reference's is random too);
-/// - `out` [batch, 16, 16] f32; element `b` writes its row [1, 16, 16] at [b, 0, 0].
+/// - `out` `[batch, 16, 16]` f32; element `b` writes its row `[1, 16, 16]` at `[b, 0, 0]`.
 ///
 /// Per element, in its own AUTO scope: one `alloc_tensors` task creating the accumulators
-/// `oi` [16, 16] f32, `li` [16] f32 and `mi` [16] f32, then per KV block:
-/// - `QK` (AIC): INPUT query view, INPUT key block; OUTPUT `sij` [16, 16] f32;
-/// - `SF` (AIV): INPUT `sij`; OUTPUT `pij` [16, 16] bf16, `mij` [16] f32, `lij` [16] f32;
-/// - `PV` (AIC): INPUT `pij`, INPUT value block; OUTPUT `oi_tmp` [16, 16] f32;
+/// `oi` `[16, 16]` f32, `li` `[16]` f32 and `mi` `[16]` f32, then per KV block:
+/// - `QK` (AIC): INPUT query view, INPUT key block; OUTPUT `sij` `[16, 16]` f32;
+/// - `SF` (AIV): INPUT `sij`; OUTPUT `pij` `[16, 16]` bf16, `mij` `[16]` f32, `lij` `[16]` f32;
+/// - `PV` (AIC): INPUT `pij`, INPUT value block; OUTPUT `oi_tmp` `[16, 16]` f32;
 /// - `UP` (AIV): INPUT `mij`, `lij`, `oi_tmp`; INOUT `mi`, `li`, `oi`; on the last block also
 ///   OUTPUT_EXISTING the element's row of `out`.
 ///
@@ -253,14 +253,14 @@ pub fn paged_attention(
 /// The batched-GEMM scene (the reference's `benchmark_bgemm`, one tile per view).
 ///
 /// External tensors (descriptors only, f32):
-/// - `A`, `B` [groups, grid_k, tile, tile]; GEMM (g, k) reads the [1, 1, tile, tile] views at
-///   [g, k, 0, 0];
-/// - `C` [groups, tile, tile]; group g accumulates into the [1, tile, tile] view at [g, 0, 0].
+/// - `A`, `B` `[groups, grid_k, tile, tile]`; GEMM (g, k) reads the [1, 1, tile, tile] views at
+///   `[g, k, 0, 0]`;
+/// - `C` `[groups, tile, tile]`; group g accumulates into the [1, tile, tile] view at `[g, 0, 0]`.
 ///
 /// Per group, in its own AUTO scope (the reference's `PTO2_SCOPE_GUARD` in its group loop), per
 /// K step k:
-/// - `GEMM` (AIC): INPUT A[g, k], INPUT B[g, k]; OUTPUT `P` [tile, tile] f32;
-/// - `ADD` (AIV): INPUT `P`; INOUT C[g].
+/// - `GEMM` (AIC): INPUT A[g, k], INPUT B[g, k]; OUTPUT `P` `[tile, tile]` f32;
+/// - `ADD` (AIV): INPUT `P`; INOUT `C[g]`.
 ///
 /// Edges per group: `grid_k` GEMM→ADD plus `grid_k - 1` ADD→ADD through C (750 for Case0).
 ///
