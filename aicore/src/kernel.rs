@@ -1,26 +1,56 @@
 //! The kernel calling convention shared by the AICore loop and every kernel.
 
+use simpler_core::gm::{Gm, GmFault};
 use simpler_core::CoreTaskArgs;
 
 /// A kernel's index in the callable's kernel table (`func_id` in the reference).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KernelId(pub u32);
 
-/// Why a kernel could not complete its task. Reported to the scheduler, which ends the run with
-/// a typed status naming the task and the kernel.
+/// Why a kernel could not complete its task. Reported through the status register; the
+/// scheduler ends the run with a typed status naming the task and the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelFailure {
-    /// The task's arguments do not match what the kernel expects (count, dtype, shape).
+    /// The task's arguments do not match what the kernel expects.
     BadArguments {
-        /// Which argument, by position among the tensors.
+        /// Which tensor (position among the tensors), or the tensor count when too few.
         index: u32,
     },
-    /// A kernel-specific failure code.
+    /// The data does not fit the core's local buffer.
+    TooLarge {
+        /// Elements needed.
+        elems: u64,
+        /// Elements the local buffer holds.
+        limit: u64,
+    },
+    /// A tensor names memory outside GM.
+    Memory(GmFault),
+    /// A kernel-specific failure code (kernels written to fail, and user kernels).
     Code(u32),
 }
 
+impl From<GmFault> for KernelFailure {
+    fn from(f: GmFault) -> Self {
+        Self::Memory(f)
+    }
+}
+
+/// What a kernel runs with: GM, its task's arguments, the core's local buffer, and where it
+/// sits in an SPMD launch.
+pub struct KernelCtx<'a> {
+    /// Device memory.
+    pub gm: &'a dyn Gm,
+    /// The task's tensors and scalars.
+    pub args: &'a CoreTaskArgs,
+    /// The core's local (unified) buffer, in f32 words.
+    pub local: &'a mut [f32],
+    /// This block's index in an SPMD launch (0 for an ordinary task).
+    pub block_idx: u32,
+    /// Blocks in the launch (1 for an ordinary task).
+    pub block_num: u32,
+    /// 0 on AIC and AIV0, 1 on AIV1.
+    pub sub_block: u32,
+}
+
 /// A kernel: reads and writes the memory its task's tensors name.
-///
-/// Memory access goes through the platform the core runs on, so the signature names only the
-/// arguments; the per-core loop supplies the rest.
-pub type KernelFn = fn(&CoreTaskArgs) -> Result<(), KernelFailure>;
+pub type KernelFn = fn(&mut KernelCtx<'_>) -> Result<(), KernelFailure>;

@@ -33,6 +33,8 @@ pub mod arg;
 pub mod args;
 // The `TaskArgs` blob: `write_blob`, `read_blob` and the validating `TaskArgsView`.
 pub mod blob;
+// `Bf16`, with round-to-nearest-even conversion from `f32`.
+pub mod bf16;
 // `CanonicalIdentity`, `BufferDescriptor`, address spaces, backends and descriptor validation.
 pub mod buffer;
 // `ChipTensor`, the chip entry argument, and its materialization from a wire tensor.
@@ -45,6 +47,8 @@ pub mod deps;
 pub mod dtype;
 // The dependency pool's cells and cursor.
 pub mod edge;
+// Device global memory access: the `Gm` trait kernels and the AICPU read and write through.
+pub mod gm;
 // Saturating extent arithmetic and the geometry checks every tensor type shares.
 pub mod geometry;
 // Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.
@@ -72,6 +76,7 @@ pub mod tensor;
 // The TensorMap: the live writers of every tracked region.
 pub mod tensor_map;
 
+pub use bf16::Bf16;
 pub use arg::{access_permits, Access, AccessMode, ArgDirection, TensorArgType};
 pub use args::{ArgsError, ChipStorageTaskArgs, CoreTaskArgs, EntryError, OrchArgs};
 pub use blob::{blob_size, read_blob, write_blob, BlobError, TaskArgsView};

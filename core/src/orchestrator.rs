@@ -101,6 +101,12 @@ pub trait Waiter {
     fn wait(&mut self, on: Blocked) -> Result<(), GaveUp>;
 }
 
+impl<W: Waiter + ?Sized> Waiter for &mut W {
+    fn wait(&mut self, on: Blocked) -> Result<(), GaveUp> {
+        (**self).wait(on)
+    }
+}
+
 /// A [`Waiter`] gave up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GaveUp;
@@ -431,6 +437,18 @@ impl<'a> Orchestrator<'a> {
         task: Task<'_>,
         waiter: &mut impl Waiter,
     ) -> Result<TaskId, SubmitError> {
+        self.submit_with(task, waiter, |_, _| {})
+    }
+
+    /// [`Self::submit`], calling `before_publish` with the task's id and its arguments (OUTPUT
+    /// tensors bound) once it is wired and before any scheduler can see it: the place to write
+    /// what the cores will need, such as its dispatch payload.
+    pub fn submit_with(
+        &mut self,
+        task: Task<'_>,
+        waiter: &mut impl Waiter,
+        before_publish: impl FnOnce(TaskId, &[TaskArg]),
+    ) -> Result<TaskId, SubmitError> {
         if self.fatal {
             return Err(SubmitError::Fatal);
         }
@@ -452,7 +470,16 @@ impl<'a> Orchestrator<'a> {
         let mask = task.mask.normalized();
         let subtasks = (task.block_num as u32) * mask.bits().count_ones().max(1);
         let bytes = output_bytes(task.args);
-        let result = self.submit_inner(mask, subtasks, bytes, task.args, task.deps, false, waiter);
+        let result = self.submit_inner(
+            mask,
+            subtasks,
+            bytes,
+            task.args,
+            task.deps,
+            false,
+            waiter,
+            before_publish,
+        );
         self.latch(result)
     }
 
@@ -476,7 +503,16 @@ impl<'a> Orchestrator<'a> {
             o.tag = TensorArgType::Output;
         }
         let bytes = output_bytes(outputs);
-        let result = self.submit_inner(ActiveMask::empty(), 1, bytes, outputs, &[], true, waiter);
+        let result = self.submit_inner(
+            ActiveMask::empty(),
+            1,
+            bytes,
+            outputs,
+            &[],
+            true,
+            waiter,
+            |_, _| {},
+        );
         self.latch(result)
     }
 
@@ -500,6 +536,7 @@ impl<'a> Orchestrator<'a> {
         explicit: &[ExplicitDep],
         alloc_only: bool,
         waiter: &mut impl Waiter,
+        before_publish: impl FnOnce(TaskId, &[TaskArg]),
     ) -> Result<TaskId, (SubmitError, bool)> {
         let early = |e: SubmitError| (e, false);
         let late = |e: SubmitError| (e, true);
@@ -531,6 +568,7 @@ impl<'a> Orchestrator<'a> {
             offset += align_output(a.tensor.extent_bytes());
         }
         if alloc_only {
+            before_publish(id, args);
             self.wiring.finish_edges(ring, me);
             self.wiring.shared.publish_completed(me);
             self.scopes.push(id).map_err(|e| late(e.into()))?;
@@ -628,6 +666,7 @@ impl<'a> Orchestrator<'a> {
                 let _ = self.map.insert(&a.tensor, id, kind);
             }
         }
+        before_publish(id, args);
         self.wiring.wire_and_publish(ring, me);
         self.scopes.push(id).map_err(|e| late(e.into()))?;
         Ok(id)

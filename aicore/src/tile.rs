@@ -1,0 +1,132 @@
+//! Moving a tensor view between GM and a local f32 buffer, in row-major element order.
+//!
+//! FLOAT32 and BFLOAT16 views are supported (bf16 is widened on load and rounded to nearest
+//! even on store). Each innermost run of the view is one GM access when its stride is 1.
+
+use simpler_core::gm::Gm;
+use crate::kernel::KernelFailure;
+use simpler_core::{Bf16, DataType, TaskTensor};
+
+/// Largest innermost run moved in one access (elements).
+const RUN: usize = 256;
+
+/// Elements of `t` (the product of its shapes), checked against `limit`.
+pub fn elems(t: &TaskTensor, limit: usize) -> Result<usize, KernelFailure> {
+    let n = t.numel();
+    if n > limit as u64 {
+        return Err(KernelFailure::TooLarge {
+            elems: n,
+            limit: limit as u64,
+        });
+    }
+    Ok(n as usize)
+}
+
+/// Calls `run(gm_addr, first_elem, len)` for each innermost run of the view, in row-major
+/// order; runs are contiguous in GM only when the innermost stride is 1.
+fn for_each_run(
+    t: &TaskTensor,
+    mut run: impl FnMut(u64, usize, usize, u64) -> Result<(), KernelFailure>,
+) -> Result<(), KernelFailure> {
+    let shapes = t.shapes();
+    let strides = t.strides();
+    let rank = shapes.len();
+    let elem = t.dtype().elem_size() as u64;
+    let inner = shapes[rank - 1] as usize;
+    let inner_stride = strides[rank - 1] as u64 * elem;
+    let outer: usize = shapes[..rank - 1].iter().map(|&s| s as usize).product();
+    let mut index = [0u32; 5];
+    for row in 0..outer {
+        let mut offset = t.start_offset();
+        for d in 0..rank - 1 {
+            offset += index[d] as u64 * strides[d] as u64;
+        }
+        run(t.buffer().addr + offset * elem, row * inner, inner, inner_stride)?;
+        // Advance the outer index, last outer dimension fastest.
+        for d in (0..rank - 1).rev() {
+            index[d] += 1;
+            if index[d] < shapes[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Loads every element of `t` into `dst[..numel]` as f32.
+pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, KernelFailure> {
+    let n = elems(t, dst.len())?;
+    let dtype = t.dtype();
+    let elem = dtype.elem_size() as usize;
+    let mut bytes = [0u8; RUN * 4];
+    for_each_run(t, |addr, first, len, stride| {
+        let mut done = 0;
+        while done < len {
+            let chunk = (len - done).min(RUN);
+            if stride == elem as u64 {
+                gm.read(addr + (done * elem) as u64, &mut bytes[..chunk * elem])?;
+            } else {
+                for i in 0..chunk {
+                    let at = addr + (done + i) as u64 * stride;
+                    gm.read(at, &mut bytes[i * elem..(i + 1) * elem])?;
+                }
+            }
+            let out = &mut dst[first + done..first + done + chunk];
+            match dtype {
+                DataType::Float32 => {
+                    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                        *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                }
+                DataType::Bfloat16 => {
+                    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                        *o = Bf16(u16::from_le_bytes([b[0], b[1]])).to_f32();
+                    }
+                }
+                _ => return Err(KernelFailure::BadArguments { index: u32::MAX }),
+            }
+            done += chunk;
+        }
+        Ok(())
+    })?;
+    Ok(n)
+}
+
+/// Stores `src[..numel]` into every element of `t`, converting to its dtype.
+pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailure> {
+    elems(t, src.len())?;
+    let dtype = t.dtype();
+    let elem = dtype.elem_size() as usize;
+    let mut bytes = [0u8; RUN * 4];
+    for_each_run(t, |addr, first, len, stride| {
+        let mut done = 0;
+        while done < len {
+            let chunk = (len - done).min(RUN);
+            let values = &src[first + done..first + done + chunk];
+            match dtype {
+                DataType::Float32 => {
+                    for (b, v) in bytes.chunks_exact_mut(4).zip(values) {
+                        b.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                DataType::Bfloat16 => {
+                    for (b, v) in bytes.chunks_exact_mut(2).zip(values) {
+                        b.copy_from_slice(&Bf16::from_f32(*v).0.to_le_bytes());
+                    }
+                }
+                _ => return Err(KernelFailure::BadArguments { index: u32::MAX }),
+            }
+            if stride == elem as u64 {
+                gm.write(addr + (done * elem) as u64, &bytes[..chunk * elem])?;
+            } else {
+                for i in 0..chunk {
+                    let at = addr + (done + i) as u64 * stride;
+                    gm.write(at, &bytes[i * elem..(i + 1) * elem])?;
+                }
+            }
+            done += chunk;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,22 @@
+//! Global memory (GM) as device code sees it: byte ranges read into and written from the core's
+//! local buffers, the way an AICore moves tiles between GM and its unified buffer.
+//!
+//! The device implements [`Gm`] over its memory bus; the simulator over its GM arena, checking
+//! every range. A range outside GM is a [`GmFault`], which the kernel reports as its failure.
+
+/// An access outside device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GmFault {
+    /// First byte of the access.
+    pub addr: u64,
+    /// Bytes accessed.
+    pub len: u64,
+}
+
+/// Device global memory.
+pub trait Gm: Sync {
+    /// Copies `dst.len()` bytes at `addr` into `dst`.
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault>;
+    /// Copies `src` to `addr`.
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault>;
+}
