@@ -1,16 +1,21 @@
 //! `simpler-aicore`: the program each simulated or real AICore runs.
 //!
-//! This crate holds the kernel ABI: a kernel receives one task's [`CoreTaskArgs`] (its tensors
-//! as runtime [`simpler_core::TaskTensor`]s and its scalars) and reports success or a typed
-//! failure. The per-core handshake loop and the reference kernels build on it.
+//! A kernel receives one task's [`CoreTaskArgs`] (its tensors as runtime
+//! [`simpler_core::TaskTensor`]s and its scalars), moves tiles between GM and the core's local
+//! buffer, and reports success or a typed failure.
 //!
 //! Modules:
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The AICPU-AICore register protocol, the dispatch payload and the core's loop body.
+pub mod handshake;
 // The kernel calling convention.
 pub mod kernel;
+// Moving tensor views between GM and the local buffer.
+pub mod tile;
 
-pub use kernel::{KernelFailure, KernelFn, KernelId};
+pub use simpler_core::gm::{self, Gm, GmFault};
+pub use kernel::{KernelCtx, KernelFailure, KernelFn, KernelId};
 pub use simpler_core::CoreTaskArgs;
