@@ -47,7 +47,16 @@ mod tests {
 
     #[test]
     fn exact_values_round_trip() {
-        for x in [0.0f32, -0.0, 1.0, -2.5, 0.15625, 65280.0, f32::INFINITY, f32::NEG_INFINITY] {
+        for x in [
+            0.0f32,
+            -0.0,
+            1.0,
+            -2.5,
+            0.15625,
+            65280.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ] {
             assert_eq!(Bf16::from_f32(x).to_f32().to_bits(), x.to_bits(), "{x}");
         }
     }
@@ -58,8 +67,16 @@ mod tests {
         let f = |bits: u32| f32::from_bits(bits);
         assert_eq!(Bf16::from_f32(f(0x3F80_7FFF)).0, 0x3F80, "below half: down");
         assert_eq!(Bf16::from_f32(f(0x3F80_8001)).0, 0x3F81, "above half: up");
-        assert_eq!(Bf16::from_f32(f(0x3F80_8000)).0, 0x3F80, "tie, even kept part: stays");
-        assert_eq!(Bf16::from_f32(f(0x3F81_8000)).0, 0x3F82, "tie, odd kept part: up to even");
+        assert_eq!(
+            Bf16::from_f32(f(0x3F80_8000)).0,
+            0x3F80,
+            "tie, even kept part: stays"
+        );
+        assert_eq!(
+            Bf16::from_f32(f(0x3F81_8000)).0,
+            0x3F82,
+            "tie, odd kept part: up to even"
+        );
         // The largest finite f32 rounds up to infinity, as round-to-nearest requires.
         assert_eq!(Bf16::from_f32(f32::MAX).to_f32(), f32::INFINITY);
     }
@@ -68,6 +85,8 @@ mod tests {
     fn nan_stays_nan() {
         assert!(Bf16::from_f32(f32::NAN).to_f32().is_nan());
         // A NaN whose payload lives only in the dropped bits must not become infinity.
-        assert!(Bf16::from_f32(f32::from_bits(0x7F80_0001)).to_f32().is_nan());
+        assert!(Bf16::from_f32(f32::from_bits(0x7F80_0001))
+            .to_f32()
+            .is_nan());
     }
 }

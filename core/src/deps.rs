@@ -22,8 +22,11 @@
 //! the new writer, which depends on the evicted one.
 //!
 //! [`crate::orchestrator::Orchestrator::set_track_war`] offers the tracking as an option: INPUT
-//! arguments are then recorded as readers and writers wait for them. The `submit` benchmark
-//! measures what it costs.
+//! arguments are then recorded as readers, and every writer (INOUT and OUTPUT_EXISTING) waits
+//! for the earlier readers and writers of its region. A writer covering a reader's region
+//! supersedes its entry; OUTPUT_EXISTING looks up writers in this mode (without evicting them)
+//! so a later writer reaches a superseded reader through the writer that superseded it. The
+//! `submit` benchmark measures what it costs.
 
 use crate::arg::TensorArgType;
 use crate::task_tensor::TaskId;

@@ -76,9 +76,9 @@ pub mod tensor;
 // The TensorMap: the live writers of every tracked region.
 pub mod tensor_map;
 
-pub use bf16::Bf16;
 pub use arg::{access_permits, Access, AccessMode, ArgDirection, TensorArgType};
 pub use args::{ArgsError, ChipStorageTaskArgs, CoreTaskArgs, EntryError, OrchArgs};
+pub use bf16::Bf16;
 pub use blob::{blob_size, read_blob, write_blob, BlobError, TaskArgsView};
 pub use buffer::{AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DescriptorError};
 pub use chip::{BufferHandle, ChipTensor, MaterializeError, Resolved};

@@ -615,9 +615,11 @@ impl<'a> Orchestrator<'a> {
             }
             let writes = deps::registers_writer(a.tag);
             inserts += (writes || war && a.tag == TensorArgType::Input) as u32;
-            // Readers of earlier writers (RAW, and WAW for INOUT); with WAR tracking, writers
-            // also look for earlier readers.
-            let after_writers = deps::looks_up_writers(a.tag);
+            // Readers of earlier writers (RAW, and WAW for INOUT); with WAR tracking, every
+            // writer also waits for earlier readers and writers. An OUTPUT_EXISTING writer must
+            // then look up writers too: a covering writer removes the readers it supersedes,
+            // and a later writer reaches them only through it.
+            let after_writers = deps::looks_up_writers(a.tag) || war && writes;
             let after_readers = war && writes;
             if !after_writers && !after_readers {
                 continue;

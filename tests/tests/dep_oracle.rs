@@ -24,7 +24,28 @@
 //! the recorded WAIT edges (the RAW/WAW ordering guarantee); every edge points backwards in
 //! submit order; the rings' retirement watermarks match the oracle's consumption model.
 //!
-//! `DEP_ORACLE_PROGRAMS` and `DEP_ORACLE_SEED` override the program count and the seed.
+//! With write-after-read tracking on (`Orchestrator::set_track_war(true)`, the `war` feature),
+//! in an AUTO scope for an argument not `manual_dep`:
+//!
+//! 4. reader entries: an INPUT argument, after its writer lookup, is recorded as a reader entry
+//!    of its task (inserted after all the task's lookups, as writers are); readers never wait
+//!    for readers;
+//! 5. write-after-read: a writing argument (INOUT or OUTPUT_EXISTING) of L, after its writer
+//!    lookup if it has one (OUTPUT_EXISTING still has none), gets `WAIT` on E for every live
+//!    reader entry of E whose bytes intersect its bytes (same buffer address); a writing
+//!    argument whose bytes contain a reader entry's bytes supersedes (removes) the entry after
+//!    its lookup.
+//!
+//! and the checks widen accordingly: an extra edge may also be explained by a reader entry of
+//! E on a buffer one of L's writing arguments looked up readers on (conservative overlap, or a
+//! containment the runtime did not recognise, which leaves the reader live); and every reader
+//! whose bytes intersect a later writing argument, ignoring supersession and eviction, reaches
+//! the writer through the recorded WAIT edges (the WAR ordering guarantee).
+//!
+//! `DEP_ORACLE_PROGRAMS` and `DEP_ORACLE_SEED` override the program count and the seed;
+//! `DEP_ORACLE_WAR_GAP=1` counts, instead of failing, WAR pairs left unordered because a covering
+//! writer superseded the reader and the later writer is OUTPUT_EXISTING (which never looks up
+//! the superseding writer), to look past that gap for other failures.
 
 use simpler_core::cores::ActiveMask;
 use simpler_core::deps::{DepFlags, ExplicitDep};
@@ -125,6 +146,8 @@ struct Program {
     /// External buffers: (address, bytes).
     bufs: Vec<(u64, u64)>,
     ops: Vec<Op>,
+    /// Run with write-after-read tracking on.
+    war: bool,
 }
 
 /// What the generator varies.
@@ -132,6 +155,8 @@ struct Program {
 struct Features {
     /// Views that reinterpret a buffer with another element type.
     dtype_views: bool,
+    /// Write-after-read tracking (`Orchestrator::set_track_war(true)`).
+    war: bool,
 }
 
 /// A buffer views can be taken of, at generation time.
@@ -372,7 +397,11 @@ fn gen_program(rng: &mut Rng, f: Features) -> Program {
         };
         ops.push(op);
     }
-    Program { bufs, ops }
+    Program {
+        bufs,
+        ops,
+        war: f.war,
+    }
 }
 
 // ---- byte sets ------------------------------------------------------------------------------
@@ -440,10 +469,23 @@ struct Access {
     strides: Vec<u32>,
 }
 
+/// A writer entry (or, with WAR tracking, a reader entry) the oracle keeps.
 #[derive(Clone, Debug)]
 struct Writer {
     task: usize,
     access: Access,
+}
+
+/// A reader entry a later writing argument must be ordered after.
+#[derive(Clone, Copy, Debug)]
+struct WarPair {
+    /// The reader's task.
+    reader: usize,
+    /// The task whose covering writer superseded the reader entry before this argument's
+    /// lookup (oracle), if any.
+    superseded_by: Option<usize>,
+    /// The writing argument is INOUT (it also looks up writers), not OUTPUT_EXISTING.
+    inout: bool,
 }
 
 struct TaskRec {
@@ -461,6 +503,14 @@ struct TaskRec {
     must_follow: Vec<usize>,
     /// Writers registered (AUTO, not manual_dep) before this task, for explaining extras.
     writers_before: usize,
+    /// WAR tracking: writing arguments that looked up readers (AUTO, INOUT/OUTPUT_EXISTING,
+    /// not manual_dep).
+    reader_lookups: Vec<Access>,
+    /// WAR tracking: readers whose bytes intersect a writing argument of this task, ignoring
+    /// supersession: must reach this task.
+    must_follow_readers: Vec<WarPair>,
+    /// WAR tracking: readers registered before this task, for explaining extras.
+    readers_before: usize,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -484,6 +534,20 @@ struct Stats {
     ordering_pairs: u64,
     consumed_skips: u64,
     max_ring: usize,
+    /// WAR tracking: reader entries registered.
+    readers: u64,
+    /// WAR tracking: (writing argument, live intersecting reader) reasons.
+    war_overlap: u64,
+    /// WAR tracking: reader entries superseded by a covering writer (oracle).
+    supersessions: u64,
+    /// WAR tracking: extra edges explained only by a reader entry: [not superseded (bytes
+    /// intersect), version, dtype mix, different strides, same strides].
+    war_extra: [u64; 5],
+    /// WAR tracking: (reader, later writer) ordering pairs checked.
+    war_pairs: u64,
+    /// WAR tracking, `DEP_ORACLE_WAR_GAP=1` only: unordered pairs of a superseded reader and
+    /// a later OUTPUT_EXISTING writer, counted instead of failing.
+    war_gap: u64,
 }
 
 impl Stats {
@@ -507,6 +571,14 @@ impl Stats {
         self.ordering_pairs += o.ordering_pairs;
         self.consumed_skips += o.consumed_skips;
         self.max_ring = self.max_ring.max(o.max_ring);
+        self.readers += o.readers;
+        self.war_overlap += o.war_overlap;
+        self.supersessions += o.supersessions;
+        for (a, b) in self.war_extra.iter_mut().zip(&o.war_extra) {
+            *a += b;
+        }
+        self.war_pairs += o.war_pairs;
+        self.war_gap += o.war_gap;
     }
 }
 
@@ -565,6 +637,12 @@ fn execute(
     let mut ring_tasks: [Vec<usize>; MAX_RINGS] = Default::default();
     let mut live: Vec<Writer> = Vec::new();
     let mut all_writers: Vec<Writer> = Vec::new();
+    // WAR tracking: every reader entry, the task that superseded each, and the live (not
+    // superseded) ones as indices into `all_readers`.
+    let mut all_readers: Vec<Writer> = Vec::new();
+    let mut superseded_by: Vec<Option<usize>> = Vec::new();
+    let mut live_readers: Vec<usize> = Vec::new();
+    orch.set_track_war(prog.war);
 
     for (i, op) in prog.ops.iter().enumerate() {
         match op {
@@ -636,6 +714,9 @@ fn execute(
                     lookups: Vec::new(),
                     must_follow: Vec::new(),
                     writers_before: all_writers.len(),
+                    reader_lookups: Vec::new(),
+                    must_follow_readers: Vec::new(),
+                    readers_before: all_readers.len(),
                 });
                 st.allocs += 1;
                 finish_task(
@@ -688,6 +769,9 @@ fn execute(
                 let mut to_register: Vec<Access> = Vec::new();
                 let mut lookups: Vec<Access> = Vec::new();
                 let mut must_follow: Vec<usize> = Vec::new();
+                let mut to_register_readers: Vec<Access> = Vec::new();
+                let mut reader_lookups: Vec<Access> = Vec::new();
+                let mut must_follow_readers: Vec<WarPair> = Vec::new();
                 for (k, desc) in descs.iter().enumerate() {
                     match desc {
                         ArgDesc::Skip => {}
@@ -773,8 +857,13 @@ fn execute(
                             if !auto || view.manual {
                                 continue;
                             }
-                            // Overlap with live writers; eviction by a covering INOUT.
-                            if matches!(tag, TensorArgType::Input | TensorArgType::InOut) {
+                            // Overlap with live writers; eviction by a covering INOUT. With
+                            // WAR tracking an OUTPUT_EXISTING writer also waits for earlier
+                            // writers (evicting none), so it reaches the readers they removed.
+                            let after_writers =
+                                matches!(tag, TensorArgType::Input | TensorArgType::InOut)
+                                    || prog.war && *tag == TensorArgType::OutputExisting;
+                            if after_writers {
                                 for w in &live {
                                     if w.access.addr == access.addr
                                         && w.access.bytes.intersects(&access.bytes)
@@ -800,7 +889,47 @@ fn execute(
                                 }
                                 lookups.push(access.clone());
                             }
-                            if matches!(tag, TensorArgType::InOut | TensorArgType::OutputExisting) {
+                            let writes =
+                                matches!(tag, TensorArgType::InOut | TensorArgType::OutputExisting);
+                            // WAR: a writing argument waits for live intersecting readers and
+                            // supersedes the ones it covers; an INPUT becomes a reader entry.
+                            if prog.war && writes {
+                                for &k in &live_readers {
+                                    let r = &all_readers[k];
+                                    if r.access.addr == access.addr
+                                        && r.access.bytes.intersects(&access.bytes)
+                                    {
+                                        st.war_overlap += 1;
+                                        add(&mut required, r.task, DepFlags::WAIT);
+                                    }
+                                }
+                                for (k, r) in all_readers.iter().enumerate() {
+                                    if r.access.addr == access.addr
+                                        && r.access.bytes.intersects(&access.bytes)
+                                    {
+                                        must_follow_readers.push(WarPair {
+                                            reader: r.task,
+                                            superseded_by: superseded_by[k],
+                                            inout: *tag == TensorArgType::InOut,
+                                        });
+                                    }
+                                }
+                                live_readers.retain(|&k| {
+                                    let r = &all_readers[k];
+                                    let covered = r.access.addr == access.addr
+                                        && access.bytes.contains(&r.access.bytes);
+                                    if covered {
+                                        superseded_by[k] = Some(t);
+                                        st.supersessions += 1;
+                                    }
+                                    !covered
+                                });
+                                reader_lookups.push(access.clone());
+                            }
+                            if prog.war && *tag == TensorArgType::Input {
+                                to_register_readers.push(access.clone());
+                            }
+                            if writes {
                                 to_register.push(access);
                             }
                         }
@@ -840,11 +969,20 @@ fn execute(
                     lookups,
                     must_follow,
                     writers_before: all_writers.len(),
+                    reader_lookups,
+                    must_follow_readers,
+                    readers_before: all_readers.len(),
                 });
                 for access in to_register {
                     let w = Writer { task: t, access };
                     live.push(w.clone());
                     all_writers.push(w);
+                }
+                for access in to_register_readers {
+                    st.readers += 1;
+                    live_readers.push(all_readers.len());
+                    all_readers.push(Writer { task: t, access });
+                    superseded_by.push(None);
                 }
                 finish_task(
                     t,
@@ -861,7 +999,14 @@ fn execute(
         }
     }
     st.tasks = tasks.len() as u64;
-    check_edges(&tasks, &task_of_id, &all_writers, shared, &mut st)?;
+    check_edges(
+        &tasks,
+        &task_of_id,
+        &all_writers,
+        &all_readers,
+        shared,
+        &mut st,
+    )?;
     Ok(st)
 }
 
@@ -932,9 +1077,14 @@ fn check_edges(
     tasks: &[TaskRec],
     task_of_id: &HashMap<TaskId, usize>,
     all_writers: &[Writer],
+    all_readers: &[Writer],
     shared: &SchedState<'_>,
     st: &mut Stats,
 ) -> Result<(), Failure> {
+    // A superseded reader is reached by later writers only through the superseding writer,
+    // which an OUTPUT_EXISTING writer never looks up: `DEP_ORACLE_WAR_GAP=1` counts those
+    // unordered pairs instead of failing (to look past them for other failures).
+    let allow_war_gap = env_u64("DEP_ORACLE_WAR_GAP", 0) != 0;
     // Tasks reachable backwards through WAIT edges, as bitsets over task indices.
     let words = tasks.len().div_ceil(64).max(1);
     let mut reach: Vec<Vec<u64>> = Vec::with_capacity(tasks.len());
@@ -1013,7 +1163,18 @@ fn check_edges(
                         .map(move |a| (a, &w.access))
                 })
                 .collect();
-            if pairs.is_empty() || got != DepFlags::WAIT {
+            // WAR tracking: a reader entry of E on a buffer a writing argument of L looked up.
+            let reader_pairs: Vec<(&Access, &Access)> = all_readers[..rec.readers_before]
+                .iter()
+                .filter(|r| r.task == e)
+                .flat_map(|r| {
+                    rec.reader_lookups
+                        .iter()
+                        .filter(move |a| a.addr == r.access.addr)
+                        .map(move |a| (a, &r.access))
+                })
+                .collect();
+            if pairs.is_empty() && reader_pairs.is_empty() || got != DepFlags::WAIT {
                 return fail(
                     "extra",
                     format!(
@@ -1022,17 +1183,32 @@ fn check_edges(
                     ),
                 );
             }
+            // Why the runtime could not rule the pair out: [entry still live (bytes
+            // intersect), newer version, dtype mix, different strides, same strides].
+            let class = |pairs: &[(&Access, &Access)]| {
+                if pairs.iter().any(|(a, w)| a.bytes.intersects(&w.bytes)) {
+                    0
+                } else if pairs.iter().any(|(a, w)| a.version > w.version) {
+                    1
+                } else if pairs.iter().any(|(a, w)| a.dtype != w.dtype) {
+                    2
+                } else if pairs.iter().any(|(a, w)| a.strides != w.strides) {
+                    3
+                } else {
+                    4
+                }
+            };
+            if pairs.is_empty() {
+                st.war_extra[class(&reader_pairs)] += 1;
+                continue;
+            }
             st.extra += 1;
-            if pairs.iter().any(|(a, w)| a.bytes.intersects(&w.bytes)) {
-                st.extra_not_evicted += 1;
-            } else if pairs.iter().any(|(a, w)| a.version > w.version) {
-                st.extra_version += 1;
-            } else if pairs.iter().any(|(a, w)| a.dtype != w.dtype) {
-                st.extra_dtype += 1;
-            } else if pairs.iter().any(|(a, w)| a.strides != w.strides) {
-                st.extra_layout += 1;
-            } else {
-                st.extra_box += 1;
+            match class(&pairs) {
+                0 => st.extra_not_evicted += 1,
+                1 => st.extra_version += 1,
+                2 => st.extra_dtype += 1,
+                3 => st.extra_layout += 1,
+                _ => st.extra_box += 1,
             }
         }
         // (iii) ordering through WAIT edges, ignoring eviction.
@@ -1053,6 +1229,28 @@ fn check_edges(
                     format!(
                         "task {l} ({:?}, op {}) does not wait (even transitively) for writer task {w} ({:?}, op {})",
                         rec.id, rec.op, tasks[w].id, tasks[w].op
+                    ),
+                );
+            }
+        }
+        for pair in &rec.must_follow_readers {
+            st.war_pairs += 1;
+            let r = pair.reader;
+            if mine[r / 64] & (1 << (r % 64)) == 0 {
+                if allow_war_gap && !pair.inout && pair.superseded_by.is_some() {
+                    st.war_gap += 1;
+                    continue;
+                }
+                return fail(
+                    "war-order",
+                    format!(
+                        "task {l} ({:?}, op {}) does not wait (even transitively) for earlier reader task {r} ({:?}, op {}) of bytes its {} argument writes (reader entry superseded by task {:?} before)",
+                        rec.id,
+                        rec.op,
+                        tasks[r].id,
+                        tasks[r].op,
+                        if pair.inout { "INOUT" } else { "OUTPUT_EXISTING" },
+                        pair.superseded_by,
                     ),
                 );
             }
@@ -1159,6 +1357,9 @@ fn minimise(mut prog: Program, buckets: u32, first: Failure) -> (Program, Failur
 
 fn describe(prog: &Program) -> String {
     let mut s = String::new();
+    if prog.war {
+        let _ = writeln!(s, "  (orch.set_track_war(true))");
+    }
     for (i, (addr, size)) in prog.bufs.iter().enumerate() {
         let _ = writeln!(s, "  buf{i}: addr {addr:#x}, {size} bytes");
     }
@@ -1270,11 +1471,42 @@ fn run_many(label: &str, features: Features, default_seed: u64) {
     assert!(s.explicit > 0 && s.creator > 0 && s.overlap > 0 && s.evictions > 0);
     assert!(s.consumed_skips > 0 && s.ordering_pairs > 0);
     assert_eq!(s.max_ring, MAX_RINGS - 1, "every ring is used");
+    if features.war {
+        eprintln!(
+            "{label}: write-after-read: {} reader entries, {} WAR overlap reasons, {} supersessions, {} extra edges explained only by readers ({} not superseded, {} version, {} dtype mix, {} different strides, {} same strides), {} WAR ordering pairs",
+            s.readers,
+            s.war_overlap,
+            s.supersessions,
+            s.war_extra.iter().sum::<u64>(),
+            s.war_extra[0],
+            s.war_extra[1],
+            s.war_extra[2],
+            s.war_extra[3],
+            s.war_extra[4],
+            s.war_pairs,
+        );
+        if s.war_gap > 0 {
+            eprintln!(
+                "{label}: DEP_ORACLE_WAR_GAP: {} unordered (superseded reader, later OUTPUT_EXISTING writer) pairs",
+                s.war_gap
+            );
+        }
+        assert!(s.readers > 0 && s.war_overlap > 0 && s.supersessions > 0 && s.war_pairs > 0);
+    } else {
+        assert_eq!(s.readers + s.war_overlap + s.war_pairs, 0);
+    }
 }
 
 #[test]
 fn dep_oracle_random_programs() {
-    run_many("dep_oracle", Features { dtype_views: false }, 0x5EED_0001);
+    run_many(
+        "dep_oracle",
+        Features {
+            dtype_views: false,
+            war: false,
+        },
+        0x5EED_0001,
+    );
 }
 
 /// The same with views that reinterpret a buffer as another element type (FLOAT16, INT8,
@@ -1283,8 +1515,26 @@ fn dep_oracle_random_programs() {
 fn dep_oracle_random_programs_with_dtype_views() {
     run_many(
         "dep_oracle+dtype",
-        Features { dtype_views: true },
+        Features {
+            dtype_views: true,
+            war: false,
+        },
         0x5EED_0002,
+    );
+}
+
+/// The same with write-after-read tracking on (`Orchestrator::set_track_war(true)`), views
+/// of other element types included: reader entries, writers waiting for the live readers they
+/// overlap, and covering writers superseding readers.
+#[test]
+fn dep_oracle_random_programs_with_war_tracking() {
+    run_many(
+        "dep_oracle+war",
+        Features {
+            dtype_views: true,
+            war: true,
+        },
+        0x5EED_0003,
     );
 }
 

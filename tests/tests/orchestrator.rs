@@ -375,9 +375,14 @@ fn write_after_read_is_tracked_only_when_asked() {
                 .submit(aiv(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
                 .unwrap();
             if war {
+                // With tracking, a writer waits for earlier readers and writers.
                 assert_eq!(
                     fanin(shared, w3),
-                    vec![(r1, DepFlags::WAIT), (r2, DepFlags::WAIT)]
+                    vec![
+                        (w0, DepFlags::WAIT),
+                        (r1, DepFlags::WAIT),
+                        (r2, DepFlags::WAIT)
+                    ]
                 );
                 // w3 covered r1's region (evicted) but not r2's: w4 reaches r1 through w3.
                 assert_eq!(
