@@ -9,13 +9,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// The AICPU-AICore register protocol, the dispatch payload and the core's loop body.
-pub mod handshake;
+// The core's loop body over the AICPU-AICore handshake.
+pub mod core_loop;
 // The kernel calling convention.
 pub mod kernel;
+// The reference kernels the example scenes use.
+pub mod kernels;
 // Moving tensor views between GM and the local buffer.
 pub mod tile;
 
-pub use simpler_core::gm::{self, Gm, GmFault};
 pub use kernel::{KernelCtx, KernelFailure, KernelFn, KernelId};
+pub use simpler_core::gm::{self, Gm, GmFault};
 pub use simpler_core::CoreTaskArgs;

@@ -3,8 +3,8 @@
 //! FLOAT32 and BFLOAT16 views are supported (bf16 is widened on load and rounded to nearest
 //! even on store). Each innermost run of the view is one GM access when its stride is 1.
 
-use simpler_core::gm::Gm;
 use crate::kernel::KernelFailure;
+use simpler_core::gm::Gm;
 use simpler_core::{Bf16, DataType, TaskTensor};
 
 /// Largest innermost run moved in one access (elements).
@@ -41,7 +41,12 @@ fn for_each_run(
         for d in 0..rank - 1 {
             offset += index[d] as u64 * strides[d] as u64;
         }
-        run(t.buffer().addr + offset * elem, row * inner, inner, inner_stride)?;
+        run(
+            t.buffer().addr + offset * elem,
+            row * inner,
+            inner,
+            inner_stride,
+        )?;
         // Advance the outer index, last outer dimension fastest.
         for d in (0..rank - 1).rev() {
             index[d] += 1;

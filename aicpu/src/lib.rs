@@ -1,15 +1,24 @@
-//! `simpler-aicpu`: the program the AICPU runs — the orchestrator thread and the scheduler
-//! threads of the tensormap_and_ringbuffer runtime, and the host_build_graph schedulers.
+//! `simpler-aicpu`: the program the AICPU runs — the orchestrator thread's runtime API and the
+//! scheduler threads of the tensormap_and_ringbuffer runtime.
 //!
 //! Everything here is generic over [`Platform`], the few primitives that differ between the
-//! device firmware and the simulator: register access, fences and a cycle counter.
+//! device firmware and the simulator: register access, payload buffers and a cycle counter.
 //!
 //! Modules:
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// Per-slot task payloads written at submit and read at dispatch.
+pub mod payloads;
 // The hardware primitives the AICPU program needs.
 pub mod platform;
+// The orchestration API handed to orchestration functions.
+pub mod runtime;
+// A scheduler thread's completion, fanout and dispatch pass.
+pub mod scheduler;
 
-pub use platform::{CoreIndex, Platform};
+pub use payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
+pub use platform::Platform;
+pub use runtime::{Rt, RtError};
+pub use scheduler::{CoreSlot, OwnedCore, SchedError, Scheduler};

@@ -1,25 +1,25 @@
 //! The AICPU's view of the hardware. The device implements it over memory-mapped registers;
-//! the simulator implements it over its register blocks. Scheduler code names only this trait.
+//! the simulator over its register blocks. Scheduler code names only this trait.
 
-/// Index of a compute core in the chip's core table (AICs first, then AIVs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CoreIndex(pub u32);
+use simpler_core::handshake::DispatchPayload;
 
-/// Register access, ordering and time for the AICPU program.
+/// Register access, payload buffers and time for the cores one scheduler thread owns.
+/// Cores are named by their index in the chip's core table.
 pub trait Platform {
-    /// Writes a core's task register (the AICPU-to-core handshake word).
-    fn write_task_register(&self, core: CoreIndex, value: u32);
+    /// Writes a core's task register. Release: the payload written before it is visible to
+    /// the core first.
+    fn write_task(&mut self, core: usize, value: u32);
 
-    /// Reads a core's status register (ACK or FIN in bit 31, plus the task id).
-    fn read_status_register(&self, core: CoreIndex) -> u32;
+    /// Reads a core's status register. Acquire: the kernel's GM writes and the error word are
+    /// visible once its FIN is.
+    fn read_status(&self, core: usize) -> u32;
 
-    /// Orders every earlier memory write before every later one, across the AICPU and the
-    /// cores (a release fence on the device's coherent fabric).
-    fn publish_fence(&self);
+    /// Reads why a core's last task failed: an error code (0 for none) and a detail word.
+    fn read_error(&self, core: usize) -> (u32, u32);
 
-    /// Orders every later memory read after every earlier one (an acquire fence).
-    fn observe_fence(&self);
+    /// The payload buffer of `parity` for `core`, to fill before writing its task register.
+    fn payload_mut(&mut self, core: usize, parity: u32) -> &mut DispatchPayload;
 
-    /// A monotonic cycle counter, for timing and the no-progress watchdog.
+    /// A monotonic cycle counter.
     fn cycles(&self) -> u64;
 }

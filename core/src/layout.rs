@@ -248,6 +248,26 @@ impl<'a> Carver<'a> {
     }
 }
 
+impl<'a> Carver<'a> {
+    /// The array `span` names, as shared atomic state, keeping the bytes already there (any
+    /// bit pattern is a valid `T`). For large regions the caller has freshly allocated zeroed,
+    /// so that untouched pages stay untouched.
+    pub fn atomic_as_is<T: AtomicPod>(&mut self, span: Span<T>) -> Result<&'a [T], LayoutError> {
+        let bytes = self.take_bytes(span.offset, span.len * size_of::<T>())?;
+        if bytes.as_ptr() as usize % align_of::<T>() != 0 {
+            return Err(LayoutError::SpanOutOfOrder {
+                offset: span.offset,
+            });
+        }
+        let ptr = bytes.as_mut_ptr().cast::<T>();
+        // SAFETY: as in `atomic`: an exclusive borrow for 'a of exactly the span's bytes,
+        // aligned for T; `AtomicPod` makes every bit pattern a valid T and all mutation atomic.
+        #[allow(unsafe_code)]
+        let slice = unsafe { core::slice::from_raw_parts(ptr, span.len) };
+        Ok(slice)
+    }
+}
+
 /// Shared state made only of atomics (and padding), valid for any bit pattern, zero included.
 ///
 /// # Safety

@@ -49,6 +49,8 @@ pub mod dtype;
 pub mod edge;
 // Device global memory access: the `Gm` trait kernels and the AICPU read and write through.
 pub mod gm;
+// The AICPU-AICore handshake: register values, tokens and the dispatch payload.
+pub mod handshake;
 // Saturating extent arithmetic and the geometry checks every tensor type shares.
 pub mod geometry;
 // Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.

@@ -328,6 +328,8 @@ struct Wiring<'a> {
     shared: &'a SchedState<'a>,
     rings: [RingCursor; MAX_RINGS],
     epoch: u32,
+    /// Edges recorded this run (one per producer-consumer pair).
+    edges: u64,
     /// WAIT edges of the task being submitted.
     waits: u32,
     /// Of those, edges whose producer had already completed.
@@ -373,6 +375,7 @@ impl<'a> Orchestrator<'a> {
             shared,
             rings,
             epoch: 0,
+            edges: 0,
             waits: 0,
             completed: 0,
         };
@@ -385,6 +388,27 @@ impl<'a> Orchestrator<'a> {
             fatal: false,
             track_war: false,
         })
+    }
+
+    /// Starts a new run on the memory in place: an empty TensorMap, rings at task 0, no scope,
+    /// no latched failure. The shared state must be reset alongside (`SchedState::reset`).
+    pub fn reset(&mut self) {
+        self.map.reset();
+        self.scopes.reset();
+        for cur in self.wiring.rings.iter_mut() {
+            cur.next_local = 0;
+            cur.heap = HeapRing::new(cur.heap.size());
+            cur.heap_anchor = 0;
+            cur.edges = EdgeCursor::new(cur.edges.capacity());
+            cur.last_alive = 0;
+        }
+        self.fatal = false;
+        self.wiring.edges = 0;
+    }
+
+    /// Producer-consumer edges recorded since the last reset (one per pair).
+    pub fn edges_recorded(&self) -> u64 {
+        self.wiring.edges
     }
 
     /// The shared state this orchestrator feeds.
@@ -905,6 +929,7 @@ impl<'a> Wiring<'a> {
             return Ok(());
         };
         self.count_wait(flags, done);
+        self.edges += 1;
         pslot.seen_epoch.store(self.epoch, Ordering::Relaxed);
         pslot.seen_edge.store(index, Ordering::Relaxed);
         Ok(())

@@ -258,6 +258,15 @@ impl<'a> ReadyQueue<'a> {
         self.slots.len()
     }
 
+    /// Empties the queue. Only while no other thread uses it (between runs).
+    pub fn reset(&self) {
+        self.header.enqueue_pos.0.store(0, Ordering::Relaxed);
+        self.header.dequeue_pos.0.store(0, Ordering::Relaxed);
+        for (position, slot) in (0u64..).zip(self.slots) {
+            slot.sequence.store(position, Ordering::Release);
+        }
+    }
+
     /// The slot position `position` lives in.
     fn slot(&self, position: u64) -> &Slot {
         // `mask` is `slots.len() - 1` with `slots.len()` a power of two (checked by `layout`),

@@ -158,6 +158,38 @@ impl<'a> SchedState<'a> {
         })
     }
 
+    /// Returns every slot, watermark and queue to its initial state, as after `init`. Only
+    /// while no other thread uses the state (between runs). After a run that ended cleanly
+    /// only the watermarks move; after an aborted one every slot is cleared.
+    pub fn reset(&self) {
+        for flow in self.flows {
+            flow.current_task_index.store(0, Ordering::Relaxed);
+            flow.last_task_alive.store(0, Ordering::Relaxed);
+            flow.advance_lock.store(0, Ordering::Relaxed);
+            flow.advance_pending.store(0, Ordering::Relaxed);
+        }
+        for slots in self.slots {
+            for slot in slots {
+                slot.status
+                    .store(SlotStatus::Free as u32, Ordering::Relaxed);
+                slot.fanout_lock.store(0, Ordering::Relaxed);
+                slot.task_id.store(u64::MAX, Ordering::Relaxed);
+                slot.seen_epoch.store(0, Ordering::Relaxed);
+            }
+        }
+        for queue in &self.queues {
+            queue.reset();
+        }
+    }
+
+    /// Whether every ring has retired every task it was given: a finished run.
+    pub fn drained(&self) -> bool {
+        self.flows.iter().all(|f| {
+            f.last_task_alive.load(Ordering::Acquire)
+                == f.current_task_index.load(Ordering::Acquire)
+        })
+    }
+
     /// The configuration.
     pub fn config(&self) -> &SchedConfig {
         &self.config

@@ -1,14 +1,18 @@
 //! `simpler-host`: everything that runs in the host process.
 //!
-//! Today it holds the host side of the task-argument wire: the [`TaskArgs`] builder that turns
-//! tagged wire tensors and scalars into the blob a chip or sub-worker decodes. `ChipWorker`, the
-//! device transport, the hbg runtime, the L3 `Worker` and the `simpler` tool build on it.
+//! The host side of the task-argument wire ([`TaskArgs`]), the [`ChipWorker`] that drives a
+//! simulated chip, and the example scenes the `simpler` command runs.
 //!
 //! Modules:
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// One chip: device start-up, callables, runs with staging and copy-back.
+pub mod chip_worker;
+// The example scenes and their goldens.
+pub mod scenes;
 // The tagged task-argument builder and its blob encoding.
 pub mod task_args;
 
+pub use chip_worker::{CallableHandle, ChipWorker, HostTensor, RunReport, WorkerError};
 pub use task_args::{TaskArgs, TaskArgsError};

@@ -1,9 +1,18 @@
 //! `simpler-sim`: the bundled simulator, the device every developer runs.
 //!
-//! It will own GM memory, a register block per core, and the execution of the `aicpu` and
-//! `aicore` programs unchanged, for the a2a3 and a5 topologies. Until that lands (the simulator
-//! issue), this crate only fixes its place in the dependency order:
-//! `core` ← `aicpu`, `aicore` ← `sim` ← `host`.
+//! A [`Device`] holds GM, the AICPU's orchestrator and scheduler threads and the AICore
+//! cores' registers and local buffers, set up once and reused for every run. The device code
+//! it runs (`simpler_aicpu`, `simpler_aicore`, `simpler_core`) is the firmware's code.
+//!
+//! Modules:
 
+// The device: its threads, registers, runs and host requests.
+pub mod device;
+// GM as an arena of atomic words.
+pub mod gm;
+// The wakeup primitive idle threads block on.
+pub mod wake;
+
+pub use device::{Device, DeviceConfig, DeviceError, Job, OrchFn, RunError, RunOutcome, Topology};
 pub use simpler_aicore as aicore;
 pub use simpler_aicpu as aicpu;

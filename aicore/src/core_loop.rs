@@ -1,0 +1,98 @@
+//! The loop body every AICore runs, over the handshake in `simpler_core::handshake`.
+//!
+//! [`CoreLoop::step`] is one iteration: the device wraps it in `loop {}`, the simulator steps
+//! it when the core has work.
+
+use crate::kernel::{KernelCtx, KernelFailure, KernelFn};
+use simpler_core::gm::Gm;
+use simpler_core::handshake::*;
+
+/// The core's side of its registers and payloads.
+pub trait CorePort {
+    /// Reads the task register (acquire: the payload written before it is visible).
+    fn read_task(&self) -> u32;
+    /// Writes the status register (release: the kernel's GM writes are visible first).
+    fn write_status(&self, value: u32);
+    /// Records why the current task failed (`code`, `detail`), before its FIN.
+    fn write_error(&self, code: u32, detail: u32);
+    /// The payload buffer of parity `parity` (0 or 1).
+    fn payload(&self, parity: u32) -> &DispatchPayload;
+}
+
+/// What one step of the loop did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// No new task.
+    Idle,
+    /// Ran the task with this token.
+    Ran(u32),
+    /// Received the exit signal and reported it.
+    Exited,
+}
+
+/// A core's loop state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CoreLoop {
+    last: Option<u32>,
+}
+
+impl CoreLoop {
+    /// A core that has taken no task yet.
+    pub const fn new() -> Self {
+        Self { last: None }
+    }
+
+    /// Forgets the last token (a new run starts its tokens again).
+    pub fn reset(&mut self) {
+        self.last = None;
+    }
+
+    /// One iteration: take a new token if there is one, run its kernel, report FIN.
+    pub fn step(
+        &mut self,
+        port: &impl CorePort,
+        gm: &dyn Gm,
+        kernels: &[KernelFn],
+        local: &mut [f32],
+    ) -> Step {
+        let token = port.read_task();
+        if token == EXIT_SIGNAL {
+            port.write_status(AICORE_EXITED);
+            return Step::Exited;
+        }
+        if token >= RESERVED_BASE || self.last == Some(token) {
+            return Step::Idle;
+        }
+        self.last = Some(token);
+        port.write_status(token);
+        let payload = port.payload(token & 1);
+        let result = match kernels.get(payload.kernel_id as usize) {
+            Some(kernel) => kernel(&mut KernelCtx {
+                gm,
+                args: &payload.args,
+                local,
+                block_idx: payload.block_idx,
+                block_num: payload.block_num,
+                sub_block: payload.sub_block,
+            }),
+            None => {
+                port.write_error(ERR_UNKNOWN_KERNEL, payload.kernel_id);
+                port.write_status(token | FIN_BIT);
+                return Step::Ran(token);
+            }
+        };
+        match result {
+            Ok(()) => port.write_error(NO_ERROR, 0),
+            Err(KernelFailure::BadArguments { index }) => {
+                port.write_error(ERR_BAD_ARGUMENTS, index)
+            }
+            Err(KernelFailure::TooLarge { elems, .. }) => {
+                port.write_error(ERR_TOO_LARGE, elems.min(u32::MAX as u64) as u32)
+            }
+            Err(KernelFailure::Memory(f)) => port.write_error(ERR_MEMORY, f.addr as u32),
+            Err(KernelFailure::Code(c)) => port.write_error(ERR_KERNEL_CODE, c),
+        }
+        port.write_status(token | FIN_BIT);
+        Step::Ran(token)
+    }
+}

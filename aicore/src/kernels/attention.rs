@@ -1,0 +1,187 @@
+//! Paged attention's four stages for one query tile of `H` heads against one KV block of `Bs`
+//! tokens, head dimension `D`; the scene runs them per block and chains the blocks with the
+//! online-softmax update (Milakov and Gimelshein, "Online normalizer calculation for softmax",
+//! 2018; the FlashAttention recurrence):
+//!
+//! ```text
+//!  pa_qk      s   = scale · q kᵀ                      (H, Bs)  f32
+//!  pa_softmax m   = rowmax(s),  p = exp(s - m),  l = rowsum(p)   p bf16
+//!  pa_pv      o   = p · v                             (H, D)   f32
+//!  pa_update  m' = max(mi, m),  oi = e^(mi-m') oi + e^(m-m') o,  li likewise
+//!             out = oi / li                           after the last block
+//! ```
+//!
+//! Inputs are bf16 in the scene (f32 is accepted too); all math is f32. A tensor is read as a
+//! matrix over its innermost extent, so leading size-1 dimensions (the scene's `[1, H, D]`
+//! views) are transparent, and outputs are checked by element count.
+
+use super::args::{
+    bad, matrix, operand, operand_of, product, scalar, scalar_f32, scalar_flag, tensors,
+};
+use super::matmul::gemm;
+use super::stage::carve;
+use crate::kernel::{KernelCtx, KernelFailure};
+use crate::tile;
+use simpler_core::{Bf16, DataType};
+
+/// `s = scale · q kᵀ`. Tensors: `[q (H, D), k (Bs, D), s OUT (H·Bs elements)]`; scalar 0 holds
+/// `scale` as f32 bits in its low 32 bits.
+pub fn pa_qk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+    let args = ctx.args;
+    let [q, k, s] = tensors::<3>(args)?;
+    let (h, d) = matrix(q, 0)?;
+    let (bs, k_d) = matrix(k, 1)?;
+    if k_d != d {
+        return Err(bad(1));
+    }
+    operand_of(s, 2, product(h, bs, 2)?)?;
+    let scale = scalar_f32(args, 0)?;
+    let [q_buf, k_buf, s_buf] = carve(ctx.local, [h * d, bs * d, h * bs])?;
+    tile::load(ctx.gm, q, q_buf)?;
+    tile::load(ctx.gm, k, k_buf)?;
+    for (s_row, q_row) in s_buf.chunks_exact_mut(bs).zip(q_buf.chunks_exact(d)) {
+        for (out, k_row) in s_row.iter_mut().zip(k_buf.chunks_exact(d)) {
+            let dot: f32 = q_row.iter().zip(k_row).map(|(&x, &y)| x * y).sum();
+            *out = scale * dot;
+        }
+    }
+    tile::store(ctx.gm, s, s_buf)
+}
+
+/// Row softmax numerators of one block. Tensors: `[s (H, Bs), p OUT (H·Bs), m OUT (H),
+/// l OUT (H)]`; scalar 0 is the number of valid columns `v`, `1..=Bs`.
+///
+/// `m` is the row max over the valid columns, `p = exp(s - m)` on them and 0 on the masked
+/// columns `v..Bs`, and `l` sums the row of `p` as stored: each term is rounded to `p`'s dtype
+/// first, so `pa_pv`'s numerator and `l` weight every token identically.
+pub fn pa_softmax(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+    let args = ctx.args;
+    let [s, p, m, l] = tensors::<4>(args)?;
+    let (h, bs) = matrix(s, 0)?;
+    operand_of(p, 1, product(h, bs, 1)?)?;
+    operand_of(m, 2, h)?;
+    operand_of(l, 3, h)?;
+    let valid = scalar(args, 0)?;
+    if valid == 0 || valid > bs as u64 {
+        return Err(bad(args.tensors().len()));
+    }
+    let valid = valid as usize;
+    let round = p.dtype() == DataType::Bfloat16;
+    let [s_buf, m_buf, l_buf] = carve(ctx.local, [h * bs, h, h])?;
+    tile::load(ctx.gm, s, s_buf)?;
+    let rows = s_buf
+        .chunks_exact_mut(bs)
+        .zip(m_buf.iter_mut().zip(l_buf.iter_mut()));
+    for (row, (row_max, row_sum)) in rows {
+        let (live, masked) = row.split_at_mut(valid);
+        let max = live.iter().fold(f32::NEG_INFINITY, |acc, &x| acc.max(x));
+        let mut sum = 0.0f32;
+        for x in live.iter_mut() {
+            let e = libm::expf(*x - max);
+            *x = if round { Bf16::from_f32(e).to_f32() } else { e };
+            sum += *x;
+        }
+        masked.fill(0.0);
+        *row_max = max;
+        *row_sum = sum;
+    }
+    tile::store(ctx.gm, p, s_buf)?;
+    tile::store(ctx.gm, m, m_buf)?;
+    tile::store(ctx.gm, l, l_buf)
+}
+
+/// `o = p · v`. Tensors: `[p (H, Bs), v (Bs, D), o OUT (H·D)]`.
+pub fn pa_pv(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+    let args = ctx.args;
+    let [p, v, o] = tensors::<3>(args)?;
+    let (h, bs) = matrix(p, 0)?;
+    let (v_bs, d) = matrix(v, 1)?;
+    if v_bs != bs {
+        return Err(bad(1));
+    }
+    operand_of(o, 2, product(h, d, 2)?)?;
+    let [p_buf, v_buf, o_buf] = carve(ctx.local, [h * bs, bs * d, h * d])?;
+    tile::load(ctx.gm, p, p_buf)?;
+    tile::load(ctx.gm, v, v_buf)?;
+    gemm(p_buf, v_buf, o_buf, bs, d);
+    tile::store(ctx.gm, o, o_buf)
+}
+
+/// Folds one block's `(mij, lij, otmp)` into the running `(mi, li, oi)`. Tensors: `[mij (H),
+/// lij (H), otmp (H·D), mi INOUT (H), li INOUT (H), oi INOUT (H·D)]`, plus `out OUT (H·D)`
+/// exactly when it is the last block; scalar 0 is `is_first`, scalar 1 `is_last` (each 0 or 1).
+///
+/// The first block copies its triple into the running one; a later block rescales both to the
+/// larger max. After the last block `out = oi / li` row by row.
+pub fn pa_update(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+    let args = ctx.args;
+    let all = args.tensors();
+    let [mij, lij, otmp, mi, li, oi] = match all {
+        [mij, lij, otmp, mi, li, oi, ..] => [mij, lij, otmp, mi, li, oi],
+        _ => return Err(bad(all.len())),
+    };
+    let is_first = scalar_flag(args, 0)?;
+    let is_last = scalar_flag(args, 1)?;
+    let expected = if is_last { 7 } else { 6 };
+    if all.len() != expected {
+        return Err(bad(all.len().min(expected)));
+    }
+    let out = all.get(6);
+    let h = operand(mij, 0)?;
+    operand_of(lij, 1, h)?;
+    let hd = operand(otmp, 2)?;
+    if hd % h != 0 {
+        return Err(bad(2));
+    }
+    let d = hd / h;
+    operand_of(mi, 3, h)?;
+    operand_of(li, 4, h)?;
+    operand_of(oi, 5, hd)?;
+    if let Some(out) = out {
+        operand_of(out, 6, hd)?;
+    }
+    let [mij_buf, lij_buf, otmp_buf, mi_buf, li_buf, oi_buf] =
+        carve(ctx.local, [h, h, hd, h, h, hd])?;
+    tile::load(ctx.gm, mij, mij_buf)?;
+    tile::load(ctx.gm, lij, lij_buf)?;
+    tile::load(ctx.gm, otmp, otmp_buf)?;
+    if is_first {
+        mi_buf.copy_from_slice(mij_buf);
+        li_buf.copy_from_slice(lij_buf);
+        oi_buf.copy_from_slice(otmp_buf);
+    } else {
+        tile::load(ctx.gm, mi, mi_buf)?;
+        tile::load(ctx.gm, li, li_buf)?;
+        tile::load(ctx.gm, oi, oi_buf)?;
+        let running = mi_buf
+            .iter_mut()
+            .zip(li_buf.iter_mut())
+            .zip(oi_buf.chunks_exact_mut(d));
+        let block = mij_buf
+            .iter()
+            .zip(lij_buf.iter())
+            .zip(otmp_buf.chunks_exact(d));
+        for (((m_run, l_run), o_run), ((&m_blk, &l_blk), o_blk)) in running.zip(block) {
+            let m_new = m_run.max(m_blk);
+            let alpha = libm::expf(*m_run - m_new);
+            let beta = libm::expf(m_blk - m_new);
+            *l_run = alpha * *l_run + beta * l_blk;
+            for (x, &y) in o_run.iter_mut().zip(o_blk) {
+                *x = alpha * *x + beta * y;
+            }
+            *m_run = m_new;
+        }
+    }
+    tile::store(ctx.gm, mi, mi_buf)?;
+    tile::store(ctx.gm, li, li_buf)?;
+    tile::store(ctx.gm, oi, oi_buf)?;
+    if let Some(out) = out {
+        for (row, &l_run) in oi_buf.chunks_exact_mut(d).zip(li_buf.iter()) {
+            for x in row.iter_mut() {
+                *x /= l_run;
+            }
+        }
+        tile::store(ctx.gm, out, oi_buf)?;
+    }
+    Ok(())
+}

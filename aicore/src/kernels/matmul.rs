@@ -1,0 +1,105 @@
+//! Tiled matrix multiply: `C_b = A_b · B_b` for every batch slice `b`, f32 accumulation.
+//!
+//! The batch of a tensor is the product of all but its last two dimensions (1 for a matrix), so
+//! bgemm's `[1, 1, M, K]` views of its input grids multiply into a `[M, N]` product. One slice
+//! of each operand is in the local buffer at a time: `MK + KN + MN` words, 49,152 for
+//! 128x128x128.
+
+use super::args::{bad, operand, tensors};
+use super::stage::carve;
+use crate::kernel::{KernelCtx, KernelFailure};
+use crate::tile;
+use simpler_core::limits::MAX_TENSOR_DIMS;
+use simpler_core::TaskTensor;
+
+/// Largest `M`, `K` or `N` of one product.
+pub const MAX_TILE: usize = 128;
+
+/// `C = A · B` per batch slice. Tensors: `[A (.., M, K), B (.., K, N), C OUT (.., M, N)]`, each
+/// f32 or bf16, with equal batch counts (their leading shapes may differ). `M`, `K`, `N` past
+/// [`MAX_TILE`] report `TooLarge { elems: that extent, limit: MAX_TILE }`.
+pub fn matmul(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+    let args = ctx.args;
+    let [a, b, c] = tensors::<3>(args)?;
+    let (batch, m, k) = batched(a, 0)?;
+    let (b_batch, b_k, n) = batched(b, 1)?;
+    let (c_batch, c_m, c_n) = batched(c, 2)?;
+    if b_batch != batch || b_k != k {
+        return Err(bad(1));
+    }
+    if c_batch != batch || c_m != m || c_n != n {
+        return Err(bad(2));
+    }
+    if let Some(&dim) = [m, k, n].iter().find(|&&d| d > MAX_TILE) {
+        return Err(KernelFailure::TooLarge {
+            elems: dim as u64,
+            limit: MAX_TILE as u64,
+        });
+    }
+    let [a_buf, b_buf, c_buf] = carve(ctx.local, [m * k, k * n, m * n])?;
+    for slice in 0..batch {
+        tile::load(ctx.gm, &batch_slice(a, 0, slice)?, a_buf)?;
+        tile::load(ctx.gm, &batch_slice(b, 1, slice)?, b_buf)?;
+        gemm(a_buf, b_buf, c_buf, k, n);
+        tile::store(ctx.gm, &batch_slice(c, 2, slice)?, c_buf)?;
+    }
+    Ok(())
+}
+
+/// `c (m x n) = a (m x k) · b (k x n)`, all row-major, with `m` taken from `c.len() / n`.
+///
+/// The loop order is i-k-j: the innermost loop adds a scaled row of `b` into a row of `c`, both
+/// contiguous, so it vectorises and streams `b` once per row of `a`. Short slices end the
+/// loops early rather than panic.
+pub(crate) fn gemm(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
+    if n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    for (c_row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)) {
+        c_row.fill(0.0);
+        for (&x, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
+            for (y, &z) in c_row.iter_mut().zip(b_row) {
+                *y += x * z;
+            }
+        }
+    }
+}
+
+/// Checks tensor `index` and reads it as `(batch, rows, cols)`: its last two extents and the
+/// product of the others. A tensor of rank below 2 is refused.
+fn batched(t: &TaskTensor, index: usize) -> Result<(usize, usize, usize), KernelFailure> {
+    let numel = operand(t, index)?;
+    match *t.shapes() {
+        [.., rows, cols] => {
+            let (rows, cols) = (rows as usize, cols as usize);
+            // Every shape is non-zero, so the division is exact and safe.
+            Ok((numel / (rows * cols), rows, cols))
+        }
+        _ => Err(bad(index)),
+    }
+}
+
+/// The view of batch slice `slice` (row-major over the leading dimensions) of tensor `index`.
+fn batch_slice(t: &TaskTensor, index: usize, slice: usize) -> Result<TaskTensor, KernelFailure> {
+    let shapes = t.shapes();
+    let rank = shapes.len();
+    if rank <= 2 {
+        return Ok(*t);
+    }
+    let mut view_shapes = [0u32; MAX_TENSOR_DIMS];
+    let mut offsets = [0u32; MAX_TENSOR_DIMS];
+    view_shapes[..rank].copy_from_slice(shapes);
+    let mut rest = slice;
+    for d in (0..rank - 2).rev() {
+        let extent = (shapes[d] as usize).max(1);
+        offsets[d] = (rest % extent) as u32;
+        view_shapes[d] = 1;
+        rest /= extent;
+    }
+    t.view(&view_shapes[..rank], &offsets[..rank])
+        .map_err(|_| bad(index))
+}

@@ -1,0 +1,68 @@
+//! The reference kernels the example scenes run: elementwise vector ops, a tiled matmul with
+//! its accumulate step (bgemm), and the four stages of paged attention's online softmax.
+//!
+//! Every kernel checks its arguments before it touches GM and reports a typed
+//! [`KernelFailure`] for any input it cannot run, never a panic:
+//!
+//! - a wrong tensor count is `BadArguments { index }` with `index` the first missing or extra
+//!   position (`min(count, expected)`);
+//! - a tensor whose rank, dtype (FLOAT32 or BFLOAT16 only), element count or shape does not fit
+//!   is `BadArguments` naming its position among the tensors;
+//! - a missing or out-of-range scalar is `BadArguments` with `index` = tensor count + the
+//!   scalar's position, so every argument has one index in submission order (a
+//!   [`simpler_core::CoreTaskArgs`] holds its tensors before its scalars);
+//! - operands that do not fit the local buffer, or a matmul tile dimension past [`MAX_TILE`],
+//!   are `TooLarge`;
+//! - an access outside GM is `Memory`.
+//!
+//! Kernels keep their working data only in [`KernelCtx::local`], carved into one buffer per
+//! operand; math is f32 whatever the tensors' dtypes (bf16 is widened on load and rounded to
+//! nearest even on store).
+//!
+//! Modules:
+
+use crate::kernel::{KernelCtx, KernelFailure, KernelFn};
+
+// Checking tensor counts, tensors and scalars.
+mod args;
+// The paged-attention stages: `pa_qk`, `pa_softmax`, `pa_pv`, `pa_update`.
+mod attention;
+// Tiled matrix multiply over batch slices.
+mod matmul;
+// Carving the local buffer and moving element ranges of a tensor through it.
+mod stage;
+// Elementwise kernels: `add`, `mul`, `add_scalar`, `accumulate`.
+mod vector;
+
+pub use attention::{pa_pv, pa_qk, pa_softmax, pa_update};
+pub use matmul::{matmul, MAX_TILE};
+pub use vector::{accumulate, add, add_scalar, mul};
+
+/// The code the [`fail`] kernel reports.
+pub const FAIL_CODE: u32 = 0xFA11;
+
+/// Always fails with [`KernelFailure::Code`]`(`[`FAIL_CODE`]`)`, touching nothing: the fault
+/// path's test kernel.
+pub fn fail(_ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+    Err(KernelFailure::Code(FAIL_CODE))
+}
+
+/// Does nothing and succeeds: measures dispatch with no kernel work.
+pub fn empty(_ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+    Ok(())
+}
+
+/// Every kernel of this module by name, the table a callable's kernel ids index into.
+pub const ALL: &[(&str, KernelFn)] = &[
+    ("add", add),
+    ("mul", mul),
+    ("add_scalar", add_scalar),
+    ("matmul", matmul),
+    ("accumulate", accumulate),
+    ("pa_qk", pa_qk),
+    ("pa_softmax", pa_softmax),
+    ("pa_pv", pa_pv),
+    ("pa_update", pa_update),
+    ("fail", fail),
+    ("empty", empty),
+];

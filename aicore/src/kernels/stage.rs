@@ -1,0 +1,121 @@
+//! Staging tensors through the core's local buffer: carving it into one buffer per operand, and
+//! moving an element range of a tensor (in row-major element order) between GM and a buffer,
+//! so a tensor larger than the buffer streams through it in chunks.
+//!
+//! A range of a tensor's row-major elements is not one strided view in general, but it is a
+//! short sequence of views: [`for_each_view`] covers `[lo, hi)` greedily, each time with the
+//! outermost dimension whose step the current position is aligned to, so a range of whole
+//! rows is one view and any range needs at most `2 * rank - 1`.
+
+use super::args::{bad, operand};
+use crate::kernel::KernelFailure;
+use crate::tile;
+use simpler_core::gm::Gm;
+use simpler_core::limits::MAX_TENSOR_DIMS;
+use simpler_core::TaskTensor;
+
+/// Splits the front of `local` into `N` buffers of `sizes`, or reports `TooLarge` with their
+/// total.
+pub(crate) fn carve<const N: usize>(
+    local: &mut [f32],
+    sizes: [usize; N],
+) -> Result<[&mut [f32]; N], KernelFailure> {
+    let need = sizes.iter().try_fold(0usize, |sum, &s| sum.checked_add(s));
+    match need {
+        Some(need) if need <= local.len() => {}
+        _ => {
+            return Err(KernelFailure::TooLarge {
+                elems: need.map_or(u64::MAX, |n| n as u64),
+                limit: local.len() as u64,
+            })
+        }
+    }
+    let mut rest = local;
+    // The total fits, so every split is in range.
+    Ok(sizes.map(|s| {
+        let (head, tail) = core::mem::take(&mut rest).split_at_mut(s);
+        rest = tail;
+        head
+    }))
+}
+
+/// Loads elements `[first, first + dst.len())` of tensor `index` into `dst`.
+pub(crate) fn load_range(
+    gm: &dyn Gm,
+    t: &TaskTensor,
+    index: usize,
+    first: usize,
+    dst: &mut [f32],
+) -> Result<(), KernelFailure> {
+    let end = first.checked_add(dst.len()).ok_or(bad(index))?;
+    for_each_view(t, index, first, end, |view, at| {
+        let to = dst.get_mut(at..).ok_or(bad(index))?;
+        tile::load(gm, view, to).map(drop)
+    })
+}
+
+/// Stores `src` into elements `[first, first + src.len())` of tensor `index`.
+pub(crate) fn store_range(
+    gm: &dyn Gm,
+    t: &TaskTensor,
+    index: usize,
+    first: usize,
+    src: &[f32],
+) -> Result<(), KernelFailure> {
+    let end = first.checked_add(src.len()).ok_or(bad(index))?;
+    for_each_view(t, index, first, end, |view, at| {
+        let from = src.get(at..).ok_or(bad(index))?;
+        tile::store(gm, view, from)
+    })
+}
+
+/// Calls `f(view, at)` for views of `t` that together cover its row-major elements `[lo, hi)`
+/// in order; `at` is the view's first element counted from `lo`.
+fn for_each_view(
+    t: &TaskTensor,
+    index: usize,
+    lo: usize,
+    hi: usize,
+    mut f: impl FnMut(&TaskTensor, usize) -> Result<(), KernelFailure>,
+) -> Result<(), KernelFailure> {
+    if hi > operand(t, index)? {
+        return Err(bad(index));
+    }
+    let shapes = t.shapes();
+    let rank = shapes.len();
+    // step[d]: elements one index of dimension d advances (the product of the inner shapes).
+    // Every shape is non-zero and their product fits usize (checked above), so each step is
+    // at least 1 and no product overflows.
+    let mut step = [1usize; MAX_TENSOR_DIMS];
+    for d in (0..rank.saturating_sub(1)).rev() {
+        step[d] = step[d + 1] * shapes[d + 1] as usize;
+    }
+    let mut pos = lo;
+    while pos < hi {
+        // The outermost dimension whose step `pos` is aligned to and the range still holds;
+        // the innermost (step 1) always qualifies.
+        let d = (0..rank)
+            .find(|&d| pos % step[d] == 0 && step[d] <= hi - pos)
+            .unwrap_or(rank - 1);
+        let extent = shapes[d] as usize;
+        let at = (pos / step[d]) % extent;
+        let count = ((hi - pos) / step[d]).min(extent - at);
+        let mut view_shapes = [0u32; MAX_TENSOR_DIMS];
+        let mut view_offsets = [0u32; MAX_TENSOR_DIMS];
+        for e in 0..rank {
+            (view_shapes[e], view_offsets[e]) = if e < d {
+                (1, ((pos / step[e]) % shapes[e] as usize) as u32)
+            } else if e == d {
+                (count as u32, at as u32)
+            } else {
+                (shapes[e], 0)
+            };
+        }
+        let view = t
+            .view(&view_shapes[..rank], &view_offsets[..rank])
+            .map_err(|_| bad(index))?;
+        f(&view, pos - lo)?;
+        pos += count * step[d];
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! Per-slot task payloads: what the cores need to run a task, written by the orchestrator
+//! before the task is published and read by the scheduler that dispatches it.
+//!
+//! Each slot of each ring holds one record of atomic words (so the structure can be shared by
+//! the orchestrator and scheduler threads without locks or `unsafe`): the kernel id per core
+//! slot, the SPMD block count, the tensor and scalar counts, then the used tensors and scalars.
+//! Only the used words are copied. The publish (a Release in the slot state machine) orders
+//! the writes before any scheduler's pop of the task (an Acquire).
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use simpler_core::layout::{Carver, Layout, LayoutError, Span};
+use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
+use simpler_core::ring::MAX_RINGS;
+use simpler_core::{CoreTaskArgs, TaskId, TaskTensor};
+
+/// A kernel slot with no kernel.
+pub const NO_KERNEL: u32 = u32::MAX;
+
+/// The kernel per core slot of one cluster: AIC, AIV0, AIV1 (`NO_KERNEL` when unused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MixedKernels {
+    /// The cube core's kernel.
+    pub aic: u32,
+    /// The left vector core's kernel.
+    pub aiv0: u32,
+    /// The right vector core's kernel.
+    pub aiv1: u32,
+}
+
+impl MixedKernels {
+    /// No kernel at all (a dummy task).
+    pub const NONE: Self = Self {
+        aic: NO_KERNEL,
+        aiv0: NO_KERNEL,
+        aiv1: NO_KERNEL,
+    };
+
+    /// The kernel of slot `sub` (0 AIC, 1 AIV0, 2 AIV1).
+    pub fn slot(&self, sub: usize) -> u32 {
+        match sub {
+            0 => self.aic,
+            1 => self.aiv0,
+            _ => self.aiv1,
+        }
+    }
+}
+
+const TENSOR_WORDS: usize = core::mem::size_of::<TaskTensor>() / 8;
+const HEADER_WORDS: usize = 3;
+/// Words of one slot's record.
+pub const RECORD_WORDS: usize =
+    HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS + CORE_MAX_SCALAR_ARGS;
+
+/// Where the payload records live.
+#[derive(Clone, Copy, Debug)]
+pub struct PayloadsLayout {
+    layout: Layout,
+    rings: [Span<AtomicU64>; MAX_RINGS],
+    windows: [u32; MAX_RINGS],
+}
+
+impl PayloadsLayout {
+    /// Records for rings of `windows` slots.
+    pub fn new(windows: [u32; MAX_RINGS]) -> Result<Self, LayoutError> {
+        let mut layout = Layout::new();
+        let mut rings = [Span::empty(); MAX_RINGS];
+        for (r, span) in rings.iter_mut().enumerate() {
+            *span = layout.array::<AtomicU64>(windows[r] as usize * RECORD_WORDS)?;
+        }
+        Ok(Self {
+            layout,
+            rings,
+            windows,
+        })
+    }
+
+    /// Bytes needed.
+    pub fn size(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+/// The payload records of every slot.
+pub struct TaskPayloads<'a> {
+    rings: [&'a [AtomicU64]; MAX_RINGS],
+    masks: [u32; MAX_RINGS],
+}
+
+impl<'a> TaskPayloads<'a> {
+    /// Carves the records out of `region`.
+    pub fn init(region: &'a mut [u8], layout: &PayloadsLayout) -> Result<Self, LayoutError> {
+        let mut c = Carver::new(region, &layout.layout)?;
+        let [a, b, d, e] = layout.rings;
+        Ok(Self {
+            rings: [c.atomic(a)?, c.atomic(b)?, c.atomic(d)?, c.atomic(e)?],
+            masks: layout.windows.map(|w| w.wrapping_sub(1)),
+        })
+    }
+
+    fn record(&self, task: TaskId) -> Option<&[AtomicU64]> {
+        let ring = task.ring() as usize;
+        let words = self.rings.get(ring)?;
+        let slot = (task.local() & self.masks[ring]) as usize;
+        words.get(slot * RECORD_WORDS..(slot + 1) * RECORD_WORDS)
+    }
+
+    /// Writes `task`'s record. Tensors and scalars past the caps are the caller's error to
+    /// refuse before submitting; here they are clamped.
+    pub fn write(
+        &self,
+        task: TaskId,
+        kernels: MixedKernels,
+        block_num: u16,
+        tensors: impl ExactSizeIterator<Item = TaskTensor>,
+        scalars: &[u64],
+    ) {
+        let Some(rec) = self.record(task) else {
+            return;
+        };
+        let nt = tensors.len().min(CORE_MAX_TENSOR_ARGS);
+        let ns = scalars.len().min(CORE_MAX_SCALAR_ARGS);
+        rec[0].store(
+            kernels.aic as u64 | (kernels.aiv0 as u64) << 32,
+            Ordering::Relaxed,
+        );
+        rec[1].store(
+            kernels.aiv1 as u64 | (block_num as u64) << 32,
+            Ordering::Relaxed,
+        );
+        rec[2].store(nt as u64 | (ns as u64) << 32, Ordering::Relaxed);
+        for (i, t) in tensors.take(nt).enumerate() {
+            let words: [u64; TENSOR_WORDS] = bytemuck::cast(t);
+            let at = HEADER_WORDS + i * TENSOR_WORDS;
+            for (cell, w) in rec[at..at + TENSOR_WORDS].iter().zip(words) {
+                cell.store(w, Ordering::Relaxed);
+            }
+        }
+        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
+        for (cell, &v) in rec[at..at + ns].iter().zip(scalars) {
+            cell.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The kernels and block count of `task`.
+    pub fn kernels(&self, task: TaskId) -> (MixedKernels, u16) {
+        let Some(rec) = self.record(task) else {
+            return (MixedKernels::NONE, 1);
+        };
+        let w0 = rec[0].load(Ordering::Relaxed);
+        let w1 = rec[1].load(Ordering::Relaxed);
+        (
+            MixedKernels {
+                aic: w0 as u32,
+                aiv0: (w0 >> 32) as u32,
+                aiv1: w1 as u32,
+            },
+            (w1 >> 32) as u16,
+        )
+    }
+
+    /// Copies `task`'s arguments into `args` (replacing its contents).
+    pub fn read_args(&self, task: TaskId, args: &mut CoreTaskArgs) {
+        args.clear();
+        let Some(rec) = self.record(task) else {
+            return;
+        };
+        let counts = rec[2].load(Ordering::Relaxed);
+        let (nt, ns) = (
+            (counts as u32 as usize).min(CORE_MAX_TENSOR_ARGS),
+            ((counts >> 32) as usize).min(CORE_MAX_SCALAR_ARGS),
+        );
+        for i in 0..nt {
+            let at = HEADER_WORDS + i * TENSOR_WORDS;
+            let mut words = [0u64; TENSOR_WORDS];
+            for (w, cell) in words.iter_mut().zip(&rec[at..at + TENSOR_WORDS]) {
+                *w = cell.load(Ordering::Relaxed);
+            }
+            // Within the caps; the push cannot fail.
+            let _ = args.push_tensor(bytemuck::cast(words));
+        }
+        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
+        for cell in &rec[at..at + ns] {
+            let _ = args.push_scalar(cell.load(Ordering::Relaxed));
+        }
+    }
+}

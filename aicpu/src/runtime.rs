@@ -1,0 +1,306 @@
+//! The orchestration API: what an orchestration function calls to build its task graph.
+//!
+//! An orchestration function receives an [`Rt`]: the entry arguments, submits of AIC, AIV,
+//! MIX and dummy tasks, allocation tasks, AUTO and MANUAL scopes (as closures), explicit
+//! dependencies, reading and writing single tensor elements, and a fatal report. The first
+//! error latches: every later call returns it, and the run ends with it.
+
+use crate::payloads::{MixedKernels, TaskPayloads};
+use crate::scheduler::{single, CoreSlot};
+use core::sync::atomic::{AtomicU32, Ordering};
+use simpler_core::cores::ActiveMask;
+use simpler_core::deps::ExplicitDep;
+use simpler_core::gm::{Gm, GmFault};
+use simpler_core::limits::CORE_MAX_SCALAR_ARGS;
+use simpler_core::orchestrator::{Orchestrator, SubmitError, Task, TaskArg, Waiter};
+use simpler_core::scope::{ScopeError, ScopeMode};
+use simpler_core::slot::SlotStatus;
+use simpler_core::{OrchArgs, TaskId, TaskTensor};
+
+/// Why an orchestration call failed. The first one ends the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RtError {
+    /// The submit path refused the task.
+    Submit(SubmitError),
+    /// More scalars than a task carries.
+    TooManyScalars {
+        /// Scalars given.
+        count: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// A scope call was refused.
+    Scope(ScopeError),
+    /// A tensor element access outside the tensor.
+    Index {
+        /// The flat element index asked for.
+        index: u64,
+        /// Elements in the tensor.
+        numel: u64,
+    },
+    /// Device memory refused an access.
+    Memory(GmFault),
+    /// The orchestration reported a fatal error with this code.
+    Fatal(u32),
+    /// The run was aborted from outside (a kernel failure, the watchdog).
+    Aborted(u32),
+}
+
+impl From<SubmitError> for RtError {
+    fn from(e: SubmitError) -> Self {
+        Self::Submit(e)
+    }
+}
+
+impl From<ScopeError> for RtError {
+    fn from(e: ScopeError) -> Self {
+        Self::Scope(e)
+    }
+}
+
+/// The orchestration function's handle on the runtime.
+pub struct Rt<'r, 'a> {
+    orch: &'r mut Orchestrator<'a>,
+    payloads: &'r TaskPayloads<'a>,
+    waiter: &'r mut dyn Waiter,
+    gm: &'r dyn Gm,
+    args: &'r OrchArgs,
+    abort: &'r AtomicU32,
+    error: Option<RtError>,
+}
+
+impl<'r, 'a> Rt<'r, 'a> {
+    /// A handle over one run's orchestrator. `abort` is non-zero once the run is aborted.
+    pub fn new(
+        orch: &'r mut Orchestrator<'a>,
+        payloads: &'r TaskPayloads<'a>,
+        waiter: &'r mut dyn Waiter,
+        gm: &'r dyn Gm,
+        args: &'r OrchArgs,
+        abort: &'r AtomicU32,
+    ) -> Self {
+        Self {
+            orch,
+            payloads,
+            waiter,
+            gm,
+            args,
+            abort,
+            error: None,
+        }
+    }
+
+    /// The run's entry arguments (tensors adopted from the chip entry, and scalars).
+    pub fn args(&self) -> &OrchArgs {
+        self.args
+    }
+
+    /// The first error of the run, if any.
+    pub fn error(&self) -> Option<RtError> {
+        self.error
+    }
+
+    /// Whether the run has failed (an error here or an abort from outside).
+    pub fn is_fatal(&self) -> bool {
+        self.error.is_some() || self.abort.load(Ordering::Acquire) != 0
+    }
+
+    /// Ends the run with `code`.
+    pub fn report_fatal(&mut self, code: u32) -> RtError {
+        self.fail(RtError::Fatal(code))
+    }
+
+    fn fail(&mut self, e: RtError) -> RtError {
+        *self.error.get_or_insert(e)
+    }
+
+    fn check(&mut self) -> Result<(), RtError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        match self.abort.load(Ordering::Acquire) {
+            0 => Ok(()),
+            code => Err(self.fail(RtError::Aborted(code))),
+        }
+    }
+
+    /// Submits a task running `kernels` on one cluster (a MIX task when more than one slot is
+    /// used), `block_num` SPMD blocks, with `args` (OUTPUT descriptions are replaced by their
+    /// allocated tensors), `scalars` and explicit `deps`.
+    pub fn submit(
+        &mut self,
+        kernels: MixedKernels,
+        block_num: u16,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, RtError> {
+        self.check()?;
+        if scalars.len() > CORE_MAX_SCALAR_ARGS {
+            return Err(self.fail(RtError::TooManyScalars {
+                count: scalars.len(),
+                limit: CORE_MAX_SCALAR_ARGS,
+            }));
+        }
+        let mut mask = ActiveMask::empty();
+        for (bit, k) in [
+            (ActiveMask::AIC, kernels.aic),
+            (ActiveMask::AIV0, kernels.aiv0),
+            (ActiveMask::AIV1, kernels.aiv1),
+        ] {
+            if k != crate::payloads::NO_KERNEL {
+                mask |= bit;
+            }
+        }
+        // An AIV1-only task runs as an AIV0 task.
+        let kernels = if mask == ActiveMask::AIV1 {
+            single(CoreSlot::Aiv0, kernels.aiv1)
+        } else {
+            kernels
+        };
+        let payloads = self.payloads;
+        let result = self.orch.submit_with(
+            Task {
+                mask,
+                block_num,
+                args,
+                deps,
+            },
+            &mut self.waiter,
+            |id, args| {
+                payloads.write(
+                    id,
+                    kernels,
+                    block_num,
+                    args.iter().map(|a| a.tensor),
+                    scalars,
+                )
+            },
+        );
+        result.map_err(|e| self.fail(e.into()))
+    }
+
+    /// Submits a task for one vector core.
+    pub fn submit_aiv(
+        &mut self,
+        kernel: u32,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+    ) -> Result<TaskId, RtError> {
+        self.submit(single(CoreSlot::Aiv0, kernel), 1, args, scalars, &[])
+    }
+
+    /// Submits a task for one cube core.
+    pub fn submit_aic(
+        &mut self,
+        kernel: u32,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+    ) -> Result<TaskId, RtError> {
+        self.submit(single(CoreSlot::Aic, kernel), 1, args, scalars, &[])
+    }
+
+    /// Submits a dependency-only task: it takes part in dependency inference but runs nothing.
+    pub fn submit_dummy(
+        &mut self,
+        args: &mut [TaskArg],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, RtError> {
+        self.submit(MixedKernels::NONE, 1, args, &[], deps)
+    }
+
+    /// Allocates runtime tensors (OUTPUT descriptions made by `TaskTensor::create_info`) in
+    /// an allocation task, complete at once; consumers depend on it through the tensors.
+    pub fn alloc_tensors(&mut self, outputs: &mut [TaskArg]) -> Result<TaskId, RtError> {
+        self.check()?;
+        let result = self.orch.alloc_tensors(outputs, &mut self.waiter);
+        result.map_err(|e| self.fail(e.into()))
+    }
+
+    /// Runs `f` inside a scope of `mode`; the scope's tasks are released when it ends.
+    pub fn scope<R>(
+        &mut self,
+        mode: ScopeMode,
+        f: impl FnOnce(&mut Self) -> Result<R, RtError>,
+    ) -> Result<R, RtError> {
+        self.check()?;
+        if let Err(e) = self.orch.scope_begin(mode) {
+            return Err(self.fail(e.into()));
+        }
+        let result = f(self);
+        // The scope closes even when the body failed, so its tasks can retire.
+        let ended = self.orch.scope_end();
+        let value = result?;
+        ended.map_err(|e| self.fail(e.into()))?;
+        Ok(value)
+    }
+
+    /// Waits until `tensor`'s producer has completed (an external tensor has none).
+    fn wait_produced(&mut self, tensor: &TaskTensor) -> Result<(), RtError> {
+        let owner = tensor.owner_task_id();
+        if !owner.is_valid() {
+            return Ok(());
+        }
+        loop {
+            self.check()?;
+            let shared = self.orch.shared();
+            match shared.task_slot(owner) {
+                Some(s) if s.status() < SlotStatus::Completed => {}
+                _ => return Ok(()),
+            }
+            let on = simpler_core::orchestrator::Blocked::TaskRing {
+                ring: owner.ring() as usize,
+            };
+            if self.waiter.wait(on).is_err() {
+                return Err(self.fail(RtError::Aborted(u32::MAX)));
+            }
+        }
+    }
+
+    fn element_addr(&self, tensor: &TaskTensor, index: u64) -> Result<u64, RtError> {
+        let numel = tensor.numel();
+        if index >= numel {
+            return Err(RtError::Index { index, numel });
+        }
+        // Row-major index to the strided element offset.
+        let mut rest = index;
+        let mut offset = tensor.start_offset();
+        for (&shape, &stride) in tensor.shapes().iter().zip(tensor.strides()).rev() {
+            offset += (rest % shape as u64) * stride as u64;
+            rest /= shape as u64;
+        }
+        Ok(tensor.buffer().addr + offset * tensor.dtype().elem_size() as u64)
+    }
+
+    /// Reads element `index` (row-major) of `tensor` as raw little-endian bytes widened to a
+    /// u64, after its producer has completed.
+    pub fn read_element(&mut self, tensor: &TaskTensor, index: u64) -> Result<u64, RtError> {
+        self.check()?;
+        self.wait_produced(tensor)?;
+        let addr = self.element_addr(tensor, index).map_err(|e| self.fail(e))?;
+        let mut bytes = [0u8; 8];
+        let n = tensor.dtype().elem_size() as usize;
+        self.gm
+            .read(addr, &mut bytes[..n])
+            .map_err(|f| self.fail(RtError::Memory(f)))?;
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    /// Writes element `index` (row-major) of `tensor` from the low bytes of `value`, after its
+    /// producer has completed. Readers of `tensor` that are still running are the caller's to
+    /// order (write-after-read is not tracked by default).
+    pub fn write_element(
+        &mut self,
+        tensor: &TaskTensor,
+        index: u64,
+        value: u64,
+    ) -> Result<(), RtError> {
+        self.check()?;
+        self.wait_produced(tensor)?;
+        let addr = self.element_addr(tensor, index).map_err(|e| self.fail(e))?;
+        let n = tensor.dtype().elem_size() as usize;
+        self.gm
+            .write(addr, &value.to_le_bytes()[..n])
+            .map_err(|f| self.fail(RtError::Memory(f)))
+    }
+}

@@ -1,0 +1,347 @@
+//! A scheduler thread: polls the cores it owns for completions, resolves their fanout, and
+//! dispatches ready tasks to its idle cores.
+//!
+//! Each thread owns whole clusters (1 AIC + 2 AIV) so a MIX task is never split across
+//! threads. One [`Scheduler::step`] is one pass of the reference's loop: completions first,
+//! then DUMMY tasks, then dispatch with MIX before AIC and AIV so a cluster is not broken up
+//! while a MIX task waits, and idle cores only (a core runs one task at a time).
+
+use crate::payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
+use crate::platform::Platform;
+use simpler_core::cores::{ActiveMask, ResourceShape};
+use simpler_core::handshake::{next_token, FIN_BIT, NO_ERROR};
+use simpler_core::sched::SchedState;
+use simpler_core::TaskId;
+
+/// Most cores one scheduler thread can own (36 clusters of 3 cores).
+pub const MAX_OWNED_CORES: usize = 108;
+
+/// Which slot of its cluster a core is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoreSlot {
+    /// The cube core.
+    Aic,
+    /// The left vector core.
+    Aiv0,
+    /// The right vector core.
+    Aiv1,
+}
+
+impl CoreSlot {
+    fn index(self) -> usize {
+        match self {
+            Self::Aic => 0,
+            Self::Aiv0 => 1,
+            Self::Aiv1 => 2,
+        }
+    }
+}
+
+/// One core a scheduler owns.
+#[derive(Clone, Copy, Debug)]
+pub struct OwnedCore {
+    /// Index in the chip's core table (what the platform is addressed with).
+    pub core: usize,
+    /// Cluster index.
+    pub cluster: usize,
+    /// Slot in the cluster.
+    pub slot: CoreSlot,
+    token: u32,
+    running: Option<TaskId>,
+}
+
+impl OwnedCore {
+    /// A core with no task.
+    pub const fn new(core: usize, cluster: usize, slot: CoreSlot) -> Self {
+        Self {
+            core,
+            cluster,
+            slot,
+            token: 0,
+            running: None,
+        }
+    }
+}
+
+/// A scheduler failure: the run must end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedError {
+    /// A core reported that its kernel failed.
+    KernelFailed {
+        /// The task.
+        task: TaskId,
+        /// The core.
+        core: usize,
+        /// The kernel id the core ran.
+        kernel: u32,
+        /// The error code (`simpler_core::handshake::ERR_*`).
+        code: u32,
+        /// The code's detail word.
+        detail: u32,
+    },
+    /// A ready task names no kernel for a core slot it occupies.
+    MissingKernel {
+        /// The task.
+        task: TaskId,
+    },
+}
+
+/// An SPMD task some of whose blocks are not yet placed.
+#[derive(Clone, Copy, Debug)]
+struct Partial {
+    task: TaskId,
+    next_block: u16,
+}
+
+/// The state of one scheduler thread.
+pub struct Scheduler {
+    cores: [OwnedCore; MAX_OWNED_CORES],
+    count: usize,
+    partial: [Option<Partial>; 3],
+    /// Tasks this thread completed (its share of the run).
+    pub completed: u64,
+    /// Subtasks this thread dispatched.
+    pub dispatched: u64,
+}
+
+impl Scheduler {
+    /// A scheduler owning `cores` (at most [`MAX_OWNED_CORES`]; more are ignored).
+    pub fn new(cores: &[OwnedCore]) -> Self {
+        let mut owned = [OwnedCore::new(0, 0, CoreSlot::Aic); MAX_OWNED_CORES];
+        let count = cores.len().min(MAX_OWNED_CORES);
+        owned[..count].copy_from_slice(&cores[..count]);
+        Self {
+            cores: owned,
+            count,
+            partial: [None; 3],
+            completed: 0,
+            dispatched: 0,
+        }
+    }
+
+    /// The cores this thread owns.
+    pub fn cores(&self) -> &[OwnedCore] {
+        &self.cores[..self.count]
+    }
+
+    /// Whether any owned core runs a task.
+    pub fn busy(&self) -> bool {
+        self.cores().iter().any(|c| c.running.is_some())
+    }
+
+    /// Forgets running tasks and partial SPMD tasks (after an aborted run). Tokens carry on,
+    /// so no core sees a stale token again.
+    pub fn reset(&mut self) {
+        for c in &mut self.cores[..self.count] {
+            c.running = None;
+        }
+        self.partial = [None; 3];
+    }
+
+    /// One pass: completions, dummy tasks, dispatch. Returns whether anything happened.
+    pub fn step(
+        &mut self,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+    ) -> Result<bool, SchedError> {
+        let mut progress = self.poll_completions(platform, shared)?;
+        for _ in 0..8 {
+            let Some(task) = shared.pop_ready(ResourceShape::Dummy) else {
+                break;
+            };
+            shared.complete(task);
+            self.completed += 1;
+            progress = true;
+        }
+        for shape in [ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv] {
+            progress |= self.dispatch_shape(shape, platform, shared, payloads)?;
+        }
+        Ok(progress)
+    }
+
+    fn poll_completions(
+        &mut self,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+    ) -> Result<bool, SchedError> {
+        let mut progress = false;
+        for i in 0..self.count {
+            let c = self.cores[i];
+            let Some(task) = c.running else {
+                continue;
+            };
+            if platform.read_status(c.core) != c.token | FIN_BIT {
+                continue;
+            }
+            self.cores[i].running = None;
+            progress = true;
+            let (code, detail) = platform.read_error(c.core);
+            if code != NO_ERROR {
+                let kernel = platform.payload_mut(c.core, c.token & 1).kernel_id;
+                return Err(SchedError::KernelFailed {
+                    task,
+                    core: c.core,
+                    kernel,
+                    code,
+                    detail,
+                });
+            }
+            if shared.complete_subtask(task) {
+                self.completed += 1;
+            }
+        }
+        Ok(progress)
+    }
+
+    fn idle(&self, i: usize) -> bool {
+        self.cores[i].running.is_none()
+    }
+
+    /// The next task of `shape` to place: a partially placed SPMD task first.
+    fn next_task(&mut self, shape: ResourceShape, shared: &SchedState<'_>) -> Option<Partial> {
+        let s = shape as usize;
+        if let Some(p) = self.partial[s] {
+            return Some(p);
+        }
+        let task = shared.pop_ready(shape)?;
+        shared.mark_running(task);
+        Some(Partial {
+            task,
+            next_block: 0,
+        })
+    }
+
+    fn dispatch_shape(
+        &mut self,
+        shape: ResourceShape,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+    ) -> Result<bool, SchedError> {
+        let mut progress = false;
+        loop {
+            // Find a place before taking a task off the queue.
+            let place = match shape {
+                ResourceShape::Mix => None,
+                ResourceShape::Aic => (0..self.count)
+                    .find(|&i| self.idle(i) && self.cores[i].slot == CoreSlot::Aic)
+                    .map(|i| [i, usize::MAX, usize::MAX]),
+                _ => (0..self.count)
+                    .find(|&i| self.idle(i) && self.cores[i].slot != CoreSlot::Aic)
+                    .map(|i| [i, usize::MAX, usize::MAX]),
+            };
+            if shape != ResourceShape::Mix && place.is_none() {
+                return Ok(progress);
+            }
+            if shape == ResourceShape::Mix && !(0..self.count).any(|i| self.idle(i)) {
+                return Ok(progress);
+            }
+            let Some(mut p) = self.next_task(shape, shared) else {
+                return Ok(progress);
+            };
+            let (kernels, block_num) = payloads.kernels(p.task);
+            let mask = shared
+                .task_slot(p.task)
+                .map_or(ActiveMask::empty(), |s| s.active_mask().normalized());
+            let cores = match shape {
+                ResourceShape::Mix => match self.idle_cluster(mask) {
+                    Some(c) => c,
+                    None => {
+                        // No cluster has the slots free: keep the task for the next pass.
+                        self.partial[shape as usize] = Some(p);
+                        return Ok(progress);
+                    }
+                },
+                _ => place.unwrap_or([usize::MAX; 3]),
+            };
+            for &i in cores.iter().filter(|&&i| i != usize::MAX) {
+                let slot = self.cores[i].slot;
+                // A single-slot AIV task runs its AIV0 kernel on whichever vector core is free.
+                let kernel = if shape == ResourceShape::Aiv {
+                    kernels.aiv0
+                } else {
+                    kernels.slot(slot.index())
+                };
+                if kernel == NO_KERNEL {
+                    return Err(SchedError::MissingKernel { task: p.task });
+                }
+                self.dispatch(
+                    i,
+                    p.task,
+                    kernel,
+                    p.next_block,
+                    block_num,
+                    platform,
+                    payloads,
+                );
+            }
+            p.next_block += 1;
+            self.partial[shape as usize] = (p.next_block < block_num.max(1)).then_some(p);
+            progress = true;
+        }
+    }
+
+    /// A cluster whose cores in `mask` are all idle: their indices (unused entries MAX).
+    fn idle_cluster(&self, mask: ActiveMask) -> Option<[usize; 3]> {
+        let wanted = [
+            mask.contains(ActiveMask::AIC),
+            mask.contains(ActiveMask::AIV0),
+            mask.contains(ActiveMask::AIV1),
+        ];
+        let mut cluster_start = 0;
+        while cluster_start < self.count {
+            let cluster = self.cores[cluster_start].cluster;
+            let mut found = [usize::MAX; 3];
+            let mut i = cluster_start;
+            while i < self.count && self.cores[i].cluster == cluster {
+                let s = self.cores[i].slot.index();
+                if wanted[s] && self.idle(i) {
+                    found[s] = i;
+                }
+                i += 1;
+            }
+            if (0..3).all(|s| !wanted[s] || found[s] != usize::MAX) {
+                return Some(found);
+            }
+            cluster_start = i;
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        &mut self,
+        i: usize,
+        task: TaskId,
+        kernel: u32,
+        block: u16,
+        block_num: u16,
+        platform: &mut impl Platform,
+        payloads: &TaskPayloads<'_>,
+    ) {
+        let core = &mut self.cores[i];
+        let token = next_token(core.token);
+        let payload = platform.payload_mut(core.core, token & 1);
+        payload.kernel_id = kernel;
+        payload.block_idx = block as u32;
+        payload.block_num = block_num.max(1) as u32;
+        payload.sub_block = (core.slot == CoreSlot::Aiv1) as u32;
+        payloads.read_args(task, &mut payload.args);
+        platform.write_task(core.core, token);
+        core.token = token;
+        core.running = Some(task);
+        self.dispatched += 1;
+    }
+}
+
+/// Kernel ids for the single-slot submit helpers.
+pub fn single(slot: CoreSlot, kernel: u32) -> MixedKernels {
+    let mut k = MixedKernels::NONE;
+    match slot {
+        CoreSlot::Aic => k.aic = kernel,
+        CoreSlot::Aiv0 => k.aiv0 = kernel,
+        CoreSlot::Aiv1 => k.aiv1 = kernel,
+    }
+    k
+}

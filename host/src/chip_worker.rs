@@ -1,0 +1,240 @@
+//! `ChipWorker`: one chip (a simulated device) and the callables registered on it.
+//!
+//! `init` starts the device once; `register_callable` records an orchestration function, its
+//! kernel table and its entry signature; `run` stages the entry tensors into GM, builds and
+//! adopts the chip entry (`ChipStorageTaskArgs` → `OrchArgs`), runs, and copies every output
+//! back. A failed run leaves the worker usable for the next one.
+
+use simpler_aicore::KernelFn;
+use simpler_core::{
+    AddressSpace, ArgDirection, ChipStorageTaskArgs, ChipTensor, DataType, EntryError, OrchArgs,
+};
+use simpler_sim::{Device, DeviceConfig, DeviceError, Job, OrchFn, RunError, RunOutcome};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A host tensor passed to a run: its bytes, shape and element type, and how the callable
+/// uses it (IN: copied to the device; OUT: copied back; INOUT: both).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    /// Row-major bytes.
+    pub data: Vec<u8>,
+    /// Shape.
+    pub shapes: Vec<u32>,
+    /// Element type.
+    pub dtype: DataType,
+    /// How the callable uses it.
+    pub dir: ArgDirection,
+}
+
+impl HostTensor {
+    /// An f32 tensor of `shapes` holding `values`.
+    pub fn f32(values: &[f32], shapes: &[u32], dir: ArgDirection) -> Self {
+        Self {
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            shapes: shapes.to_vec(),
+            dtype: DataType::Float32,
+            dir,
+        }
+    }
+
+    /// The data read as f32 values.
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+}
+
+/// A registered callable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallableHandle(usize);
+
+struct Callable {
+    orch: OrchFn,
+    kernels: Arc<[KernelFn]>,
+    signature: Vec<ArgDirection>,
+}
+
+/// Why a worker call failed.
+#[derive(Debug)]
+pub enum WorkerError {
+    /// The device could not start or stopped.
+    Device(DeviceError),
+    /// No callable behind the handle.
+    UnknownCallable,
+    /// The entry tensors do not match the callable's signature.
+    Signature {
+        /// Tensors the signature names.
+        expected: usize,
+        /// Tensors given.
+        got: usize,
+    },
+    /// A tensor's data does not match its shape and dtype.
+    TensorSize {
+        /// The tensor.
+        index: usize,
+        /// Bytes its shape needs.
+        expected: u64,
+        /// Bytes given.
+        got: usize,
+    },
+    /// GM cannot hold the entry tensors.
+    OutOfDeviceMemory {
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// The chip entry could not be built.
+    Entry(EntryError),
+    /// The run failed.
+    Run(RunError),
+}
+
+impl fmt::Display for WorkerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Device(e) => write!(f, "device: {e:?}"),
+            Self::UnknownCallable => f.write_str("unknown callable handle"),
+            Self::Signature { expected, got } => {
+                write!(f, "callable takes {expected} tensors, {got} given")
+            }
+            Self::TensorSize {
+                index,
+                expected,
+                got,
+            } => write!(
+                f,
+                "tensor {index}: shape needs {expected} bytes, data has {got}"
+            ),
+            Self::OutOfDeviceMemory { bytes } => write!(f, "GM cannot hold {bytes} more bytes"),
+            Self::Entry(e) => write!(f, "chip entry: {e}"),
+            Self::Run(e) => write!(f, "run failed: {e:?}"),
+        }
+    }
+}
+
+impl std::error::Error for WorkerError {}
+
+impl From<DeviceError> for WorkerError {
+    fn from(e: DeviceError) -> Self {
+        Self::Device(e)
+    }
+}
+
+/// What a successful run reports.
+#[derive(Clone, Copy, Debug)]
+pub struct RunReport {
+    /// The device's account of the run.
+    pub outcome: RunOutcome,
+    /// Host time: staging, the run, copying back.
+    pub host: Duration,
+}
+
+/// One chip and its callables.
+pub struct ChipWorker {
+    device: Device,
+    callables: Vec<Callable>,
+}
+
+impl ChipWorker {
+    /// Starts a device of `config`.
+    pub fn init(config: DeviceConfig) -> Result<Self, WorkerError> {
+        Ok(Self {
+            device: Device::start(config)?,
+            callables: Vec::new(),
+        })
+    }
+
+    /// The device's configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        self.device.config()
+    }
+
+    /// Registers an orchestration function with its kernel table (indexed by kernel id) and
+    /// the directions of the tensors it takes.
+    pub fn register_callable(
+        &mut self,
+        orch: OrchFn,
+        kernels: Vec<KernelFn>,
+        signature: Vec<ArgDirection>,
+    ) -> CallableHandle {
+        self.callables.push(Callable {
+            orch,
+            kernels: kernels.into(),
+            signature,
+        });
+        CallableHandle(self.callables.len() - 1)
+    }
+
+    /// Runs `handle` with `tensors` and `scalars`; OUT and INOUT tensors receive the results.
+    pub fn run(
+        &mut self,
+        handle: CallableHandle,
+        tensors: &mut [HostTensor],
+        scalars: &[u64],
+    ) -> Result<RunReport, WorkerError> {
+        let start = Instant::now();
+        let callable = self
+            .callables
+            .get(handle.0)
+            .ok_or(WorkerError::UnknownCallable)?;
+        if callable.signature.len() != tensors.len() {
+            return Err(WorkerError::Signature {
+                expected: callable.signature.len(),
+                got: tensors.len(),
+            });
+        }
+        self.device.free_all()?;
+        let mut chip = Box::<ChipStorageTaskArgs>::default();
+        let mut addrs = Vec::with_capacity(tensors.len());
+        for (index, t) in tensors.iter().enumerate() {
+            let numel: u64 = t.shapes.iter().map(|&s| s as u64).product();
+            let bytes = numel * t.dtype.elem_size() as u64;
+            if bytes != t.data.len() as u64 {
+                return Err(WorkerError::TensorSize {
+                    index,
+                    expected: bytes,
+                    got: t.data.len(),
+                });
+            }
+            let addr = self
+                .device
+                .alloc(bytes.max(1))?
+                .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
+            if t.dir != ArgDirection::Out && !self.device.write(addr, t.data.clone())? {
+                return Err(WorkerError::OutOfDeviceMemory { bytes });
+            }
+            let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
+            chip.push_tensor(c)
+                .map_err(|e| WorkerError::Entry(EntryError::Args(e)))?;
+            addrs.push(addr);
+        }
+        for &s in scalars {
+            chip.push_scalar(s)
+                .map_err(|e| WorkerError::Entry(EntryError::Args(e)))?;
+        }
+        let mut args = Box::<OrchArgs>::default();
+        args.adopt(&chip).map_err(WorkerError::Entry)?;
+        let outcome = self.device.run(Job {
+            orch: callable.orch.clone(),
+            kernels: callable.kernels.clone(),
+            args,
+        })?;
+        if let Err(e) = outcome.result {
+            return Err(WorkerError::Run(e));
+        }
+        for (t, &addr) in tensors.iter_mut().zip(&addrs) {
+            if t.dir != ArgDirection::In {
+                if let Some(data) = self.device.read(addr, t.data.len())? {
+                    t.data = data;
+                }
+            }
+        }
+        Ok(RunReport {
+            outcome,
+            host: start.elapsed(),
+        })
+    }
+}

@@ -1,0 +1,76 @@
+//! The example scenes: what `simpler run` runs and the scene tests check.
+//!
+//! A scene prepares, for one of its cases, a callable (orchestration function, kernel table,
+//! entry signature), the entry tensors and scalars, and a check that compares the outputs
+//! with a golden computed by independent reference code (never by the kernels).
+
+use crate::chip_worker::HostTensor;
+use simpler_aicore::KernelFn;
+use simpler_core::ArgDirection;
+use simpler_sim::OrchFn;
+
+pub mod vector;
+
+/// What a golden comparison found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Check {
+    /// Largest absolute difference from the golden, scaled by the tolerance's form.
+    pub max_diff: f64,
+    /// Whether every element is within tolerance.
+    pub pass: bool,
+}
+
+/// A golden comparison over a round's tensors.
+pub type CheckFn = Box<dyn Fn(&[HostTensor]) -> Check + Send + Sync>;
+
+/// One case, ready to run.
+pub struct Prepared {
+    /// The orchestration function.
+    pub orch: OrchFn,
+    /// The kernel table.
+    pub kernels: Vec<KernelFn>,
+    /// The entry tensors' directions.
+    pub signature: Vec<ArgDirection>,
+    /// Fresh entry tensors (outputs zeroed); clone per round.
+    pub tensors: Vec<HostTensor>,
+    /// Entry scalars.
+    pub scalars: Vec<u64>,
+    /// Compares a round's tensors with the golden.
+    pub check: CheckFn,
+    /// Tasks the reference's graph has (including allocation tasks).
+    pub tasks: u64,
+    /// Producer-consumer edges the reference's graph has.
+    pub edges: u64,
+}
+
+/// A scene and its cases.
+pub trait Scene: Sync {
+    /// The scene's name.
+    fn name(&self) -> &'static str;
+    /// Its case names; the first is the default.
+    fn cases(&self) -> &'static [&'static str];
+    /// Prepares `case`, or `None` for an unknown case.
+    fn prepare(&self, case: &str) -> Option<Prepared>;
+}
+
+/// Every scene.
+pub fn all() -> &'static [&'static dyn Scene] {
+    &[&vector::VectorExample]
+}
+
+/// The scene called `name`.
+pub fn find(name: &str) -> Option<&'static dyn Scene> {
+    all().iter().copied().find(|s| s.name() == name)
+}
+
+/// Compares `got` with `golden` element-wise: |got - golden| <= atol + rtol * |golden|.
+pub fn compare(got: &[f32], golden: &[f64], atol: f64, rtol: f64) -> Check {
+    let mut max_diff = 0.0f64;
+    let mut pass = got.len() == golden.len();
+    for (&g, &e) in got.iter().zip(golden) {
+        let d = (g as f64 - e).abs();
+        max_diff = max_diff.max(d);
+        pass &= d <= atol + rtol * e.abs();
+    }
+    Check { max_diff, pass }
+}

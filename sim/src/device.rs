@@ -1,0 +1,712 @@
+//! One simulated device: GM, the AICPU's threads and the AICore cores, set up once and reused
+//! for every run.
+//!
+//! Threads (all created at [`Device::start`], all ended at drop):
+//!
+//! - the **device thread** owns every byte of device state, answers the host's requests
+//!   (allocate, copy in, copy out, run) and, during a run, is the AICPU's orchestrator thread:
+//!   it runs the orchestration function;
+//! - one **scheduler thread** per AICPU scheduler (3 on a2a3, 4 on a5), each owning whole
+//!   clusters; it runs the `aicpu` scheduler pass and steps the `aicore` loop of each core it
+//!   owns. A core is stepped only when it has a task, so 30 simulated cores cost nothing when
+//!   idle, and a thread with nothing to do blocks on a [`Wakeup`] instead of spinning;
+//! - a **watchdog thread** that aborts a run which makes no progress for the configured time.
+//!
+//! The device code (`simpler_aicpu`, `simpler_aicore`, `simpler_core`) is the code the
+//! firmware runs; this module supplies its registers, GM and threads.
+
+use crate::gm::GmArena;
+use crate::wake::Wakeup;
+use simpler_aicore::core_loop::{CoreLoop, CorePort};
+use simpler_aicore::KernelFn;
+use simpler_aicpu::payloads::PayloadsLayout;
+use simpler_aicpu::scheduler::CoreSlot;
+use simpler_aicpu::{OwnedCore, Platform, Rt, RtError, SchedError, Scheduler, TaskPayloads};
+use simpler_core::handshake::{DispatchPayload, AICPU_IDLE};
+use simpler_core::layout::{Carver, Layout, LayoutError, Line};
+use simpler_core::orchestrator::{
+    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
+};
+use simpler_core::ring::{RingConfig, MAX_RINGS};
+use simpler_core::sched::{SchedConfig, SchedState};
+use simpler_core::scope::ScopeMode;
+use simpler_core::OrchArgs;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The chip generation a device simulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// a2a3: 1 orchestrator + 3 scheduler threads, up to 24 clusters.
+    A2a3,
+    /// a5: 1 orchestrator + 4 scheduler threads, up to 36 clusters.
+    A5,
+}
+
+impl Topology {
+    /// Scheduler threads.
+    pub fn schedulers(self) -> usize {
+        match self {
+            Self::A2a3 => 3,
+            Self::A5 => 4,
+        }
+    }
+
+    /// The most clusters the chip has.
+    pub fn max_clusters(self) -> u32 {
+        match self {
+            Self::A2a3 => 24,
+            Self::A5 => 36,
+        }
+    }
+
+    /// The platform's name (`a2a3sim`, `a5sim`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::A2a3 => "a2a3sim",
+            Self::A5 => "a5sim",
+        }
+    }
+}
+
+/// How a device is built.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceConfig {
+    /// The chip generation.
+    pub topology: Topology,
+    /// Clusters of 1 AIC + 2 AIV.
+    pub clusters: u32,
+    /// Each ring's sizes.
+    pub ring: RingConfig,
+    /// TensorMap buckets and entries.
+    pub map_buckets: u32,
+    /// TensorMap entries.
+    pub map_entries: u32,
+    /// GM bytes beyond the four heaps, for buffers the host allocates.
+    pub gm_bytes: u64,
+    /// A run that makes no progress for this long ends with a timeout.
+    pub watchdog: Duration,
+    /// Each core's local buffer, in f32 words.
+    pub local_words: usize,
+}
+
+impl DeviceConfig {
+    /// The default device of `topology`: 8 clusters, rings of 4096 tasks with 16 MiB heaps,
+    /// 256 MiB of GM, a 10 s watchdog.
+    pub fn new(topology: Topology) -> Self {
+        Self {
+            topology,
+            clusters: 8,
+            ring: RingConfig {
+                window: 4096,
+                heap_bytes: 16 << 20,
+                edges: 16_384,
+            },
+            map_buckets: 4096,
+            map_entries: 16_384,
+            gm_bytes: 256 << 20,
+            watchdog: Duration::from_secs(10),
+            local_words: 64 * 1024,
+        }
+    }
+}
+
+/// Why a device could not be started.
+#[derive(Debug)]
+pub enum DeviceError {
+    /// The configuration is out of range.
+    Config(&'static str),
+    /// The memory layout was refused.
+    Layout(LayoutError),
+    /// The device thread is gone.
+    Stopped,
+}
+
+impl From<LayoutError> for DeviceError {
+    fn from(e: LayoutError) -> Self {
+        Self::Layout(e)
+    }
+}
+
+/// Why a run failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The orchestration function (or the submit path under it) failed.
+    Orchestration(RtError),
+    /// A scheduler stopped the run (a kernel failure).
+    Scheduler(SchedError),
+    /// No progress for the watchdog period.
+    Timeout,
+}
+
+/// The outcome of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOutcome {
+    /// Success, or why the run ended.
+    pub result: Result<(), RunError>,
+    /// Tasks submitted (including allocation and dummy tasks).
+    pub tasks: u64,
+    /// Producer-consumer edges the submits recorded.
+    pub edges: u64,
+    /// Subtasks dispatched to cores.
+    pub dispatched: u64,
+    /// Time in the orchestration function.
+    pub orchestration: Duration,
+    /// Time from the run's start until every scheduler stopped.
+    pub device: Duration,
+}
+
+/// An orchestration function.
+pub type OrchFn = Arc<dyn Fn(&mut Rt<'_, '_>) -> Result<(), RtError> + Send + Sync>;
+
+/// One run's work.
+pub struct Job {
+    /// The orchestration function.
+    pub orch: OrchFn,
+    /// The kernel table, by function id.
+    pub kernels: Arc<[KernelFn]>,
+    /// The adopted entry arguments.
+    pub args: Box<OrchArgs>,
+}
+
+enum Msg {
+    Alloc(u64, Sender<Option<u64>>),
+    FreeAll,
+    Write(u64, Vec<u8>, Sender<bool>),
+    Read(u64, usize, Sender<Option<Vec<u8>>>),
+    Run(Job, Sender<RunOutcome>),
+}
+
+/// A running simulated device. Dropping it stops its threads.
+pub struct Device {
+    tx: Option<Sender<Msg>>,
+    thread: Option<JoinHandle<()>>,
+    config: DeviceConfig,
+}
+
+/// Abort codes.
+const ABORT_SCHED: u32 = 1;
+const ABORT_ORCH: u32 = 2;
+const ABORT_TIMEOUT: u32 = 3;
+
+/// What the device thread and the scheduler threads share for the current run.
+struct RunState {
+    /// Bumped to start a run; scheduler threads wait for it.
+    generation: Mutex<(u64, Option<Arc<[KernelFn]>>)>,
+    start: Condvar,
+    /// Scheduler threads still in the current run.
+    active: Mutex<usize>,
+    done: Condvar,
+    orch_done: AtomicBool,
+    abort: AtomicU32,
+    sched_error: Mutex<Option<SchedError>>,
+    progress: AtomicU64,
+    running: AtomicBool,
+    dispatched: AtomicU64,
+    shutdown: AtomicBool,
+    wake: Wakeup,
+}
+
+impl Device {
+    /// Builds the device and starts its threads.
+    pub fn start(config: DeviceConfig) -> Result<Self, DeviceError> {
+        if config.clusters == 0 || config.clusters > config.topology.max_clusters() {
+            return Err(DeviceError::Config("clusters"));
+        }
+        // Check the layouts here so a bad configuration is reported, not a dead thread.
+        let orch_config = orchestrator_config(&config, 0);
+        OrchestratorLayout::new(orch_config)?;
+        let (tx, rx) = channel();
+        let (ready_tx, ready_rx) = channel();
+        let thread = std::thread::Builder::new()
+            .name("simpler-device".into())
+            .spawn(move || device_main(config, rx, ready_tx))
+            .map_err(|_| DeviceError::Stopped)?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Self {
+                tx: Some(tx),
+                thread: Some(thread),
+                config,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(DeviceError::Stopped),
+        }
+    }
+
+    /// The device's configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), DeviceError> {
+        self.tx
+            .as_ref()
+            .ok_or(DeviceError::Stopped)?
+            .send(msg)
+            .map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Allocates `bytes` of GM (1024-byte aligned); `None` when GM is full.
+    pub fn alloc(&self, bytes: u64) -> Result<Option<u64>, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Alloc(bytes, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Releases every allocation.
+    pub fn free_all(&self) -> Result<(), DeviceError> {
+        self.send(Msg::FreeAll)
+    }
+
+    /// Copies `data` to GM at `addr`; `false` if the range is outside GM.
+    pub fn write(&self, addr: u64, data: Vec<u8>) -> Result<bool, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Write(addr, data, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Copies `len` bytes of GM at `addr`; `None` if the range is outside GM.
+    pub fn read(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Read(addr, len, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Runs `job` to completion (or failure).
+    pub fn run(&self, job: Job) -> Result<RunOutcome, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Run(job, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where the heaps sit in GM, and where host allocations start.
+const GM_BASE: u64 = 0x1_0000_0000;
+
+fn orchestrator_config(config: &DeviceConfig, gm_base: u64) -> OrchestratorConfig {
+    let heap = config.ring.heap_bytes;
+    OrchestratorConfig {
+        sched: SchedConfig::uniform(config.ring),
+        map_buckets: config.map_buckets,
+        map_entries: config.map_entries,
+        heap_base: [0, 1, 2, 3].map(|r| gm_base + r * heap),
+    }
+}
+
+fn region(bytes: usize) -> Box<[Line]> {
+    bytemuck::zeroed_slice_box(bytes.div_ceil(64))
+}
+
+/// The registers, payload buffers and loop state of one core, owned by its scheduler thread.
+struct CoreBlock {
+    task: AtomicU32,
+    status: AtomicU32,
+    error: AtomicU32,
+    detail: AtomicU32,
+    payloads: Box<[DispatchPayload; 2]>,
+}
+
+impl CorePort for CoreBlock {
+    fn read_task(&self) -> u32 {
+        self.task.load(Ordering::Acquire)
+    }
+    fn write_status(&self, value: u32) {
+        self.status.store(value, Ordering::Release);
+    }
+    fn write_error(&self, code: u32, detail: u32) {
+        self.error.store(code, Ordering::Relaxed);
+        self.detail.store(detail, Ordering::Relaxed);
+    }
+    fn payload(&self, parity: u32) -> &DispatchPayload {
+        &self.payloads[(parity & 1) as usize]
+    }
+}
+
+/// The cores one scheduler thread owns, as its `Platform`.
+struct SimCores {
+    blocks: Vec<CoreBlock>,
+    epoch: Instant,
+}
+
+impl Platform for SimCores {
+    fn write_task(&mut self, core: usize, value: u32) {
+        if let Some(b) = self.blocks.get(core) {
+            b.task.store(value, Ordering::Release);
+        }
+    }
+    fn read_status(&self, core: usize) -> u32 {
+        self.blocks
+            .get(core)
+            .map_or(0, |b| b.status.load(Ordering::Acquire))
+    }
+    fn read_error(&self, core: usize) -> (u32, u32) {
+        self.blocks.get(core).map_or((0, 0), |b| {
+            (
+                b.error.load(Ordering::Relaxed),
+                b.detail.load(Ordering::Relaxed),
+            )
+        })
+    }
+    fn payload_mut(&mut self, core: usize, parity: u32) -> &mut DispatchPayload {
+        let i = core.min(self.blocks.len() - 1);
+        &mut self.blocks[i].payloads[(parity & 1) as usize]
+    }
+    fn cycles(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// The orchestrator's waiting policy: spin briefly, then block on the wakeup; give up when the
+/// run is aborted.
+struct OrchWaiter<'s> {
+    state: &'s RunState,
+}
+
+impl Waiter for OrchWaiter<'_> {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        if self.state.abort.load(Ordering::Acquire) != 0 {
+            return Err(GaveUp);
+        }
+        let seen = self.state.wake.generation();
+        for _ in 0..256 {
+            core::hint::spin_loop();
+        }
+        if self.state.wake.generation() == seen {
+            self.state.wake.wait(seen, Duration::from_millis(2));
+        }
+        if self.state.abort.load(Ordering::Acquire) != 0 {
+            Err(GaveUp)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(), DeviceError>>) {
+    let heaps = config.ring.heap_bytes * MAX_RINGS as u64;
+    let orch_config = orchestrator_config(&config, GM_BASE);
+    let built = (|| {
+        let orch_layout = OrchestratorLayout::new(orch_config)?;
+        let payloads_layout = PayloadsLayout::new([config.ring.window; MAX_RINGS])?;
+        let mut gm_layout = Layout::new();
+        let gm_words = gm_layout.array::<AtomicU64>(((heaps + config.gm_bytes) / 8) as usize)?;
+        Ok::<_, DeviceError>((orch_layout, payloads_layout, gm_layout, gm_words))
+    })();
+    let (orch_layout, payloads_layout, gm_layout, gm_words) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let mut sched_mem = region(orch_layout.sched().size());
+    let mut orch_mem = region(orch_layout.size());
+    let mut payload_mem = region(payloads_layout.size());
+    let mut gm_mem = region(gm_layout.size());
+    let shared = match SchedState::init(
+        bytemuck::cast_slice_mut(&mut sched_mem),
+        orch_layout.sched(),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let payloads =
+        match TaskPayloads::init(bytemuck::cast_slice_mut(&mut payload_mem), &payloads_layout) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = ready.send(Err(e.into()));
+                return;
+            }
+        };
+    let gm = match Carver::new(bytemuck::cast_slice_mut(&mut gm_mem), &gm_layout)
+        .and_then(|mut c| c.atomic_as_is(gm_words))
+    {
+        Ok(words) => GmArena::new(GM_BASE, words),
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let mut orch = match Orchestrator::init(
+        bytemuck::cast_slice_mut(&mut orch_mem),
+        &orch_layout,
+        &shared,
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let state = RunState {
+        generation: Mutex::new((0, None)),
+        start: Condvar::new(),
+        active: Mutex::new(0),
+        done: Condvar::new(),
+        orch_done: AtomicBool::new(false),
+        abort: AtomicU32::new(0),
+        sched_error: Mutex::new(None),
+        progress: AtomicU64::new(0),
+        running: AtomicBool::new(false),
+        dispatched: AtomicU64::new(0),
+        shutdown: AtomicBool::new(false),
+        wake: Wakeup::default(),
+    };
+    let nsched = config.topology.schedulers();
+    std::thread::scope(|s| {
+        for t in 0..nsched {
+            let (state, shared, payloads, gm) = (&state, &shared, &payloads, &gm);
+            let _ = std::thread::Builder::new()
+                .name(format!("simpler-sched-{t}"))
+                .spawn_scoped(s, move || {
+                    scheduler_main(t, nsched, &config, state, shared, payloads, gm)
+                });
+        }
+        let state_ref = &state;
+        let _ = std::thread::Builder::new()
+            .name("simpler-watchdog".into())
+            .spawn_scoped(s, move || watchdog_main(&config, state_ref));
+        let _ = ready.send(Ok(()));
+
+        let mut next_alloc = GM_BASE + heaps;
+        let gm_end = GM_BASE + heaps + config.gm_bytes;
+        while let Ok(msg) = rx.recv() {
+            match msg {
+                Msg::Alloc(bytes, reply) => {
+                    let at = next_alloc.div_ceil(1024) * 1024;
+                    let fits = at.checked_add(bytes).filter(|&end| end <= gm_end);
+                    let _ = reply.send(fits.map(|end| {
+                        next_alloc = end;
+                        at
+                    }));
+                }
+                Msg::FreeAll => next_alloc = GM_BASE + heaps,
+                Msg::Write(addr, data, reply) => {
+                    let _ = reply.send(simpler_core::gm::Gm::write(&gm, addr, &data).is_ok());
+                }
+                Msg::Read(addr, len, reply) => {
+                    let mut out = vec![0u8; len];
+                    let ok = simpler_core::gm::Gm::read(&gm, addr, &mut out).is_ok();
+                    let _ = reply.send(ok.then_some(out));
+                }
+                Msg::Run(job, reply) => {
+                    let outcome = run_one(&job, &state, &shared, &mut orch, &payloads, &gm, nsched);
+                    let _ = reply.send(outcome);
+                }
+            }
+        }
+        state.shutdown.store(true, Ordering::SeqCst);
+        {
+            let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
+            g.0 += 1;
+            state.start.notify_all();
+        }
+        state.wake.notify();
+    });
+}
+
+fn run_one<'a>(
+    job: &Job,
+    state: &RunState,
+    shared: &SchedState<'a>,
+    orch: &mut Orchestrator<'a>,
+    payloads: &TaskPayloads<'a>,
+    gm: &GmArena<'_>,
+    nsched: usize,
+) -> RunOutcome {
+    shared.reset();
+    orch.reset();
+    state.orch_done.store(false, Ordering::SeqCst);
+    state.abort.store(0, Ordering::SeqCst);
+    state.dispatched.store(0, Ordering::SeqCst);
+    *state.sched_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *state.active.lock().unwrap_or_else(|e| e.into_inner()) = nsched;
+    state.running.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    {
+        let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 += 1;
+        g.1 = Some(job.kernels.clone());
+        state.start.notify_all();
+    }
+    let mut waiter = OrchWaiter { state };
+    let result = {
+        let mut rt = Rt::new(orch, payloads, &mut waiter, gm, &job.args, &state.abort);
+        let r = rt.scope(ScopeMode::Auto, |rt| (job.orch)(rt));
+        r.and_then(|()| rt.error().map_or(Ok(()), Err))
+    };
+    let orchestration = start.elapsed();
+    if result.is_err() {
+        let _ = state
+            .abort
+            .compare_exchange(0, ABORT_ORCH, Ordering::SeqCst, Ordering::SeqCst);
+    }
+    state.orch_done.store(true, Ordering::SeqCst);
+    state.wake.notify();
+    {
+        let mut active = state.active.lock().unwrap_or_else(|e| e.into_inner());
+        while *active > 0 {
+            active = state.done.wait(active).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+    state.running.store(false, Ordering::SeqCst);
+    let device = start.elapsed();
+    let tasks = (0..MAX_RINGS).map(|r| orch.submitted(r) as u64).sum();
+    let result = match (result, state.abort.load(Ordering::SeqCst)) {
+        (Err(RtError::Aborted(_)), ABORT_SCHED) | (Ok(()), ABORT_SCHED) => {
+            let e = state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
+            match *e {
+                Some(e) => Err(RunError::Scheduler(e)),
+                None => Err(RunError::Timeout),
+            }
+        }
+        (_, ABORT_TIMEOUT) => Err(RunError::Timeout),
+        (Err(e), _) => Err(RunError::Orchestration(e)),
+        (Ok(()), _) => Ok(()),
+    };
+    RunOutcome {
+        result,
+        tasks,
+        edges: orch.edges_recorded(),
+        dispatched: state.dispatched.load(Ordering::SeqCst),
+        orchestration,
+        device,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scheduler_main(
+    index: usize,
+    nsched: usize,
+    config: &DeviceConfig,
+    state: &RunState,
+    shared: &SchedState<'_>,
+    payloads: &TaskPayloads<'_>,
+    gm: &GmArena<'_>,
+) {
+    // Whole clusters, round robin: cluster c belongs to thread c % nsched. Cores of a cluster
+    // are contiguous (AIC, AIV0, AIV1), which the scheduler's MIX placement relies on.
+    let mut owned = Vec::new();
+    let mut blocks = Vec::new();
+    for cluster in (index..config.clusters as usize).step_by(nsched) {
+        for slot in [CoreSlot::Aic, CoreSlot::Aiv0, CoreSlot::Aiv1] {
+            owned.push(OwnedCore::new(blocks.len(), cluster, slot));
+            blocks.push(CoreBlock {
+                task: AtomicU32::new(AICPU_IDLE),
+                status: AtomicU32::new(simpler_core::handshake::AICORE_IDLE),
+                error: AtomicU32::new(0),
+                detail: AtomicU32::new(0),
+                payloads: Box::new([bytemuck::Zeroable::zeroed(); 2]),
+            });
+        }
+    }
+    let mut loops = vec![CoreLoop::new(); blocks.len()];
+    let mut locals: Vec<Vec<f32>> = (0..blocks.len())
+        .map(|_| vec![0.0; config.local_words])
+        .collect();
+    let mut platform = SimCores {
+        blocks,
+        epoch: Instant::now(),
+    };
+    let mut sched = Scheduler::new(&owned);
+    let mut seen_generation = 0;
+    loop {
+        let kernels = {
+            let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
+            while g.0 == seen_generation {
+                g = state.start.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            seen_generation = g.0;
+            g.1.clone()
+        };
+        if state.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        let kernels = kernels.unwrap_or_else(|| Arc::from(Vec::new()));
+        sched.reset();
+        for (b, l) in platform.blocks.iter().zip(loops.iter_mut()) {
+            b.task.store(AICPU_IDLE, Ordering::Release);
+            l.reset();
+        }
+        let dispatched0 = sched.dispatched;
+        loop {
+            if state.abort.load(Ordering::Acquire) != 0 {
+                break;
+            }
+            let seen = state.wake.generation();
+            let completed0 = sched.completed;
+            let mut progress = match sched.step(&mut platform, shared, payloads) {
+                Ok(p) => p,
+                Err(e) => {
+                    let mut slot = state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
+                    slot.get_or_insert(e);
+                    let _ = state.abort.compare_exchange(
+                        0,
+                        ABORT_SCHED,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    state.wake.notify();
+                    break;
+                }
+            };
+            for (i, l) in loops.iter_mut().enumerate() {
+                let step = l.step(&platform.blocks[i], gm, &kernels, &mut locals[i]);
+                progress |= step != simpler_aicore::core_loop::Step::Idle;
+            }
+            if progress {
+                state.progress.fetch_add(1, Ordering::Relaxed);
+                if sched.completed != completed0 {
+                    state.wake.notify();
+                }
+                continue;
+            }
+            if state.orch_done.load(Ordering::Acquire) && shared.drained() && !sched.busy() {
+                break;
+            }
+            state.wake.wait(seen, Duration::from_millis(5));
+        }
+        state
+            .dispatched
+            .fetch_add(sched.dispatched - dispatched0, Ordering::SeqCst);
+        let mut active = state.active.lock().unwrap_or_else(|e| e.into_inner());
+        *active -= 1;
+        state.done.notify_all();
+    }
+}
+
+fn watchdog_main(config: &DeviceConfig, state: &RunState) {
+    let mut last = (0u64, Instant::now());
+    while !state.shutdown.load(Ordering::SeqCst) {
+        std::thread::park_timeout(Duration::from_millis(20));
+        if !state.running.load(Ordering::SeqCst) {
+            last = (state.progress.load(Ordering::Relaxed), Instant::now());
+            continue;
+        }
+        let now = state.progress.load(Ordering::Relaxed);
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() >= config.watchdog {
+            let _ =
+                state
+                    .abort
+                    .compare_exchange(0, ABORT_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
+            state.wake.notify();
+        }
+    }
+}
