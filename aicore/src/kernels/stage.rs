@@ -119,3 +119,75 @@ fn for_each_view(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simpler_core::{AddressSpace, BufferHandle, DataType};
+
+    #[test]
+    fn views_tile_every_range_in_order_and_stay_few() {
+        // Dense, so a view's start offset is its first element's row-major position.
+        let t = TaskTensor::new(
+            BufferHandle {
+                addr: 0x1000,
+                size: 3 * 4 * 5 * 4,
+            },
+            0,
+            &[3, 4, 5],
+            &[20, 5, 1],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap();
+        for lo in 0..60 {
+            for hi in lo + 1..=60 {
+                let (mut next, mut views) = (lo, 0);
+                for_each_view(&t, 0, lo, hi, |view, at| {
+                    assert_eq!(lo + at, next, "[{lo}, {hi}): gap or overlap");
+                    assert_eq!(view.start_offset(), next as u64, "[{lo}, {hi})");
+                    next += view.numel() as usize;
+                    views += 1;
+                    Ok(())
+                })
+                .unwrap();
+                assert_eq!(next, hi, "[{lo}, {hi}): not covered");
+                // At most 2 * rank - 1 views for rank 3.
+                assert!(views <= 5, "[{lo}, {hi}): {views} views");
+            }
+        }
+        // Whole rows are one view; a range past the end is refused.
+        let mut views = 0;
+        for_each_view(&t, 0, 20, 60, |_, _| {
+            views += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(views, 1);
+        assert_eq!(
+            for_each_view(&t, 4, 0, 61, |_, _| Ok(())),
+            Err(KernelFailure::BadArguments { index: 4 })
+        );
+    }
+
+    #[test]
+    fn carve_splits_exactly_or_reports_the_total() {
+        let mut local = [0.0f32; 10];
+        let [a, b, c] = carve(&mut local, [3, 0, 7]).unwrap();
+        assert_eq!((a.len(), b.len(), c.len()), (3, 0, 7));
+        assert_eq!(
+            carve(&mut local, [6, 5]).map(|_| ()),
+            Err(KernelFailure::TooLarge {
+                elems: 11,
+                limit: 10
+            })
+        );
+        assert_eq!(
+            carve(&mut local, [usize::MAX, 2]).map(|_| ()),
+            Err(KernelFailure::TooLarge {
+                elems: u64::MAX,
+                limit: 10
+            })
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! `simpler`: run the example scenes on the bundled simulator.
+//!
+//! `simpler list` shows the scenes and their cases; `simpler run <scene>` runs one case for a
+//! number of rounds on one simulated chip, checks every round against the golden and prints
+//! a timing table. `RUST_LOG` controls logging.
+
+use clap::{Parser, Subcommand};
+use simpler_host::scenes::{self, Prepared};
+use simpler_host::ChipWorker;
+use simpler_sim::{DeviceConfig, Topology};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "simpler",
+    version,
+    about = "Run task graphs on the simulated NPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the scenes and their cases.
+    List,
+    /// Run a scene's case, check it against its golden, and time it.
+    Run {
+        /// The scene (see `simpler list`).
+        scene: String,
+        /// The case (default: the scene's first).
+        #[arg(long)]
+        case: Option<String>,
+        /// Rounds to run on the same chip.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// The simulated platform.
+        #[arg(long, default_value = "a2a3sim")]
+        platform: String,
+        /// Clusters of 1 AIC + 2 AIV (default 8).
+        #[arg(long)]
+        clusters: Option<u32>,
+    },
+}
+
+fn main() -> ExitCode {
+    env_logger::init();
+    match Cli::parse().command {
+        Command::List => {
+            for s in scenes::all() {
+                println!("{:<18} {}", s.name(), s.cases().join(" "));
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Run {
+            scene,
+            case,
+            rounds,
+            platform,
+            clusters,
+        } => match run(&scene, case.as_deref(), rounds, &platform, clusters) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn run(
+    scene: &str,
+    case: Option<&str>,
+    rounds: usize,
+    platform: &str,
+    clusters: Option<u32>,
+) -> Result<bool, String> {
+    let topology = match platform {
+        "a2a3sim" => Topology::A2a3,
+        "a5sim" => Topology::A5,
+        other => return Err(format!("unknown platform {other} (a2a3sim, a5sim)")),
+    };
+    let found =
+        scenes::find(scene).ok_or_else(|| format!("unknown scene {scene}; see `simpler list`"))?;
+    let case = case.unwrap_or(found.cases()[0]);
+    let prepared: Prepared = found.prepare(case).ok_or_else(|| {
+        format!(
+            "{scene} has no case {case}; cases: {}",
+            found.cases().join(" ")
+        )
+    })?;
+    let mut config = DeviceConfig::new(topology);
+    if let Some(c) = clusters {
+        config.clusters = c;
+    }
+    // GM for the entry tensors, with room to spare, beyond the heaps.
+    let entry: u64 = prepared
+        .tensors
+        .iter()
+        .map(|t| t.data.len() as u64 + 1024)
+        .sum();
+    config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
+    log::info!("{scene} {case} on {platform}: {} clusters", config.clusters);
+    let mut worker = ChipWorker::init(config).map_err(|e| e.to_string())?;
+    let handle = worker.register_callable(
+        prepared.orch.clone(),
+        prepared.kernels.clone(),
+        prepared.signature.clone(),
+    );
+    println!(
+        "{scene} {case} on {platform} ({} clusters), {rounds} rounds",
+        config.clusters
+    );
+    println!(
+        "{:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>12}  result",
+        "round", "host ms", "device ms", "orch ms", "tasks", "edges", "tasks/s"
+    );
+    let mut all_pass = true;
+    for round in 0..rounds {
+        let mut tensors = prepared.tensors.clone();
+        let report = worker
+            .run(handle, &mut tensors, &prepared.scalars)
+            .map_err(|e| format!("round {round}: {e}"))?;
+        let check = (prepared.check)(&tensors);
+        all_pass &= check.pass;
+        let o = report.outcome;
+        println!(
+            "{:>5} {:>10.3} {:>10.3} {:>10.3} {:>8} {:>8} {:>12.0}  {} (max diff {:.3e})",
+            round,
+            report.host.as_secs_f64() * 1e3,
+            o.device.as_secs_f64() * 1e3,
+            o.orchestration.as_secs_f64() * 1e3,
+            o.tasks,
+            o.edges,
+            o.tasks as f64 / o.device.as_secs_f64().max(1e-9),
+            if check.pass { "PASS" } else { "FAIL" },
+            check.max_diff
+        );
+    }
+    println!("{}", if all_pass { "PASS" } else { "FAIL" });
+    Ok(all_pass)
+}
