@@ -1,0 +1,103 @@
+//! `dispatch`: simulated end-to-end throughput of an empty-kernel task graph of 100,000 tasks,
+//! and the per-task latency of a dependency chain.
+//!
+//! Workload (a2a3sim, 8 clusters, 3 scheduler threads, on this 2-vCPU machine):
+//! - **fan**: 12,500 groups of 8 tasks: a root AIV task writes a 256-byte tensor, 6 AIV and
+//!   AIC readers consume it, a join task reads all six outputs; each group in its own scope.
+//!   100,000 tasks, every kernel the empty kernel, so the figure is the runtime's own cost:
+//!   submit, dependency resolution, dispatch, the core handshake, completion and retirement.
+//! - **chain**: 10,000 tasks each reading the previous one's output: nothing overlaps, so
+//!   device time / tasks is the completion-to-next-start latency of one task.
+//!
+//! Each sample is one run on a warm device (set up once); the arms alternate. Printed: median
+//! and minimum over the samples of tasks per second and microseconds per task.
+//!
+//! Not shown: kernel time (the kernels are empty) and behaviour with more CPUs than 2.
+//!
+//! Run: `cargo bench -p simpler-tests --bench dispatch`.
+
+use simpler_aicore::kernels;
+use simpler_aicpu::{Rt, RtError};
+use simpler_core::orchestrator::TaskArg;
+use simpler_core::scope::ScopeMode;
+use simpler_core::{DataType, TaskTensor, TensorArgType};
+use simpler_host::ChipWorker;
+use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::measure::report_summary;
+use std::sync::Arc;
+
+const SAMPLES: usize = 11;
+const GROUPS: u32 = 12_500;
+const CHAIN: u32 = 10_000;
+const EMPTY: u32 = 0;
+
+fn out() -> TaskArg {
+    TaskArg {
+        tensor: TaskTensor::create_info(&[64], DataType::Float32).expect("a valid shape"),
+        tag: TensorArgType::Output,
+    }
+}
+
+fn input(t: TaskTensor) -> TaskArg {
+    TaskArg {
+        tensor: t,
+        tag: TensorArgType::Input,
+    }
+}
+
+fn fan(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    for _ in 0..GROUPS {
+        rt.scope(ScopeMode::Auto, |rt| {
+            let mut root = [out()];
+            rt.submit_aiv(EMPTY, &mut root, &[])?;
+            let mut leaves = Vec::with_capacity(6);
+            for i in 0..6 {
+                let mut t = [input(root[0].tensor), out()];
+                if i % 3 == 0 {
+                    rt.submit_aic(EMPTY, &mut t, &[])?;
+                } else {
+                    rt.submit_aiv(EMPTY, &mut t, &[])?;
+                }
+                leaves.push(input(t[1].tensor));
+            }
+            rt.submit_aiv(EMPTY, &mut leaves, &[])?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+fn chain(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let mut prev: Option<TaskTensor> = None;
+    for i in 0..CHAIN {
+        rt.scope(ScopeMode::Auto, |rt| {
+            let mut args = vec![out()];
+            if let Some(p) = prev {
+                args.push(input(p));
+            }
+            rt.submit_aiv(EMPTY, &mut args, &[])?;
+            prev = Some(args[0].tensor);
+            Ok(())
+        })?;
+        let _ = i;
+    }
+    Ok(())
+}
+
+fn main() {
+    let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
+    let fan_h = worker.register_callable(Arc::new(fan), vec![kernels::empty], vec![]);
+    let chain_h = worker.register_callable(Arc::new(chain), vec![kernels::empty], vec![]);
+    let (mut fan_rate, mut fan_us, mut chain_us) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..SAMPLES {
+        let r = worker.run(fan_h, &mut [], &[]).expect("the fan graph runs");
+        let s = r.outcome.device.as_secs_f64();
+        fan_rate.push(r.outcome.tasks as f64 / s);
+        fan_us.push(s * 1e6 / r.outcome.tasks as f64);
+        let r = worker.run(chain_h, &mut [], &[]).expect("the chain runs");
+        chain_us.push(r.outcome.device.as_secs_f64() * 1e6 / r.outcome.tasks as f64);
+    }
+    report_summary("dispatch", "fan_100k_tasks_per_s", &mut fan_rate, "tasks/s");
+    report_summary("dispatch", "fan_100k_us_per_task", &mut fan_us, "us/task");
+    report_summary("dispatch", "chain_10k_us_per_task", &mut chain_us, "us/task");
+}
