@@ -1,12 +1,23 @@
-//! Every scene case on both simulated topologies, several rounds on one worker, against its
-//! golden and the reference's task and edge counts.
+//! Every scene case small enough for the debug profile on both simulated topologies, several
+//! rounds on one worker, against its golden and the reference's task and edge counts. bgemm's
+//! Case0, Case2 and Case3 and paged attention's Bench16704 are left to `simpler run`.
 
-use simpler_host::scenes::{self, Scene};
+use simpler_host::scenes::{self, Prepared, Scene};
 use simpler_host::ChipWorker;
 use simpler_sim::{DeviceConfig, Topology};
 
 fn run_case(worker: &mut ChipWorker, scene: &dyn Scene, case: &str, rounds: usize) {
     let prepared = scene.prepare(case).expect("a known case");
+    run_prepared(worker, scene, case, &prepared, rounds);
+}
+
+fn run_prepared(
+    worker: &mut ChipWorker,
+    scene: &dyn Scene,
+    case: &str,
+    prepared: &Prepared,
+    rounds: usize,
+) {
     let handle = worker.register_callable(
         prepared.orch.clone(),
         prepared.kernels.clone(),
@@ -49,5 +60,33 @@ fn vector_example_on_both_topologies_over_three_rounds() {
             "default",
             3,
         );
+    }
+}
+
+#[test]
+fn paged_attention_sim_cases_on_both_topologies_over_three_rounds() {
+    let scene = scenes::find("paged_attention").unwrap();
+    for topology in [Topology::A2a3, Topology::A5] {
+        let mut worker = ChipWorker::init(DeviceConfig::new(topology)).unwrap();
+        for case in ["CaseSmall1", "CaseSmall2", "CaseVarSeq2", "CaseVarSeq4"] {
+            run_case(&mut worker, scene, case, 3);
+        }
+    }
+}
+
+/// Case0, Case2 and Case3 are left to `simpler run`: each is 4x to 16x Case1's work, and
+/// Case0's entry tensors need more GM than `DeviceConfig::new` gives. Case1 and Case4 run one
+/// round per topology, because a round of either is about 5 s of matmul in the debug profile;
+/// each case is prepared once (its f64 golden costs about as much again) for both workers.
+#[test]
+fn bgemm_small_cases_on_both_topologies() {
+    let scene = scenes::find("bgemm").unwrap();
+    let mut workers =
+        [Topology::A2a3, Topology::A5].map(|t| ChipWorker::init(DeviceConfig::new(t)).unwrap());
+    for (case, rounds) in [("Case1", 1), ("Case4", 1), ("Bgemm64", 3)] {
+        let prepared = scene.prepare(case).expect("a known case");
+        for worker in &mut workers {
+            run_prepared(worker, scene, case, &prepared, rounds);
+        }
     }
 }

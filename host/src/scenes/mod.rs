@@ -9,6 +9,8 @@ use simpler_aicore::KernelFn;
 use simpler_core::ArgDirection;
 use simpler_sim::OrchFn;
 
+pub mod bgemm;
+pub mod paged_attention;
 pub mod vector;
 
 /// What a golden comparison found.
@@ -55,7 +57,11 @@ pub trait Scene: Sync {
 
 /// Every scene.
 pub fn all() -> &'static [&'static dyn Scene] {
-    &[&vector::VectorExample]
+    &[
+        &vector::VectorExample,
+        &paged_attention::PagedAttention,
+        &bgemm::Bgemm,
+    ]
 }
 
 /// The scene called `name`.

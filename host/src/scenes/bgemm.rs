@@ -1,0 +1,301 @@
+//! `bgemm`: a tiled batched matmul, `C[g·loop + i] = Σ_k A[g, k, i] · B[g, k, i]` over
+//! `tile × tile` f32 matrices (the reference's `benchmark_bgemm`).
+//!
+//! Entry tensors: `A` and `B` `[groups, grid_k, loop, tile, tile]` IN, and `C`
+//! `[groups · loop, tile, tile]` INOUT, zero on entry. The orchestration reads the case's
+//! parameters off these shapes (the reference passes them in a `config` tensor as well).
+//!
+//! Per group `g`, in its own AUTO scope, per K step `k`:
+//! - `GEMM` (AIC, `matmul`): INPUT the `[1, 1, loop, tile, tile]` views `A[g, k]` and
+//!   `B[g, k]`, OUTPUT `P` `[loop, tile, tile]` (one product per batch slice `i`);
+//! - `ADD` (AIV, `accumulate`): INPUT `P`, INOUT `C[g]`, the `[loop, tile, tile]` view at row
+//!   `g · loop`.
+//!
+//! Edges per group: `grid_k` GEMM→ADD plus `grid_k - 1` ADD→ADD through `C[g]`, so
+//! `groups · (2 · grid_k - 1)`; groups share nothing.
+//!
+//! | case | groups | tile | loop | grid_k | tasks | edges | entry bytes |
+//! |---|---|---|---|---|---|---|---|
+//! | Case0 | 250 | 128 | 4 | 2 | 1000 | 750 | 327,680,000 (312.5 MiB) |
+//! | Case1 | 32 | 128 | 4 | 2 | 128 | 96 | 41,943,040 |
+//! | Case2 | 128 | 128 | 4 | 2 | 512 | 384 | 167,772,160 |
+//! | Case3 | 32 | 128 | 16 | 2 | 128 | 96 | 167,772,160 |
+//! | Case4 | 16 | 128 | 4 | 4 | 128 | 112 | 37,748,736 |
+//! | Bgemm64 | 8 | 64 | 1 | 4 | 64 | 56 | 1,179,648 |
+//!
+//! Case0's entry tensors need more GM than `DeviceConfig::new`'s 256 MiB.
+//!
+//! Inputs are seeded pseudo-random values in `[0, 0.01)`: every term of a sum is positive, so
+//! a missing or doubled K step moves every element of `C` by far more than the tolerance. The
+//! golden sums the products in f64; tolerance 1e-3 absolute plus 1e-3 relative.
+
+use super::{compare, Prepared, Scene};
+use crate::chip_worker::HostTensor;
+use simpler_aicore::kernels;
+use simpler_aicpu::{Rt, RtError};
+use simpler_core::orchestrator::TaskArg;
+use simpler_core::scope::ScopeMode;
+use simpler_core::{ArgDirection, DataType, TaskTensor, TensorArgType};
+use std::sync::Arc;
+
+/// The scene.
+pub struct Bgemm;
+
+const MATMUL: u32 = 0;
+const ACCUMULATE: u32 = 1;
+
+/// The fatal code of an entry whose tensors do not have the scene's shapes.
+const BAD_ENTRY: u32 = 1;
+
+const CASE_NAMES: &[&str] = &["Case0", "Case1", "Case2", "Case3", "Case4", "Bgemm64"];
+
+/// One case's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    groups: u32,
+    grid_k: u32,
+    incore_loop: u32,
+    tile: u32,
+}
+
+impl Shape {
+    fn of_case(case: &str) -> Option<Self> {
+        let (groups, tile, incore_loop, grid_k) = match case {
+            "Case0" => (250, 128, 4, 2),
+            "Case1" => (32, 128, 4, 2),
+            "Case2" => (128, 128, 4, 2),
+            "Case3" => (32, 128, 16, 2),
+            "Case4" => (16, 128, 4, 4),
+            "Bgemm64" => (8, 64, 1, 4),
+            _ => return None,
+        };
+        Some(Self {
+            groups,
+            grid_k,
+            incore_loop,
+            tile,
+        })
+    }
+
+    /// The shape behind entry tensors `[A, B, C]`, if they have the scene's layout.
+    fn of_entry(a: &TaskTensor, b: &TaskTensor, c: &TaskTensor) -> Option<Self> {
+        let &[groups, grid_k, incore_loop, tile, cols] = a.shapes() else {
+            return None;
+        };
+        let shape = Self {
+            groups,
+            grid_k,
+            incore_loop,
+            tile,
+        };
+        let f32 = DataType::Float32;
+        // `C` has `groups · loop` rows, so that product (and every view's row offset) fits u32.
+        let ok = cols == tile
+            && b.shapes() == a.shapes()
+            && c.shapes() == [groups.checked_mul(incore_loop)?, tile, tile]
+            && [a, b, c].iter().all(|t| t.dtype() == f32);
+        ok.then_some(shape)
+    }
+
+    fn ab_shape(&self) -> [u32; 5] {
+        [
+            self.groups,
+            self.grid_k,
+            self.incore_loop,
+            self.tile,
+            self.tile,
+        ]
+    }
+
+    fn c_shape(&self) -> [u32; 3] {
+        [self.groups * self.incore_loop, self.tile, self.tile]
+    }
+
+    fn tasks(&self) -> u64 {
+        2 * self.groups as u64 * self.grid_k as u64
+    }
+
+    fn edges(&self) -> u64 {
+        self.groups as u64 * (2 * self.grid_k as u64 - 1)
+    }
+}
+
+fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
+    TaskArg { tensor, tag }
+}
+
+fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let (a, b, c) = match rt.args().tensors() {
+        [a, b, c] => (*a, *b, *c),
+        _ => return Err(rt.report_fatal(BAD_ENTRY)),
+    };
+    let Some(s) = Shape::of_entry(&a, &b, &c) else {
+        return Err(rt.report_fatal(BAD_ENTRY));
+    };
+    let (t, lp) = (s.tile, s.incore_loop);
+    let Ok(product) = TaskTensor::create_info(&[lp, t, t], DataType::Float32) else {
+        return Err(rt.report_fatal(BAD_ENTRY));
+    };
+    for g in 0..s.groups {
+        // `of_entry` checked the extents, so every view below is in bounds; the error arms end
+        // the run rather than panic should that not hold.
+        let Ok(c_g) = c.view(&[lp, t, t], &[g * lp, 0, 0]) else {
+            return Err(rt.report_fatal(BAD_ENTRY));
+        };
+        rt.scope(ScopeMode::Auto, |rt| {
+            for k in 0..s.grid_k {
+                let views = (
+                    a.view(&[1, 1, lp, t, t], &[g, k, 0, 0, 0]),
+                    b.view(&[1, 1, lp, t, t], &[g, k, 0, 0, 0]),
+                );
+                let (Ok(a_gk), Ok(b_gk)) = views else {
+                    return Err(rt.report_fatal(BAD_ENTRY));
+                };
+                let mut gemm = [
+                    arg(a_gk, TensorArgType::Input),
+                    arg(b_gk, TensorArgType::Input),
+                    arg(product, TensorArgType::Output),
+                ];
+                rt.submit_aic(MATMUL, &mut gemm, &[])?;
+                let mut add = [
+                    arg(gemm[2].tensor, TensorArgType::Input),
+                    arg(c_g, TensorArgType::InOut),
+                ];
+                rt.submit_aiv(ACCUMULATE, &mut add, &[])?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift generators,
+/// scrambled", 2016): the deterministic source of the inputs.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A value in `[0, 1)` with 24 random bits, exact in f32.
+    fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32
+    }
+}
+
+/// `n` inputs in `[0, 0.01)`.
+fn inputs(rng: &mut XorShift, n: usize) -> Vec<f32> {
+    (0..n).map(|_| 0.01 * rng.unit()).collect()
+}
+
+/// `C[g·loop + i] = Σ_k A[g, k, i] · B[g, k, i]` in f64, from the row-major host inputs.
+fn golden(s: &Shape, a: &[f32], b: &[f32]) -> Vec<f64> {
+    let t = s.tile as usize;
+    let tt = t * t;
+    let (groups, grid_k, lp) = (s.groups as usize, s.grid_k as usize, s.incore_loop as usize);
+    let mut c = vec![0.0f64; groups * lp * tt];
+    for g in 0..groups {
+        for k in 0..grid_k {
+            for i in 0..lp {
+                let src = ((g * grid_k + k) * lp + i) * tt;
+                let (a_m, b_m) = (&a[src..src + tt], &b[src..src + tt]);
+                let dst = (g * lp + i) * tt;
+                let c_m = &mut c[dst..dst + tt];
+                for (c_row, a_row) in c_m.chunks_exact_mut(t).zip(a_m.chunks_exact(t)) {
+                    for (&x, b_row) in a_row.iter().zip(b_m.chunks_exact(t)) {
+                        let x = x as f64;
+                        for (y, &z) in c_row.iter_mut().zip(b_row) {
+                            *y += x * z as f64;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    c
+}
+
+impl Scene for Bgemm {
+    fn name(&self) -> &'static str {
+        "bgemm"
+    }
+
+    fn cases(&self) -> &'static [&'static str] {
+        CASE_NAMES
+    }
+
+    fn prepare(&self, case: &str) -> Option<Prepared> {
+        let s = Shape::of_case(case)?;
+        let ab = s.ab_shape();
+        let n_ab = ab.iter().map(|&d| d as usize).product();
+        let n_c = s.c_shape().iter().map(|&d| d as usize).product();
+        let mut rng = XorShift(0x5EED_B6E3_0000_0001);
+        let a = inputs(&mut rng, n_ab);
+        let b = inputs(&mut rng, n_ab);
+        let golden = golden(&s, &a, &b);
+        Some(Prepared {
+            orch: Arc::new(orchestrate),
+            kernels: vec![kernels::matmul, kernels::accumulate],
+            signature: vec![ArgDirection::In, ArgDirection::In, ArgDirection::InOut],
+            tensors: vec![
+                HostTensor::f32(&a, &ab, ArgDirection::In),
+                HostTensor::f32(&b, &ab, ArgDirection::In),
+                HostTensor::f32(&vec![0.0; n_c], &s.c_shape(), ArgDirection::InOut),
+            ],
+            scalars: Vec::new(),
+            check: Box::new(move |t| compare(&t[2].to_f32(), &golden, 1e-3, 1e-3)),
+            tasks: s.tasks(),
+            edges: s.edges(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_has_a_shape_with_the_reference_counts() {
+        let counts: Vec<(u64, u64)> = CASE_NAMES
+            .iter()
+            .map(|c| {
+                let s = Shape::of_case(c).unwrap();
+                (s.tasks(), s.edges())
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                (1000, 750),
+                (128, 96),
+                (512, 384),
+                (128, 96),
+                (128, 112),
+                (64, 56)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_golden_sums_every_k_step() {
+        // One group, two K steps, two batch slices of 2x2: C[i] = A[0,i]·B[0,i] + A[1,i]·B[1,i].
+        let s = Shape {
+            groups: 1,
+            grid_k: 2,
+            incore_loop: 2,
+            tile: 2,
+        };
+        let a: Vec<f32> = (0..16).map(|x| x as f32).collect();
+        let b = vec![1.0f32; 16];
+        // Slice i of step k starts at a[(2k + i)·4]; with B all ones, both elements of row r of
+        // a product are the sum of row r of that slice of A.
+        assert_eq!(
+            golden(&s, &a, &b),
+            [18.0, 18.0, 26.0, 26.0, 34.0, 34.0, 42.0, 42.0]
+        );
+    }
+}

@@ -1,0 +1,537 @@
+//! `paged_attention`: decode-style paged attention with online softmax, bf16 inputs and f32
+//! output (the reference's `paged_attention`, sim cases).
+//!
+//! Entry tensors, in the reference's order (without its `config` tensor):
+//! - `query` `[batch, heads, head_dim]` bf16 IN;
+//! - `key_cache`, `value_cache` `[total_blocks, block_size, 1, head_dim]` bf16 IN;
+//! - `block_table` `[batch, max_blocks]` int32 IN: logical block `j` of sequence `b` is
+//!   physical block `block_table[b, j]`;
+//! - `context_lens` `[batch]` int32 IN: the valid tokens of each sequence;
+//! - `out` `[batch, heads, head_dim]` f32 OUT;
+//!
+//! and scalar 0, `scale` (f32 bits, 1.0). The orchestration reads the geometry off the shapes
+//! and the block table and context lengths off the tensors (`Rt::read_element`); the kernels
+//! see only the tiles.
+//!
+//! Per sequence `b` and query tile of at most 128 heads (one tile in every case here), in its
+//! own AUTO scope: one `alloc_tensors` task for the running `oi` `[H, D]`, `li` `[H]` and `mi`
+//! `[H]` (f32), then per KV block `j` of the `n = ceil(ctx / block_size)` blocks:
+//! - `QK` (AIC, `pa_qk`, scalar `scale`): INPUT the query tile and key block, OUTPUT `sij`
+//!   `[H, block_size]` f32;
+//! - `SF` (AIV, `pa_softmax`, scalar: the block's valid tokens): INPUT `sij`, OUTPUT `pij`
+//!   `[H, block_size]` bf16, `mij` and `lij` `[H]` f32;
+//! - `PV` (AIC, `pa_pv`): INPUT `pij` and the value block, OUTPUT `oi_tmp` `[H, D]` f32;
+//! - `UP` (AIV, `pa_update`, scalars `is_first`, `is_last`): INPUT `mij`, `lij`, `oi_tmp`, INOUT
+//!   `mi`, `li`, `oi`, and on the last block OUTPUT_EXISTING the tile's rows of `out`.
+//!
+//! Tasks per tile: `1 + 4n`. Edges per tile: `2n` (QK→SF, SF→PV) + `2n` (SF→UP, PV→UP) + `n`
+//! (alloc→UP, creator edges) + `n - 1` (UP→UP through the accumulators) = `6n - 1`; tiles share
+//! nothing (17 for CaseSmall1, as the reference's dep-gen counts).
+//!
+//! | case | context lengths | max blocks | tasks | edges |
+//! |---|---|---|---|---|
+//! | CaseSmall1 | 33 | 16 | 13 | 17 |
+//! | CaseSmall2 | 128 | 16 | 33 | 47 |
+//! | CaseVarSeq2 | 33, 17 | 16 | 22 | 28 |
+//! | CaseVarSeq4 | 33, 64, 128, 15 | 16 | 68 | 92 |
+//! | Bench16704 | 64 × 1040 | 65 | 16,704 | 24,896 |
+//!
+//! Every case has 16 heads, head dimension 16 and blocks of 16 tokens; `max blocks` is
+//! `max_model_len / block_size` (256 / 16, and 1040 / 16 for the benchmark, whose 64 sequences
+//! of 65 blocks are the stream the reference's AICPU submit figure was measured on). The
+//! physical blocks are a seeded permutation of `batch · max_blocks`.
+//!
+//! The golden is plain softmax attention in f64 over each sequence's valid tokens, from the
+//! bf16 inputs as stored; tolerance 1e-3 absolute plus 1e-3 relative.
+
+use super::{compare, Prepared, Scene};
+use crate::chip_worker::HostTensor;
+use simpler_aicore::kernels;
+use simpler_aicpu::{Rt, RtError};
+use simpler_core::orchestrator::TaskArg;
+use simpler_core::scope::ScopeMode;
+use simpler_core::{ArgDirection, Bf16, DataType, TaskTensor, TensorArgType};
+use std::sync::Arc;
+
+/// The scene.
+pub struct PagedAttention;
+
+const PA_QK: u32 = 0;
+const PA_SOFTMAX: u32 = 1;
+const PA_PV: u32 = 2;
+const PA_UPDATE: u32 = 3;
+
+/// The fatal code of an entry whose tensors or scalars do not have the scene's layout.
+const BAD_ENTRY: u32 = 1;
+/// The fatal code of a context length of 0 or past `max_blocks · block_size`.
+const BAD_CONTEXT_LEN: u32 = 2;
+/// The fatal code of a block-table entry past the cache's blocks.
+const BAD_BLOCK: u32 = 3;
+
+/// Most heads one query tile holds (the reference's `q_tile = min(heads, 128)`).
+const Q_TILE: u32 = 128;
+
+const HEADS: u32 = 16;
+const HEAD_DIM: u32 = 16;
+const BLOCK_SIZE: u32 = 16;
+
+const CASE_NAMES: &[&str] = &[
+    "CaseSmall1",
+    "CaseSmall2",
+    "CaseVarSeq2",
+    "CaseVarSeq4",
+    "Bench16704",
+];
+
+/// One case: each sequence's context length, and the block table's width.
+struct Case {
+    context_lens: &'static [u32],
+    max_blocks: u32,
+}
+
+impl Case {
+    fn named(name: &str) -> Option<Self> {
+        let (context_lens, max_model_len): (&'static [u32], u32) = match name {
+            "CaseSmall1" => (&[33], 256),
+            "CaseSmall2" => (&[128], 256),
+            "CaseVarSeq2" => (&[33, 17], 256),
+            "CaseVarSeq4" => (&[33, 64, 128, 15], 256),
+            "Bench16704" => (&[65 * BLOCK_SIZE; 64], 65 * BLOCK_SIZE),
+            _ => return None,
+        };
+        Some(Self {
+            context_lens,
+            max_blocks: max_model_len / BLOCK_SIZE,
+        })
+    }
+
+    fn batch(&self) -> u32 {
+        self.context_lens.len() as u32
+    }
+
+    /// KV blocks per sequence.
+    fn blocks(&self) -> impl Iterator<Item = u64> + '_ {
+        self.context_lens
+            .iter()
+            .map(|&ctx| ctx.div_ceil(BLOCK_SIZE) as u64)
+    }
+
+    fn tiles_per_sequence(&self) -> u64 {
+        HEADS.div_ceil(Q_TILE) as u64
+    }
+
+    fn tasks(&self) -> u64 {
+        self.tiles_per_sequence() * self.blocks().map(|n| 1 + 4 * n).sum::<u64>()
+    }
+
+    fn edges(&self) -> u64 {
+        self.tiles_per_sequence() * self.blocks().map(|n| 6 * n - 1).sum::<u64>()
+    }
+}
+
+/// The geometry the orchestration reads off the entry tensors.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    batch: u32,
+    heads: u32,
+    head_dim: u32,
+    block_size: u32,
+    total_blocks: u32,
+    max_blocks: u32,
+}
+
+/// The entry tensors, in signature order.
+#[derive(Clone, Copy)]
+struct Entry {
+    query: TaskTensor,
+    key_cache: TaskTensor,
+    value_cache: TaskTensor,
+    block_table: TaskTensor,
+    context_lens: TaskTensor,
+    out: TaskTensor,
+}
+
+impl Entry {
+    fn of(tensors: &[TaskTensor]) -> Option<Self> {
+        match *tensors {
+            [query, key_cache, value_cache, block_table, context_lens, out] => Some(Self {
+                query,
+                key_cache,
+                value_cache,
+                block_table,
+                context_lens,
+                out,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The geometry, if every tensor has the scene's rank, dtype and agreeing extents.
+    fn geometry(&self) -> Option<Geometry> {
+        let &[batch, heads, head_dim] = self.query.shapes() else {
+            return None;
+        };
+        let &[total_blocks, block_size, 1, kv_dim] = self.key_cache.shapes() else {
+            return None;
+        };
+        let &[table_batch, max_blocks] = self.block_table.shapes() else {
+            return None;
+        };
+        let ok = kv_dim == head_dim
+            && self.value_cache.shapes() == self.key_cache.shapes()
+            && table_batch == batch
+            && self.context_lens.shapes() == [batch]
+            && self.out.shapes() == self.query.shapes()
+            && self.query.dtype() == DataType::Bfloat16
+            && self.key_cache.dtype() == DataType::Bfloat16
+            && self.value_cache.dtype() == DataType::Bfloat16
+            && self.block_table.dtype() == DataType::Int32
+            && self.context_lens.dtype() == DataType::Int32
+            && self.out.dtype() == DataType::Float32;
+        ok.then_some(Geometry {
+            batch,
+            heads,
+            head_dim,
+            block_size,
+            total_blocks,
+            max_blocks,
+        })
+    }
+}
+
+fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
+    TaskArg { tensor, tag }
+}
+
+/// `tensor`'s view of `shapes` at `offsets`, or the run's end with [`BAD_ENTRY`].
+fn view(
+    rt: &mut Rt<'_, '_>,
+    tensor: &TaskTensor,
+    shapes: &[u32],
+    offsets: &[u32],
+) -> Result<TaskTensor, RtError> {
+    tensor
+        .view(shapes, offsets)
+        .map_err(|_| rt.report_fatal(BAD_ENTRY))
+}
+
+/// An output description, or the run's end with [`BAD_ENTRY`].
+fn info(rt: &mut Rt<'_, '_>, shapes: &[u32], dtype: DataType) -> Result<TaskTensor, RtError> {
+    TaskTensor::create_info(shapes, dtype).map_err(|_| rt.report_fatal(BAD_ENTRY))
+}
+
+/// Element `index` of an int32 tensor.
+fn read_i32(rt: &mut Rt<'_, '_>, tensor: &TaskTensor, index: u64) -> Result<i32, RtError> {
+    // The low four bytes are the element, little-endian.
+    Ok(rt.read_element(tensor, index)? as u32 as i32)
+}
+
+fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let entry = Entry::of(rt.args().tensors());
+    let scale = match rt.args().scalars() {
+        &[scale] => Some(scale),
+        _ => None,
+    };
+    let (Some(entry), Some(scale)) = (entry, scale) else {
+        return Err(rt.report_fatal(BAD_ENTRY));
+    };
+    let Some(geo) = entry.geometry() else {
+        return Err(rt.report_fatal(BAD_ENTRY));
+    };
+    for b in 0..geo.batch {
+        let ctx = read_i32(rt, &entry.context_lens, b as u64)?;
+        let capacity = geo.max_blocks as u64 * geo.block_size as u64;
+        if ctx <= 0 || ctx as u64 > capacity {
+            return Err(rt.report_fatal(BAD_CONTEXT_LEN));
+        }
+        let ctx = ctx as u32;
+        for h0 in (0..geo.heads).step_by(Q_TILE as usize) {
+            let h = Q_TILE.min(geo.heads - h0);
+            rt.scope(ScopeMode::Auto, |rt| {
+                query_tile(rt, &entry, &geo, scale, (b, ctx), (h0, h))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Submits the alloc task and the four tasks per KV block of sequence `b` (of `ctx` tokens)
+/// and heads `h0..h0 + h`.
+fn query_tile(
+    rt: &mut Rt<'_, '_>,
+    entry: &Entry,
+    geo: &Geometry,
+    scale: u64,
+    (b, ctx): (u32, u32),
+    (h0, h): (u32, u32),
+) -> Result<(), RtError> {
+    use TensorArgType::{InOut, Input, Output, OutputExisting};
+    let (d, bs) = (geo.head_dim, geo.block_size);
+    let qi = view(rt, &entry.query, &[1, h, d], &[b, h0, 0])?;
+    let out_rows = view(rt, &entry.out, &[1, h, d], &[b, h0, 0])?;
+    let tile_f32 = info(rt, &[h, d], DataType::Float32)?;
+    let scores = info(rt, &[h, bs], DataType::Float32)?;
+    let probs = info(rt, &[h, bs], DataType::Bfloat16)?;
+    let row_f32 = info(rt, &[h], DataType::Float32)?;
+
+    let mut acc = [
+        arg(tile_f32, Output),
+        arg(row_f32, Output),
+        arg(row_f32, Output),
+    ];
+    rt.alloc_tensors(&mut acc)?;
+    let [oi, li, mi] = acc.map(|a| a.tensor);
+
+    let blocks = ctx.div_ceil(bs);
+    for j in 0..blocks {
+        let index = b as u64 * geo.max_blocks as u64 + j as u64;
+        let block = read_i32(rt, &entry.block_table, index)?;
+        if block < 0 || block as u32 >= geo.total_blocks {
+            return Err(rt.report_fatal(BAD_BLOCK));
+        }
+        let block = block as u32;
+        let kj = view(rt, &entry.key_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
+        let vj = view(rt, &entry.value_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
+
+        let mut qk = [arg(qi, Input), arg(kj, Input), arg(scores, Output)];
+        rt.submit_aic(PA_QK, &mut qk, &[scale])?;
+        let sij = qk[2].tensor;
+
+        let valid = (ctx - j * bs).min(bs);
+        let mut sf = [
+            arg(sij, Input),
+            arg(probs, Output),
+            arg(row_f32, Output),
+            arg(row_f32, Output),
+        ];
+        rt.submit_aiv(PA_SOFTMAX, &mut sf, &[valid as u64])?;
+        let (pij, mij, lij) = (sf[1].tensor, sf[2].tensor, sf[3].tensor);
+
+        let mut pv = [arg(pij, Input), arg(vj, Input), arg(tile_f32, Output)];
+        rt.submit_aic(PA_PV, &mut pv, &[])?;
+        let oi_tmp = pv[2].tensor;
+
+        let (is_first, is_last) = (j == 0, j + 1 == blocks);
+        let mut up = [
+            arg(mij, Input),
+            arg(lij, Input),
+            arg(oi_tmp, Input),
+            arg(mi, InOut),
+            arg(li, InOut),
+            arg(oi, InOut),
+            arg(out_rows, OutputExisting),
+        ];
+        let n = if is_last { 7 } else { 6 };
+        rt.submit_aiv(PA_UPDATE, &mut up[..n], &[is_first as u64, is_last as u64])?;
+    }
+    Ok(())
+}
+
+/// splitmix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators",
+/// 2014): the deterministic source of the inputs and the block table.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut x = self.0;
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^ (x >> 31)
+    }
+
+    /// A value in `[-1, 1)`, rounded to bf16.
+    fn bf16(&mut self) -> Bf16 {
+        let unit = (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32;
+        Bf16::from_f32(2.0 * unit - 1.0)
+    }
+
+    /// A value in `0..n` (`n > 0`; the modulo bias is below 2^-32 for the sizes here).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// A bf16 host tensor.
+fn bf16_tensor(values: &[Bf16], shapes: &[u32]) -> HostTensor {
+    HostTensor {
+        data: values.iter().flat_map(|v| v.0.to_le_bytes()).collect(),
+        shapes: shapes.to_vec(),
+        dtype: DataType::Bfloat16,
+        dir: ArgDirection::In,
+    }
+}
+
+/// An int32 host input.
+fn i32_tensor(values: &[u32], shapes: &[u32]) -> HostTensor {
+    HostTensor {
+        data: values
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect(),
+        shapes: shapes.to_vec(),
+        dtype: DataType::Int32,
+        dir: ArgDirection::In,
+    }
+}
+
+/// The host-side inputs of one case, as f64 for the golden.
+struct Inputs<'a> {
+    query: &'a [f64],
+    key_cache: &'a [f64],
+    value_cache: &'a [f64],
+    block_table: &'a [u32],
+    context_lens: &'a [u32],
+    max_blocks: usize,
+    scale: f64,
+}
+
+/// Plain softmax attention in f64: `out[b, h] = Σ_t softmax_t(scale · q·k_t) v_t` over the
+/// sequence's valid tokens `t`, token `t` being row `t % block_size` of physical block
+/// `block_table[b, t / block_size]`.
+fn golden(x: &Inputs<'_>) -> Vec<f64> {
+    let (h, d, bs) = (HEADS as usize, HEAD_DIM as usize, BLOCK_SIZE as usize);
+    let mut out = Vec::with_capacity(x.context_lens.len() * h * d);
+    for (b, &ctx) in x.context_lens.iter().enumerate() {
+        let token = |t: usize| {
+            let block = x.block_table[b * x.max_blocks + t / bs] as usize;
+            (block * bs + t % bs) * d
+        };
+        for q in x.query[b * h * d..(b + 1) * h * d].chunks_exact(d) {
+            let scores: Vec<f64> = (0..ctx as usize)
+                .map(|t| {
+                    let k = &x.key_cache[token(t)..token(t) + d];
+                    x.scale * q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>()
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            let mut row = vec![0.0f64; d];
+            for (t, w) in weights.iter().enumerate() {
+                let v = &x.value_cache[token(t)..token(t) + d];
+                for (o, &v) in row.iter_mut().zip(v) {
+                    *o += w * v;
+                }
+            }
+            out.extend(row.iter().map(|o| o / total));
+        }
+    }
+    out
+}
+
+impl Scene for PagedAttention {
+    fn name(&self) -> &'static str {
+        "paged_attention"
+    }
+
+    fn cases(&self) -> &'static [&'static str] {
+        CASE_NAMES
+    }
+
+    fn prepare(&self, case: &str) -> Option<Prepared> {
+        let c = Case::named(case)?;
+        let batch = c.batch();
+        let total_blocks = batch * c.max_blocks;
+        let q_shape = [batch, HEADS, HEAD_DIM];
+        let kv_shape = [total_blocks, BLOCK_SIZE, 1, HEAD_DIM];
+        let mut rng = SplitMix(0x5EED_0000_0000_00A7);
+        let mut bf16s = |n: u32| -> Vec<Bf16> { (0..n).map(|_| rng.bf16()).collect() };
+        let query = bf16s(q_shape.iter().product());
+        let key_cache = bf16s(kv_shape.iter().product());
+        let value_cache = bf16s(kv_shape.iter().product());
+        // Fisher-Yates over the physical blocks; row b of the table is the b-th run of
+        // `max_blocks` of them.
+        let mut block_table: Vec<u32> = (0..total_blocks).collect();
+        for i in (1..block_table.len()).rev() {
+            block_table.swap(i, rng.below(i + 1));
+        }
+        let scale = 1.0f32;
+        let wide = |v: &[Bf16]| -> Vec<f64> { v.iter().map(|x| x.to_f32() as f64).collect() };
+        let golden = golden(&Inputs {
+            query: &wide(&query),
+            key_cache: &wide(&key_cache),
+            value_cache: &wide(&value_cache),
+            block_table: &block_table,
+            context_lens: c.context_lens,
+            max_blocks: c.max_blocks as usize,
+            scale: scale as f64,
+        });
+        let out = vec![0.0f32; golden.len()];
+        Some(Prepared {
+            orch: Arc::new(orchestrate),
+            kernels: vec![
+                kernels::pa_qk,
+                kernels::pa_softmax,
+                kernels::pa_pv,
+                kernels::pa_update,
+            ],
+            signature: vec![
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::Out,
+            ],
+            tensors: vec![
+                bf16_tensor(&query, &q_shape),
+                bf16_tensor(&key_cache, &kv_shape),
+                bf16_tensor(&value_cache, &kv_shape),
+                i32_tensor(&block_table, &[batch, c.max_blocks]),
+                i32_tensor(c.context_lens, &[batch]),
+                HostTensor::f32(&out, &q_shape, ArgDirection::Out),
+            ],
+            scalars: vec![scale.to_bits() as u64],
+            check: Box::new(move |t| compare(&t[5].to_f32(), &golden, 1e-3, 1e-3)),
+            tasks: c.tasks(),
+            edges: c.edges(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_has_the_reference_task_counts() {
+        let counts: Vec<(u64, u64)> = CASE_NAMES
+            .iter()
+            .map(|name| {
+                let c = Case::named(name).unwrap();
+                (c.tasks(), c.edges())
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            [(13, 17), (33, 47), (22, 28), (68, 92), (16_704, 24_896)]
+        );
+    }
+
+    #[test]
+    fn the_golden_weights_tokens_by_softmax_over_the_valid_ones() {
+        // One head of one sequence, head_dim 16: token 0 scores 0 and token 1 scores ln 3, so
+        // the weights are 1/4 and 3/4; the block's other 14 tokens are past the context.
+        let (h, d, bs) = (HEADS as usize, HEAD_DIM as usize, BLOCK_SIZE as usize);
+        let mut query = vec![0.0; h * d];
+        query[0] = 3f64.ln();
+        let mut key_cache = vec![0.0; bs * d];
+        key_cache[d] = 1.0;
+        let mut value_cache = vec![100.0; bs * d];
+        value_cache[..d].fill(4.0);
+        value_cache[d..2 * d].fill(8.0);
+        let out = golden(&Inputs {
+            query: &query,
+            key_cache: &key_cache,
+            value_cache: &value_cache,
+            block_table: &[0],
+            context_lens: &[2],
+            max_blocks: 1,
+            scale: 1.0,
+        });
+        assert!((out[0] - 7.0).abs() < 1e-12, "{}", out[0]);
+        // Heads with a zero query weight both tokens equally.
+        assert!((out[d] - 6.0).abs() < 1e-12, "{}", out[d]);
+    }
+}
