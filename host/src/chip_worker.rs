@@ -72,6 +72,15 @@ pub enum WorkerError {
         /// Tensors given.
         got: usize,
     },
+    /// A tensor's direction is not the one the callable's signature gives it.
+    Direction {
+        /// The tensor.
+        index: usize,
+        /// The signature's direction.
+        expected: ArgDirection,
+        /// The direction given.
+        got: ArgDirection,
+    },
     /// A tensor's data does not match its shape and dtype.
     TensorSize {
         /// The tensor.
@@ -100,6 +109,14 @@ impl fmt::Display for WorkerError {
             Self::Signature { expected, got } => {
                 write!(f, "callable takes {expected} tensors, {got} given")
             }
+            Self::Direction {
+                index,
+                expected,
+                got,
+            } => write!(
+                f,
+                "tensor {index} is {got:?}, the callable takes it {expected:?}"
+            ),
             Self::TensorSize {
                 index,
                 expected,
@@ -185,6 +202,15 @@ impl ChipWorker {
                 expected: callable.signature.len(),
                 got: tensors.len(),
             });
+        }
+        for (index, (t, &expected)) in tensors.iter().zip(&callable.signature).enumerate() {
+            if t.dir != expected {
+                return Err(WorkerError::Direction {
+                    index,
+                    expected,
+                    got: t.dir,
+                });
+            }
         }
         self.device.free_all()?;
         let mut chip = Box::<ChipStorageTaskArgs>::default();

@@ -206,6 +206,8 @@ struct RunState {
     progress: AtomicU64,
     running: AtomicBool,
     dispatched: AtomicU64,
+    /// Bumped at every run's start, so the watchdog times each run from its own start.
+    run_id: AtomicU64,
     shutdown: AtomicBool,
     wake: Wakeup,
 }
@@ -464,6 +466,7 @@ fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(),
         progress: AtomicU64::new(0),
         running: AtomicBool::new(false),
         dispatched: AtomicU64::new(0),
+        run_id: AtomicU64::new(0),
         shutdown: AtomicBool::new(false),
         wake: Wakeup::default(),
     };
@@ -536,6 +539,7 @@ fn run_one<'a>(
     state.dispatched.store(0, Ordering::SeqCst);
     *state.sched_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
     *state.active.lock().unwrap_or_else(|e| e.into_inner()) = nsched;
+    state.run_id.fetch_add(1, Ordering::SeqCst);
     state.running.store(true, Ordering::SeqCst);
     let start = Instant::now();
     {
@@ -567,17 +571,14 @@ fn run_one<'a>(
     state.running.store(false, Ordering::SeqCst);
     let device = start.elapsed();
     let tasks = (0..MAX_RINGS).map(|r| orch.submitted(r) as u64).sum();
-    let result = match (result, state.abort.load(Ordering::SeqCst)) {
-        (Err(RtError::Aborted(_)), ABORT_SCHED) | (Ok(()), ABORT_SCHED) => {
-            let e = state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
-            match *e {
-                Some(e) => Err(RunError::Scheduler(e)),
-                None => Err(RunError::Timeout),
-            }
-        }
-        (_, ABORT_TIMEOUT) => Err(RunError::Timeout),
-        (Err(e), _) => Err(RunError::Orchestration(e)),
-        (Ok(()), _) => Ok(()),
+    // The cause of an abort wins over what the orchestration saw of it: an orchestrator
+    // waiting on a full ring when a kernel failed gives up with a ring error.
+    let sched_error = *state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
+    let result = match (result, state.abort.load(Ordering::SeqCst), sched_error) {
+        (_, ABORT_SCHED, Some(e)) => Err(RunError::Scheduler(e)),
+        (_, ABORT_TIMEOUT, _) => Err(RunError::Timeout),
+        (Err(e), _, _) => Err(RunError::Orchestration(e)),
+        (Ok(()), _, _) => Ok(()),
     };
     RunOutcome {
         result,
@@ -691,17 +692,15 @@ fn scheduler_main(
 }
 
 fn watchdog_main(config: &DeviceConfig, state: &RunState) {
-    let mut last = (0u64, Instant::now());
+    // (run, progress count, when it last changed)
+    let mut last = (0u64, 0u64, Instant::now());
     while !state.shutdown.load(Ordering::SeqCst) {
         std::thread::park_timeout(Duration::from_millis(20));
-        if !state.running.load(Ordering::SeqCst) {
-            last = (state.progress.load(Ordering::Relaxed), Instant::now());
-            continue;
-        }
+        let run = state.run_id.load(Ordering::SeqCst);
         let now = state.progress.load(Ordering::Relaxed);
-        if now != last.0 {
-            last = (now, Instant::now());
-        } else if last.1.elapsed() >= config.watchdog {
+        if !state.running.load(Ordering::SeqCst) || run != last.0 || now != last.1 {
+            last = (run, now, Instant::now());
+        } else if last.2.elapsed() >= config.watchdog {
             let _ =
                 state
                     .abort

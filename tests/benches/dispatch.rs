@@ -99,5 +99,10 @@ fn main() {
     }
     report_summary("dispatch", "fan_100k_tasks_per_s", &mut fan_rate, "tasks/s");
     report_summary("dispatch", "fan_100k_us_per_task", &mut fan_us, "us/task");
-    report_summary("dispatch", "chain_10k_us_per_task", &mut chain_us, "us/task");
+    report_summary(
+        "dispatch",
+        "chain_10k_us_per_task",
+        &mut chain_us,
+        "us/task",
+    );
 }

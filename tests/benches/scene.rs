@@ -24,10 +24,18 @@ const ROUNDS: usize = 20;
 /// (scene, case, GFLOP per run or 0).
 const CASES: &[(&str, &str, f64)] = &[
     ("vector_example", "default", 0.0),
-    ("bgemm", "Bgemm64", 32.0 * 2.0 * 64.0 * 64.0 * 64.0 * 1.0 / 1e9),
+    (
+        "bgemm",
+        "Bgemm64",
+        32.0 * 2.0 * 64.0 * 64.0 * 64.0 * 1.0 / 1e9,
+    ),
     ("paged_attention", "CaseSmall1", 0.0),
     ("paged_attention", "Bench16704", 0.0),
-    ("bgemm", "Case0", 500.0 * 2.0 * 128.0 * 128.0 * 128.0 * 4.0 / 1e9),
+    (
+        "bgemm",
+        "Case0",
+        500.0 * 2.0 * 128.0 * 128.0 * 128.0 * 4.0 / 1e9,
+    ),
 ];
 
 fn main() {
@@ -38,14 +46,21 @@ fn main() {
     let only = std::env::var("SCENE_CASES").ok();
     for &(scene, case, gflop) in CASES {
         let name = format!("{scene}_{case}");
-        if only.as_deref().is_some_and(|o| !o.split(',').any(|c| c == case || c == scene)) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|c| c == case || c == scene))
+        {
             continue;
         }
         let Some(prepared) = scenes::find(scene).and_then(|s| s.prepare(case)) else {
             continue;
         };
         let mut config = DeviceConfig::new(Topology::A2a3);
-        let entry: u64 = prepared.tensors.iter().map(|t| t.data.len() as u64 + 1024).sum();
+        let entry: u64 = prepared
+            .tensors
+            .iter()
+            .map(|t| t.data.len() as u64 + 1024)
+            .sum();
         config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
         let mut worker = ChipWorker::init(config).expect("a device");
         let handle = worker.register_callable(
@@ -60,7 +75,10 @@ fn main() {
             let r = worker
                 .run(handle, &mut tensors, &prepared.scalars)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert!((prepared.check)(&tensors).pass, "{name} round {round} failed its golden");
+            assert!(
+                (prepared.check)(&tensors).pass,
+                "{name} round {round} failed its golden"
+            );
             if round == 0 {
                 continue;
             }
