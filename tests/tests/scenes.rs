@@ -83,7 +83,7 @@ fn bgemm_small_cases_on_both_topologies() {
     let scene = scenes::find("bgemm").unwrap();
     let mut workers =
         [Topology::A2a3, Topology::A5].map(|t| ChipWorker::init(DeviceConfig::new(t)).unwrap());
-    for (case, rounds) in [("Case1", 1), ("Case4", 1), ("Bgemm64", 3)] {
+    for (case, rounds) in [("Case1", 3), ("Case4", 3), ("Bgemm64", 3)] {
         let prepared = scene.prepare(case).expect("a known case");
         for worker in &mut workers {
             run_prepared(worker, scene, case, &prepared, rounds);
