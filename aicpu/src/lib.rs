@@ -13,6 +13,8 @@
 pub mod payloads;
 // The hardware primitives the AICPU program needs.
 pub mod platform;
+// How a run ended.
+pub mod run;
 // The orchestration API handed to orchestration functions.
 pub mod runtime;
 // A scheduler thread's completion, fanout and dispatch pass.
@@ -20,5 +22,6 @@ pub mod scheduler;
 
 pub use payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
 pub use platform::Platform;
+pub use run::{RunError, RunOutcome};
 pub use runtime::{Rt, RtError};
 pub use scheduler::{CoreSlot, OwnedCore, SchedError, Scheduler};

@@ -1,15 +1,17 @@
 //! `ChipWorker`: one chip (a simulated device) and the callables registered on it.
 //!
-//! `init` starts the device once; `register_callable` records an orchestration function, its
+//! `init` starts a simulated device once (or `with_transport` takes any other backend);
+//! `register_callable` records an orchestration function, its
 //! kernel table and its entry signature; `run` stages the entry tensors into GM, builds and
 //! adopts the chip entry (`ChipStorageTaskArgs` → `OrchArgs`), runs, and copies every output
 //! back. A failed run leaves the worker usable for the next one.
 
+use crate::transport::{DeviceTransport, OrchFn, TransportError};
 use simpler_aicore::KernelFn;
+use simpler_aicpu::{RunError, RunOutcome};
 use simpler_core::{
     AddressSpace, ArgDirection, ChipStorageTaskArgs, ChipTensor, DataType, EntryError, OrchArgs,
 };
-use simpler_sim::{Device, DeviceConfig, DeviceError, Job, OrchFn, RunError, RunOutcome};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,7 +64,7 @@ struct Callable {
 #[derive(Debug)]
 pub enum WorkerError {
     /// The device could not start or stopped.
-    Device(DeviceError),
+    Transport(TransportError),
     /// No callable behind the handle.
     UnknownCallable,
     /// The entry tensors do not match the callable's signature.
@@ -104,7 +106,7 @@ pub enum WorkerError {
 impl fmt::Display for WorkerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Device(e) => write!(f, "device: {e:?}"),
+            Self::Transport(e) => e.fmt(f),
             Self::UnknownCallable => f.write_str("unknown callable handle"),
             Self::Signature { expected, got } => {
                 write!(f, "callable takes {expected} tensors, {got} given")
@@ -134,9 +136,9 @@ impl fmt::Display for WorkerError {
 
 impl std::error::Error for WorkerError {}
 
-impl From<DeviceError> for WorkerError {
-    fn from(e: DeviceError) -> Self {
-        Self::Device(e)
+impl From<TransportError> for WorkerError {
+    fn from(e: TransportError) -> Self {
+        Self::Transport(e)
     }
 }
 
@@ -151,22 +153,34 @@ pub struct RunReport {
 
 /// One chip and its callables.
 pub struct ChipWorker {
-    device: Device,
+    device: Box<dyn DeviceTransport>,
     callables: Vec<Callable>,
 }
 
 impl ChipWorker {
-    /// Starts a device of `config`.
-    pub fn init(config: DeviceConfig) -> Result<Self, WorkerError> {
-        Ok(Self {
-            device: Device::start(config)?,
-            callables: Vec::new(),
-        })
+    /// Starts a simulated device of `config`.
+    #[cfg(feature = "sim")]
+    pub fn init(config: simpler_sim::DeviceConfig) -> Result<Self, WorkerError> {
+        let device = simpler_sim::Device::start(config).map_err(TransportError::from)?;
+        Ok(Self::with_transport(Box::new(device)))
     }
 
-    /// The device's configuration.
-    pub fn config(&self) -> &DeviceConfig {
-        self.device.config()
+    /// A worker over any device backend.
+    pub fn with_transport(device: Box<dyn DeviceTransport>) -> Self {
+        Self {
+            device,
+            callables: Vec::new(),
+        }
+    }
+
+    /// The device's platform name.
+    pub fn platform(&self) -> &'static str {
+        self.device.platform()
+    }
+
+    /// Stops the device and drops the callables.
+    pub fn finalize(self) {
+        drop(self);
     }
 
     /// Registers an orchestration function with its kernel table (indexed by kernel id) and
@@ -229,7 +243,7 @@ impl ChipWorker {
                 .device
                 .alloc(bytes.max(1))?
                 .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
-            if t.dir != ArgDirection::Out && !self.device.write(addr, t.data.clone())? {
+            if t.dir != ArgDirection::Out && !self.device.copy_to_device(addr, t.data.clone())? {
                 return Err(WorkerError::OutOfDeviceMemory { bytes });
             }
             let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
@@ -243,17 +257,15 @@ impl ChipWorker {
         }
         let mut args = Box::<OrchArgs>::default();
         args.adopt(&chip).map_err(WorkerError::Entry)?;
-        let outcome = self.device.run(Job {
-            orch: callable.orch.clone(),
-            kernels: callable.kernels.clone(),
-            args,
-        })?;
+        let outcome = self
+            .device
+            .run(callable.orch.clone(), callable.kernels.clone(), args)?;
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
         for (t, &addr) in tensors.iter_mut().zip(&addrs) {
             if t.dir != ArgDirection::In {
-                if let Some(data) = self.device.read(addr, t.data.len())? {
+                if let Some(data) = self.device.copy_from_device(addr, t.data.len())? {
                     t.data = data;
                 }
             }

@@ -13,6 +13,9 @@ pub mod chip_worker;
 pub mod scenes;
 // The tagged task-argument builder and its blob encoding.
 pub mod task_args;
+// How the host reaches a device; the simulator backend behind the `sim` feature.
+pub mod transport;
 
 pub use chip_worker::{CallableHandle, ChipWorker, HostTensor, RunReport, WorkerError};
 pub use task_args::{TaskArgs, TaskArgsError};
+pub use transport::{DeviceTransport, OrchFn, TransportError};

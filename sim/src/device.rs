@@ -21,7 +21,9 @@ use simpler_aicore::core_loop::{CoreLoop, CorePort};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::payloads::PayloadsLayout;
 use simpler_aicpu::scheduler::CoreSlot;
-use simpler_aicpu::{OwnedCore, Platform, Rt, RtError, SchedError, Scheduler, TaskPayloads};
+use simpler_aicpu::{
+    OwnedCore, Platform, Rt, RtError, RunError, RunOutcome, SchedError, Scheduler, TaskPayloads,
+};
 use simpler_core::handshake::{DispatchPayload, AICPU_IDLE};
 use simpler_core::layout::{Carver, Layout, LayoutError, Line};
 use simpler_core::orchestrator::{
@@ -129,34 +131,6 @@ impl From<LayoutError> for DeviceError {
     fn from(e: LayoutError) -> Self {
         Self::Layout(e)
     }
-}
-
-/// Why a run failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunError {
-    /// The orchestration function (or the submit path under it) failed.
-    Orchestration(RtError),
-    /// A scheduler stopped the run (a kernel failure).
-    Scheduler(SchedError),
-    /// No progress for the watchdog period.
-    Timeout,
-}
-
-/// The outcome of one run.
-#[derive(Clone, Copy, Debug)]
-pub struct RunOutcome {
-    /// Success, or why the run ended.
-    pub result: Result<(), RunError>,
-    /// Tasks submitted (including allocation and dummy tasks).
-    pub tasks: u64,
-    /// Producer-consumer edges the submits recorded.
-    pub edges: u64,
-    /// Subtasks dispatched to cores.
-    pub dispatched: u64,
-    /// Time in the orchestration function.
-    pub orchestration: Duration,
-    /// Time from the run's start until every scheduler stopped.
-    pub device: Duration,
 }
 
 /// An orchestration function.

@@ -783,3 +783,52 @@ fn tensor_directions_must_match_the_signature() {
     worker.run(handle, &mut tensors, &prepared.scalars).unwrap();
     assert!((prepared.check)(&tensors).pass);
 }
+
+/// A backend that has stopped: every request fails.
+struct Stopped;
+
+impl simpler_host::DeviceTransport for Stopped {
+    fn platform(&self) -> &'static str {
+        "stopped"
+    }
+    fn alloc(&self, _: u64) -> Result<Option<u64>, simpler_host::TransportError> {
+        Err(simpler_host::TransportError::Stopped)
+    }
+    fn free_all(&self) -> Result<(), simpler_host::TransportError> {
+        Err(simpler_host::TransportError::Stopped)
+    }
+    fn copy_to_device(&self, _: u64, _: Vec<u8>) -> Result<bool, simpler_host::TransportError> {
+        Err(simpler_host::TransportError::Stopped)
+    }
+    fn copy_from_device(
+        &self,
+        _: u64,
+        _: usize,
+    ) -> Result<Option<Vec<u8>>, simpler_host::TransportError> {
+        Err(simpler_host::TransportError::Stopped)
+    }
+    fn run(
+        &self,
+        _: OrchFn,
+        _: Arc<[simpler_aicore::KernelFn]>,
+        _: Box<simpler_core::OrchArgs>,
+    ) -> Result<simpler_sim::RunOutcome, simpler_host::TransportError> {
+        Err(simpler_host::TransportError::Stopped)
+    }
+}
+
+#[test]
+fn a_stopped_device_is_a_transport_error() {
+    let mut worker = simpler_host::ChipWorker::with_transport(Box::new(Stopped));
+    assert_eq!(worker.platform(), "stopped");
+    let prepared = simpler_host::scenes::find("vector_example")
+        .unwrap()
+        .prepare("default")
+        .unwrap();
+    let handle = worker.register_callable(prepared.orch, prepared.kernels, prepared.signature);
+    let mut tensors = prepared.tensors;
+    match worker.run(handle, &mut tensors, &[]) {
+        Err(simpler_host::WorkerError::Transport(simpler_host::TransportError::Stopped)) => {}
+        other => panic!("expected a transport error, got {other:?}"),
+    }
+}

@@ -5,9 +5,9 @@
 //! with a golden computed by independent reference code (never by the kernels).
 
 use crate::chip_worker::HostTensor;
+use crate::transport::OrchFn;
 use simpler_aicore::KernelFn;
 use simpler_core::ArgDirection;
-use simpler_sim::OrchFn;
 
 pub mod bgemm;
 pub mod paged_attention;

@@ -1,0 +1,33 @@
+//! How a run ended: the account a device gives its host, whatever the transport.
+
+use crate::runtime::RtError;
+use crate::scheduler::SchedError;
+use core::time::Duration;
+
+/// Why a run failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The orchestration function (or the submit path under it) failed.
+    Orchestration(RtError),
+    /// A scheduler stopped the run (a kernel failure).
+    Scheduler(SchedError),
+    /// No progress for the watchdog period.
+    Timeout,
+}
+
+/// The outcome of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOutcome {
+    /// Success, or why the run ended.
+    pub result: Result<(), RunError>,
+    /// Tasks submitted (including allocation and dummy tasks).
+    pub tasks: u64,
+    /// Producer-consumer edges the submits recorded.
+    pub edges: u64,
+    /// Subtasks dispatched to cores.
+    pub dispatched: u64,
+    /// Time in the orchestration function.
+    pub orchestration: Duration,
+    /// Time from the run's start until every scheduler stopped.
+    pub device: Duration,
+}
