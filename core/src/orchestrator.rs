@@ -551,6 +551,7 @@ impl<'a> Orchestrator<'a> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn submit_inner(
         &mut self,
         mask: ActiveMask,

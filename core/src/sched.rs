@@ -256,20 +256,19 @@ impl<'a> SchedState<'a> {
         }
     }
 
-    /// Moves a wired, satisfied task into its ready queue. Exactly one caller wins the CAS.
+    /// Moves a wired, satisfied task into its ready queue.
+    ///
+    /// Exactly one caller reaches this per task: the one increment of `fanin_refcount` that
+    /// completes the count (see [`crate::slot`], "Readiness"), which comes after the publish
+    /// stored PENDING. So a plain store does the transition, without a compare-and-swap.
     pub(crate) fn make_ready(&self, slot: &SlotState) {
-        if slot
-            .status
-            .compare_exchange(
-                SlotStatus::Pending as u32,
-                SlotStatus::Ready as u32,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_err()
-        {
-            return;
-        }
+        debug_assert_eq!(
+            slot.status.load(Ordering::Relaxed),
+            SlotStatus::Pending as u32,
+            "a task made ready twice, or before its publish"
+        );
+        slot.status
+            .store(SlotStatus::Ready as u32, Ordering::Release);
         let queue = &self.queues[slot.active_mask().shape() as usize];
         let task = slot.task_id().0;
         // Queues hold every live task of every ring; a push cannot find one full.

@@ -291,14 +291,28 @@ impl TaskTensor {
         self.owner_task_id = owner;
     }
 
+    /// Recomputes the extent and contiguity caches in one pass over the dimensions (the same
+    /// answers as `geometry::extent_elems` and `geometry::is_row_major`).
+    #[inline]
     fn refresh_caches(&mut self) {
-        self.extent_elem_cache = geometry::extent_elems(self.ndims, &self.shapes, &self.strides);
-        self.is_contiguous = geometry::is_row_major(self.ndims, &self.shapes, &self.strides) as u8;
+        let rank = self.rank();
+        let (mut span, mut dense, mut expected) = (0u64, true, 1u64);
+        for dim in (0..rank).rev() {
+            let (shape, stride) = (self.shapes[dim] as u64, self.strides[dim] as u64);
+            if shape != 0 {
+                span = span.saturating_add((shape - 1) * stride);
+            }
+            dense &= shape == 1 || stride == expected;
+            expected = expected.saturating_mul(shape);
+        }
+        self.extent_elem_cache = span.saturating_add(1);
+        self.is_contiguous = dense as u8;
     }
 
     /// A view of `shapes` starting at `offsets` (per-dimension element coordinates). Strides are
     /// kept, so a view of a view addresses exactly the source's elements; owner, version and
     /// `manual_dep` are inherited.
+    #[inline]
     pub fn view(&self, shapes: &[u32], offsets: &[u32]) -> Result<Self, ViewError> {
         let rank = self.rank();
         if shapes.len() != rank || offsets.len() != rank {
