@@ -23,5 +23,5 @@ pub mod scheduler;
 pub use payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
 pub use platform::Platform;
 pub use run::{RunError, RunOutcome};
-pub use runtime::{Rt, RtError};
+pub use runtime::{Rt, RtError, SubmitHook, SubmittedTask};
 pub use scheduler::{CoreSlot, OwnedCore, SchedError, Scheduler};

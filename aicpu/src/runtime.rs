@@ -58,6 +58,35 @@ impl From<ScopeError> for RtError {
     }
 }
 
+/// A task as submitted, shown to a [`SubmitHook`].
+pub struct SubmittedTask<'t> {
+    /// Its id.
+    pub id: TaskId,
+    /// Its kernel per core slot.
+    pub kernels: MixedKernels,
+    /// SPMD blocks.
+    pub block_num: u16,
+    /// Its tensors (OUTPUT tensors with their allocated buffers).
+    pub args: &'t [TaskArg],
+    /// Its explicit dependencies.
+    pub deps: &'t [ExplicitDep],
+    /// Scope depth it was submitted at (1 = the run's outer scope).
+    pub scope_depth: usize,
+    /// Whether it is an allocation task.
+    pub alloc: bool,
+}
+
+/// Sees every task right after it is submitted, with the edges its submit recorded
+/// (producer, kinds). Off by default; used to dump a run's dependency graph.
+pub trait SubmitHook {
+    /// Called once per submitted task, while the task is still held by its scope.
+    fn submitted(
+        &mut self,
+        task: &SubmittedTask<'_>,
+        fanin: &mut dyn Iterator<Item = (TaskId, simpler_core::deps::DepFlags)>,
+    );
+}
+
 /// The orchestration function's handle on the runtime.
 pub struct Rt<'r, 'a> {
     orch: &'r mut Orchestrator<'a>,
@@ -67,6 +96,7 @@ pub struct Rt<'r, 'a> {
     args: &'r OrchArgs,
     abort: &'r AtomicU32,
     error: Option<RtError>,
+    hook: Option<&'r mut dyn SubmitHook>,
 }
 
 impl<'r, 'a> Rt<'r, 'a> {
@@ -87,6 +117,20 @@ impl<'r, 'a> Rt<'r, 'a> {
             args,
             abort,
             error: None,
+            hook: None,
+        }
+    }
+
+    /// Shows every submitted task to `hook`.
+    pub fn with_hook(mut self, hook: &'r mut dyn SubmitHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    fn notify(&mut self, task: SubmittedTask<'_>) {
+        if let Some(hook) = self.hook.as_deref_mut() {
+            let shared = self.orch.shared();
+            hook.submitted(&task, &mut shared.fanin(task.id));
         }
     }
 
@@ -163,7 +207,7 @@ impl<'r, 'a> Rt<'r, 'a> {
             Task {
                 mask,
                 block_num,
-                args,
+                args: &mut *args,
                 deps,
             },
             &mut self.waiter,
@@ -177,7 +221,18 @@ impl<'r, 'a> Rt<'r, 'a> {
                 )
             },
         );
-        result.map_err(|e| self.fail(e.into()))
+        let id = result.map_err(|e| self.fail(e.into()))?;
+        let scope_depth = self.orch.scope_depth();
+        self.notify(SubmittedTask {
+            id,
+            kernels,
+            block_num,
+            args,
+            deps,
+            scope_depth,
+            alloc: false,
+        });
+        Ok(id)
     }
 
     /// Submits a task for one vector core.
@@ -213,8 +268,19 @@ impl<'r, 'a> Rt<'r, 'a> {
     /// an allocation task, complete at once; consumers depend on it through the tensors.
     pub fn alloc_tensors(&mut self, outputs: &mut [TaskArg]) -> Result<TaskId, RtError> {
         self.check()?;
-        let result = self.orch.alloc_tensors(outputs, &mut self.waiter);
-        result.map_err(|e| self.fail(e.into()))
+        let result = self.orch.alloc_tensors(&mut *outputs, &mut self.waiter);
+        let id = result.map_err(|e| self.fail(e.into()))?;
+        let scope_depth = self.orch.scope_depth();
+        self.notify(SubmittedTask {
+            id,
+            kernels: MixedKernels::NONE,
+            block_num: 1,
+            args: outputs,
+            deps: &[],
+            scope_depth,
+            alloc: true,
+        });
+        Ok(id)
     }
 
     /// Runs `f` inside a scope of `mode`; the scope's tasks are released when it ends.

@@ -6,7 +6,7 @@
 //! adopts the chip entry (`ChipStorageTaskArgs` → `OrchArgs`), runs, and copies every output
 //! back. A failed run leaves the worker usable for the next one.
 
-use crate::transport::{DeviceTransport, OrchFn, TransportError};
+use crate::transport::{DeviceTransport, OrchFn, SharedHook, TransportError};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::{RunError, RunOutcome};
 use simpler_core::{
@@ -206,6 +206,18 @@ impl ChipWorker {
         tensors: &mut [HostTensor],
         scalars: &[u64],
     ) -> Result<RunReport, WorkerError> {
+        self.run_with_hook(handle, tensors, scalars, None)
+    }
+
+    /// [`Self::run`], showing every submitted task to `hook` (for example a
+    /// [`crate::dag::DagRecorder`]).
+    pub fn run_with_hook(
+        &mut self,
+        handle: CallableHandle,
+        tensors: &mut [HostTensor],
+        scalars: &[u64],
+        hook: Option<SharedHook>,
+    ) -> Result<RunReport, WorkerError> {
         let start = Instant::now();
         let callable = self
             .callables
@@ -257,9 +269,9 @@ impl ChipWorker {
         }
         let mut args = Box::<OrchArgs>::default();
         args.adopt(&chip).map_err(WorkerError::Entry)?;
-        let outcome = self
-            .device
-            .run(callable.orch.clone(), callable.kernels.clone(), args)?;
+        let outcome =
+            self.device
+                .run(callable.orch.clone(), callable.kernels.clone(), args, hook)?;
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }

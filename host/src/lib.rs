@@ -9,6 +9,8 @@
 
 // One chip: device start-up, callables, runs with staging and copy-back.
 pub mod chip_worker;
+// A run's task graph, recorded at submit and written as JSON or Graphviz.
+pub mod dag;
 // The example scenes and their goldens.
 pub mod scenes;
 // The tagged task-argument builder and its blob encoding.
@@ -18,4 +20,4 @@ pub mod transport;
 
 pub use chip_worker::{CallableHandle, ChipWorker, HostTensor, RunReport, WorkerError};
 pub use task_args::{TaskArgs, TaskArgsError};
-pub use transport::{DeviceTransport, OrchFn, TransportError};
+pub use transport::{DeviceTransport, OrchFn, SharedHook, TransportError};

@@ -2,13 +2,16 @@
 //! backend behind the default `sim` feature; an onboard backend implements the same trait.
 
 use simpler_aicore::KernelFn;
-use simpler_aicpu::{Rt, RtError, RunOutcome};
+use simpler_aicpu::{Rt, RtError, RunOutcome, SubmitHook};
 use simpler_core::OrchArgs;
 use std::fmt;
 use std::sync::Arc;
 
 /// An orchestration function, as the host registers it.
 pub type OrchFn = Arc<dyn Fn(&mut Rt<'_, '_>) -> Result<(), RtError> + Send + Sync>;
+
+/// A submit hook shared with the device for one run.
+pub type SharedHook = Arc<std::sync::Mutex<dyn SubmitHook + Send>>;
 
 /// The device did not answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,12 +43,14 @@ pub trait DeviceTransport: Send {
     fn copy_to_device(&self, addr: u64, data: Vec<u8>) -> Result<bool, TransportError>;
     /// Copies `len` bytes of GM at `addr`; `None` when the range is outside GM.
     fn copy_from_device(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, TransportError>;
-    /// Runs an orchestration function with its kernel table and adopted entry arguments.
+    /// Runs an orchestration function with its kernel table and adopted entry arguments,
+    /// showing every submitted task to `hook` when there is one.
     fn run(
         &self,
         orch: OrchFn,
         kernels: Arc<[KernelFn]>,
         args: Box<OrchArgs>,
+        hook: Option<SharedHook>,
     ) -> Result<RunOutcome, TransportError>;
 }
 
@@ -88,6 +93,7 @@ mod sim {
             orch: OrchFn,
             kernels: Arc<[KernelFn]>,
             args: Box<OrchArgs>,
+            hook: Option<SharedHook>,
         ) -> Result<RunOutcome, TransportError> {
             Ok(Device::run(
                 self,
@@ -95,6 +101,7 @@ mod sim {
                     orch,
                     kernels,
                     args,
+                    hook,
                 },
             )?)
         }

@@ -144,7 +144,12 @@ pub struct Job {
     pub kernels: Arc<[KernelFn]>,
     /// The adopted entry arguments.
     pub args: Box<OrchArgs>,
+    /// Sees every submitted task, when set.
+    pub hook: Option<SharedHook>,
 }
+
+/// A submit hook shared with the device thread for one run.
+pub type SharedHook = Arc<Mutex<dyn simpler_aicpu::SubmitHook + Send>>;
 
 enum Msg {
     Alloc(u64, Sender<Option<u64>>),
@@ -523,11 +528,19 @@ fn run_one<'a>(
         state.start.notify_all();
     }
     let mut waiter = OrchWaiter { state };
+    let mut hook_guard = job
+        .hook
+        .as_ref()
+        .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()));
     let result = {
         let mut rt = Rt::new(orch, payloads, &mut waiter, gm, &job.args, &state.abort);
+        if let Some(g) = hook_guard.as_mut() {
+            rt = rt.with_hook(&mut **g);
+        }
         let r = rt.scope(ScopeMode::Auto, |rt| (job.orch)(rt));
         r.and_then(|()| rt.error().map_or(Ok(()), Err))
     };
+    drop(hook_guard);
     let orchestration = start.elapsed();
     if result.is_err() {
         let _ = state

@@ -5,8 +5,9 @@
 //! a timing table. `RUST_LOG` controls logging.
 
 use clap::{Parser, Subcommand};
+use simpler_host::dag::DagRecorder;
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::ChipWorker;
+use simpler_host::{ChipWorker, SharedHook};
 use simpler_sim::{DeviceConfig, Topology};
 use std::process::ExitCode;
 
@@ -41,6 +42,12 @@ enum Command {
         /// Clusters of 1 AIC + 2 AIV (default 8).
         #[arg(long)]
         clusters: Option<u32>,
+        /// Write the first round's task graph to this file.
+        #[arg(long)]
+        dag: Option<std::path::PathBuf>,
+        /// The graph's format: `json` or `dot`.
+        #[arg(long, default_value = "json")]
+        dag_format: String,
     },
 }
 
@@ -59,7 +66,16 @@ fn main() -> ExitCode {
             rounds,
             platform,
             clusters,
-        } => match run(&scene, case.as_deref(), rounds, &platform, clusters) {
+            dag,
+            dag_format,
+        } => match run(
+            &scene,
+            case.as_deref(),
+            rounds,
+            &platform,
+            clusters,
+            dag.zip(Some(dag_format)),
+        ) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
             Err(message) => {
@@ -76,7 +92,13 @@ fn run(
     rounds: usize,
     platform: &str,
     clusters: Option<u32>,
+    dag: Option<(std::path::PathBuf, String)>,
 ) -> Result<bool, String> {
+    if let Some((_, format)) = &dag {
+        if format != "json" && format != "dot" {
+            return Err(format!("unknown --dag-format {format} (json, dot)"));
+        }
+    }
     let topology = match platform {
         "a2a3sim" => Topology::A2a3,
         "a5sim" => Topology::A5,
@@ -120,9 +142,23 @@ fn run(
     let mut all_pass = true;
     for round in 0..rounds {
         let mut tensors = prepared.tensors.clone();
+        let recorder = (round == 0 && dag.is_some())
+            .then(|| std::sync::Arc::new(std::sync::Mutex::new(DagRecorder::new())));
+        let hook = recorder.clone().map(|r| r as SharedHook);
         let report = worker
-            .run(handle, &mut tensors, &prepared.scalars)
+            .run_with_hook(handle, &mut tensors, &prepared.scalars, hook)
             .map_err(|e| format!("round {round}: {e}"))?;
+        if let (Some(recorder), Some((path, format))) = (recorder, &dag) {
+            let graph = recorder
+                .lock()
+                .map_err(|_| "the graph recorder failed".to_string())?;
+            let text = if format == "dot" {
+                graph.to_dot()
+            } else {
+                graph.to_json()
+            };
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         let check = (prepared.check)(&tensors);
         all_pass &= check.pass;
         let o = report.outcome;
