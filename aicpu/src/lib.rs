@@ -19,9 +19,12 @@ pub mod run;
 pub mod runtime;
 // A scheduler thread's completion, fanout and dispatch pass.
 pub mod scheduler;
+// Trace events a traced run records.
+pub mod trace;
 
 pub use payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
 pub use platform::Platform;
 pub use run::{RunError, RunOutcome};
 pub use runtime::{Rt, RtError, SubmitHook, SubmittedTask};
 pub use scheduler::{CoreSlot, OwnedCore, SchedError, Scheduler};
+pub use trace::{EventKind, TraceEvent};

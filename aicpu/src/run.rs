@@ -30,4 +30,6 @@ pub struct RunOutcome {
     pub orchestration: Duration,
     /// Time from the run's start until every scheduler stopped.
     pub device: Duration,
+    /// Trace events that did not fit the per-thread buffers (0 when not tracing).
+    pub trace_dropped: u64,
 }

@@ -79,6 +79,9 @@ pub struct SubmittedTask<'t> {
 /// Sees every task right after it is submitted, with the edges its submit recorded
 /// (producer, kinds). Off by default; used to dump a run's dependency graph.
 pub trait SubmitHook {
+    /// Called as a submit starts (before the task exists).
+    fn before_submit(&mut self) {}
+
     /// Called once per submitted task, while the task is still held by its scope.
     fn submitted(
         &mut self,
@@ -202,6 +205,9 @@ impl<'r, 'a> Rt<'r, 'a> {
         } else {
             kernels
         };
+        if let Some(hook) = self.hook.as_deref_mut() {
+            hook.before_submit();
+        }
         let payloads = self.payloads;
         let result = self.orch.submit_with(
             Task {
@@ -268,6 +274,9 @@ impl<'r, 'a> Rt<'r, 'a> {
     /// an allocation task, complete at once; consumers depend on it through the tensors.
     pub fn alloc_tensors(&mut self, outputs: &mut [TaskArg]) -> Result<TaskId, RtError> {
         self.check()?;
+        if let Some(hook) = self.hook.as_deref_mut() {
+            hook.before_submit();
+        }
         let result = self.orch.alloc_tensors(&mut *outputs, &mut self.waiter);
         let id = result.map_err(|e| self.fail(e.into()))?;
         let scope_depth = self.orch.scope_depth();

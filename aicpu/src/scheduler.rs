@@ -124,6 +124,11 @@ impl Scheduler {
         &self.cores[..self.count]
     }
 
+    /// The task owned core `i` runs, if any.
+    pub fn running(&self, i: usize) -> Option<TaskId> {
+        self.cores().get(i).and_then(|c| c.running)
+    }
+
     /// Whether any owned core runs a task.
     pub fn busy(&self) -> bool {
         self.cores().iter().any(|c| c.running.is_some())

@@ -6,7 +6,7 @@
 //! adopts the chip entry (`ChipStorageTaskArgs` → `OrchArgs`), runs, and copies every output
 //! back. A failed run leaves the worker usable for the next one.
 
-use crate::transport::{DeviceTransport, OrchFn, SharedHook, TransportError};
+use crate::transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TransportError};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::{RunError, RunOutcome};
 use simpler_core::{
@@ -206,7 +206,7 @@ impl ChipWorker {
         tensors: &mut [HostTensor],
         scalars: &[u64],
     ) -> Result<RunReport, WorkerError> {
-        self.run_with_hook(handle, tensors, scalars, None)
+        self.run_with(handle, tensors, scalars, RunOptions::default())
     }
 
     /// [`Self::run`], showing every submitted task to `hook` (for example a
@@ -217,6 +217,18 @@ impl ChipWorker {
         tensors: &mut [HostTensor],
         scalars: &[u64],
         hook: Option<SharedHook>,
+    ) -> Result<RunReport, WorkerError> {
+        let options = RunOptions { hook, trace: None };
+        self.run_with(handle, tensors, scalars, options)
+    }
+
+    /// [`Self::run`], recording what `options` ask for (a submit hook, a trace).
+    pub fn run_with(
+        &mut self,
+        handle: CallableHandle,
+        tensors: &mut [HostTensor],
+        scalars: &[u64],
+        options: RunOptions,
     ) -> Result<RunReport, WorkerError> {
         let start = Instant::now();
         let callable = self
@@ -269,9 +281,12 @@ impl ChipWorker {
         }
         let mut args = Box::<OrchArgs>::default();
         args.adopt(&chip).map_err(WorkerError::Entry)?;
-        let outcome =
-            self.device
-                .run(callable.orch.clone(), callable.kernels.clone(), args, hook)?;
+        let outcome = self.device.run(
+            callable.orch.clone(),
+            callable.kernels.clone(),
+            args,
+            options,
+        )?;
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }

@@ -92,6 +92,11 @@ impl DagRecorder {
         Self::default()
     }
 
+    /// The submit index of `task`, if it was recorded.
+    pub fn index_of(&self, task: TaskId) -> Option<usize> {
+        self.index.get(&task).copied()
+    }
+
     /// The tasks, in submit order.
     pub fn tasks(&self) -> &[DagTask] {
         &self.tasks

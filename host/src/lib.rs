@@ -15,9 +15,11 @@ pub mod dag;
 pub mod scenes;
 // The tagged task-argument builder and its blob encoding.
 pub mod task_args;
+// Chrome trace-event JSON from a run's trace events.
+pub mod trace;
 // How the host reaches a device; the simulator backend behind the `sim` feature.
 pub mod transport;
 
 pub use chip_worker::{CallableHandle, ChipWorker, HostTensor, RunReport, WorkerError};
 pub use task_args::{TaskArgs, TaskArgsError};
-pub use transport::{DeviceTransport, OrchFn, SharedHook, TransportError};
+pub use transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TraceSink, TransportError};

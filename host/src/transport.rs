@@ -2,7 +2,7 @@
 //! backend behind the default `sim` feature; an onboard backend implements the same trait.
 
 use simpler_aicore::KernelFn;
-use simpler_aicpu::{Rt, RtError, RunOutcome, SubmitHook};
+use simpler_aicpu::{Rt, RtError, RunOutcome, SubmitHook, TraceEvent};
 use simpler_core::OrchArgs;
 use std::fmt;
 use std::sync::Arc;
@@ -12,6 +12,18 @@ pub type OrchFn = Arc<dyn Fn(&mut Rt<'_, '_>) -> Result<(), RtError> + Send + Sy
 
 /// A submit hook shared with the device for one run.
 pub type SharedHook = Arc<std::sync::Mutex<dyn SubmitHook + Send>>;
+
+/// Where a traced run's events go.
+pub type TraceSink = Arc<std::sync::Mutex<Vec<TraceEvent>>>;
+
+/// What a run records besides its results.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Sees every submitted task.
+    pub hook: Option<SharedHook>,
+    /// Receives the run's trace events.
+    pub trace: Option<TraceSink>,
+}
 
 /// The device did not answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,13 +56,13 @@ pub trait DeviceTransport: Send {
     /// Copies `len` bytes of GM at `addr`; `None` when the range is outside GM.
     fn copy_from_device(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, TransportError>;
     /// Runs an orchestration function with its kernel table and adopted entry arguments,
-    /// showing every submitted task to `hook` when there is one.
+    /// recording what `options` ask for.
     fn run(
         &self,
         orch: OrchFn,
         kernels: Arc<[KernelFn]>,
         args: Box<OrchArgs>,
-        hook: Option<SharedHook>,
+        options: RunOptions,
     ) -> Result<RunOutcome, TransportError>;
 }
 
@@ -93,7 +105,7 @@ mod sim {
             orch: OrchFn,
             kernels: Arc<[KernelFn]>,
             args: Box<OrchArgs>,
-            hook: Option<SharedHook>,
+            options: RunOptions,
         ) -> Result<RunOutcome, TransportError> {
             Ok(Device::run(
                 self,
@@ -101,7 +113,8 @@ mod sim {
                     orch,
                     kernels,
                     args,
-                    hook,
+                    hook: options.hook,
+                    trace: options.trace,
                 },
             )?)
         }

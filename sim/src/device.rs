@@ -146,6 +146,86 @@ pub struct Job {
     pub args: Box<OrchArgs>,
     /// Sees every submitted task, when set.
     pub hook: Option<SharedHook>,
+    /// Receives the run's trace events, when set.
+    pub trace: Option<TraceSink>,
+}
+
+/// Where a traced run's events go: every thread appends its buffer when the run ends.
+pub type TraceSink = Arc<Mutex<Vec<simpler_aicpu::TraceEvent>>>;
+
+/// Events each thread can hold per run; more are counted as dropped.
+pub const TRACE_EVENTS_PER_THREAD: usize = 1 << 18;
+
+/// A per-thread trace buffer, allocated once at the first traced run and never grown.
+struct TraceBuf {
+    events: Vec<simpler_aicpu::TraceEvent>,
+    dropped: u64,
+}
+
+impl TraceBuf {
+    fn new() -> Self {
+        Self {
+            events: Vec::new(),
+            dropped: 0,
+        }
+    }
+    fn arm(&mut self) {
+        if self.events.capacity() == 0 {
+            self.events.reserve_exact(TRACE_EVENTS_PER_THREAD);
+        }
+        self.events.clear();
+        self.dropped = 0;
+    }
+    fn push(&mut self, e: simpler_aicpu::TraceEvent) {
+        if self.events.len() < self.events.capacity() {
+            self.events.push(e);
+        } else {
+            self.dropped += 1;
+        }
+    }
+    fn flush(&mut self, state: &RunState, sink: &TraceSink) {
+        sink.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(&self.events);
+        state
+            .trace_dropped
+            .fetch_add(self.dropped, Ordering::SeqCst);
+        self.events.clear();
+    }
+}
+
+/// Records the orchestrator's submit spans and passes each task on to the caller's hook.
+struct TracingHook<'h> {
+    inner: Option<&'h mut (dyn simpler_aicpu::SubmitHook + Send + 'static)>,
+    buf: &'h mut TraceBuf,
+    epoch: Instant,
+    started: u64,
+}
+
+impl simpler_aicpu::SubmitHook for TracingHook<'_> {
+    fn before_submit(&mut self) {
+        self.started = self.epoch.elapsed().as_nanos() as u64;
+        if let Some(h) = self.inner.as_deref_mut() {
+            h.before_submit();
+        }
+    }
+    fn submitted(
+        &mut self,
+        task: &simpler_aicpu::SubmittedTask<'_>,
+        fanin: &mut dyn Iterator<Item = (simpler_core::TaskId, simpler_core::deps::DepFlags)>,
+    ) {
+        self.buf.push(simpler_aicpu::TraceEvent {
+            track: simpler_aicpu::trace::ORCHESTRATOR_TRACK,
+            kind: simpler_aicpu::EventKind::Submit,
+            task: task.id,
+            kernel: 0,
+            start_ns: self.started,
+            end_ns: self.epoch.elapsed().as_nanos() as u64,
+        });
+        if let Some(h) = self.inner.as_deref_mut() {
+            h.submitted(task, fanin);
+        }
+    }
 }
 
 /// A submit hook shared with the device thread for one run.
@@ -187,6 +267,9 @@ struct RunState {
     dispatched: AtomicU64,
     /// Bumped at every run's start, so the watchdog times each run from its own start.
     run_id: AtomicU64,
+    /// The current run's trace sink and start, when traced.
+    trace: Mutex<Option<(TraceSink, Instant)>>,
+    trace_dropped: AtomicU64,
     shutdown: AtomicBool,
     wake: Wakeup,
 }
@@ -446,6 +529,8 @@ fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(),
         running: AtomicBool::new(false),
         dispatched: AtomicU64::new(0),
         run_id: AtomicU64::new(0),
+        trace: Mutex::new(None),
+        trace_dropped: AtomicU64::new(0),
         shutdown: AtomicBool::new(false),
         wake: Wakeup::default(),
     };
@@ -465,6 +550,7 @@ fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(),
             .spawn_scoped(s, move || watchdog_main(&config, state_ref));
         let _ = ready.send(Ok(()));
 
+        let mut orch_trace = TraceBuf::new();
         let mut next_alloc = GM_BASE + heaps;
         let gm_end = GM_BASE + heaps + config.gm_bytes;
         while let Ok(msg) = rx.recv() {
@@ -487,7 +573,16 @@ fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(),
                     let _ = reply.send(ok.then_some(out));
                 }
                 Msg::Run(job, reply) => {
-                    let outcome = run_one(&job, &state, &shared, &mut orch, &payloads, &gm, nsched);
+                    let outcome = run_one(
+                        &job,
+                        &mut orch_trace,
+                        &state,
+                        &shared,
+                        &mut orch,
+                        &payloads,
+                        &gm,
+                        nsched,
+                    );
                     let _ = reply.send(outcome);
                 }
             }
@@ -502,8 +597,10 @@ fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(),
     });
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_one<'a>(
     job: &Job,
+    orch_trace: &mut TraceBuf,
     state: &RunState,
     shared: &SchedState<'a>,
     orch: &mut Orchestrator<'a>,
@@ -521,6 +618,12 @@ fn run_one<'a>(
     state.run_id.fetch_add(1, Ordering::SeqCst);
     state.running.store(true, Ordering::SeqCst);
     let start = Instant::now();
+    state.trace_dropped.store(0, Ordering::SeqCst);
+    *state.trace.lock().unwrap_or_else(|e| e.into_inner()) =
+        job.trace.clone().map(|sink| (sink, start));
+    if job.trace.is_some() {
+        orch_trace.arm();
+    }
     {
         let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
         g.0 += 1;
@@ -532,10 +635,21 @@ fn run_one<'a>(
         .hook
         .as_ref()
         .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut tracing = job.trace.as_ref().map(|_| TracingHook {
+        inner: None,
+        buf: &mut *orch_trace,
+        epoch: start,
+        started: 0,
+    });
     let result = {
         let mut rt = Rt::new(orch, payloads, &mut waiter, gm, &job.args, &state.abort);
-        if let Some(g) = hook_guard.as_mut() {
-            rt = rt.with_hook(&mut **g);
+        match (tracing.as_mut(), hook_guard.as_mut()) {
+            (Some(t), inner) => {
+                t.inner = inner.map(|g| &mut **g);
+                rt = rt.with_hook(t);
+            }
+            (None, Some(g)) => rt = rt.with_hook(&mut **g),
+            (None, None) => {}
         }
         let r = rt.scope(ScopeMode::Auto, |rt| (job.orch)(rt));
         r.and_then(|()| rt.error().map_or(Ok(()), Err))
@@ -557,6 +671,10 @@ fn run_one<'a>(
     }
     state.running.store(false, Ordering::SeqCst);
     let device = start.elapsed();
+    if let Some(sink) = &job.trace {
+        orch_trace.flush(state, sink);
+    }
+    *state.trace.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let tasks = (0..MAX_RINGS).map(|r| orch.submitted(r) as u64).sum();
     // The cause of an abort wins over what the orchestration saw of it: an orchestrator
     // waiting on a full ring when a kernel failed gives up with a ring error.
@@ -574,6 +692,7 @@ fn run_one<'a>(
         dispatched: state.dispatched.load(Ordering::SeqCst),
         orchestration,
         device,
+        trace_dropped: state.trace_dropped.load(Ordering::SeqCst),
     }
 }
 
@@ -612,6 +731,7 @@ fn scheduler_main(
         epoch: Instant::now(),
     };
     let mut sched = Scheduler::new(&owned);
+    let mut trace = TraceBuf::new();
     let mut seen_generation = 0;
     loop {
         let kernels = {
@@ -632,13 +752,36 @@ fn scheduler_main(
             l.reset();
         }
         let dispatched0 = sched.dispatched;
+        let tracing = state
+            .trace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if tracing.is_some() {
+            trace.arm();
+        }
+        let epoch = tracing.as_ref().map(|t| t.1);
+        let now = |e: Option<Instant>| e.map_or(0, |e| e.elapsed().as_nanos() as u64);
+        let track = simpler_aicpu::trace::SCHEDULER_TRACK + index as u32;
         loop {
             if state.abort.load(Ordering::Acquire) != 0 {
                 break;
             }
             let seen = state.wake.generation();
             let completed0 = sched.completed;
-            let mut progress = match sched.step(&mut platform, shared, payloads) {
+            let t0 = now(epoch);
+            let stepped = sched.step(&mut platform, shared, payloads);
+            if epoch.is_some() && matches!(stepped, Ok(true)) {
+                trace.push(simpler_aicpu::TraceEvent {
+                    track,
+                    kind: simpler_aicpu::EventKind::Schedule,
+                    task: simpler_core::TaskId::INVALID,
+                    kernel: 0,
+                    start_ns: t0,
+                    end_ns: now(epoch),
+                });
+            }
+            let mut progress = match stepped {
                 Ok(p) => p,
                 Err(e) => {
                     let mut slot = state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
@@ -654,8 +797,22 @@ fn scheduler_main(
                 }
             };
             for (i, l) in loops.iter_mut().enumerate() {
+                let t0 = now(epoch);
                 let step = l.step(&platform.blocks[i], gm, &kernels, &mut locals[i]);
-                progress |= step != simpler_aicore::core_loop::Step::Idle;
+                if step != simpler_aicore::core_loop::Step::Idle {
+                    progress = true;
+                    if let (Some(_), simpler_aicore::core_loop::Step::Ran(token)) = (epoch, step) {
+                        let c = &owned[i];
+                        trace.push(simpler_aicpu::TraceEvent {
+                            track: (c.cluster * 3 + c.slot as usize) as u32,
+                            kind: simpler_aicpu::EventKind::Exec,
+                            task: sched.running(i).unwrap_or(simpler_core::TaskId::INVALID),
+                            kernel: platform.blocks[i].payloads[(token & 1) as usize].kernel_id,
+                            start_ns: t0,
+                            end_ns: now(epoch),
+                        });
+                    }
+                }
             }
             if progress {
                 state.progress.fetch_add(1, Ordering::Relaxed);
@@ -667,7 +824,21 @@ fn scheduler_main(
             if state.orch_done.load(Ordering::Acquire) && shared.drained() && !sched.busy() {
                 break;
             }
+            let t0 = now(epoch);
             state.wake.wait(seen, Duration::from_millis(5));
+            if epoch.is_some() {
+                trace.push(simpler_aicpu::TraceEvent {
+                    track,
+                    kind: simpler_aicpu::EventKind::Idle,
+                    task: simpler_core::TaskId::INVALID,
+                    kernel: 0,
+                    start_ns: t0,
+                    end_ns: now(epoch),
+                });
+            }
+        }
+        if let Some((sink, _)) = &tracing {
+            trace.flush(state, sink);
         }
         state
             .dispatched

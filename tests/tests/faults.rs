@@ -812,7 +812,7 @@ impl simpler_host::DeviceTransport for Stopped {
         _: OrchFn,
         _: Arc<[simpler_aicore::KernelFn]>,
         _: Box<simpler_core::OrchArgs>,
-        _: Option<simpler_host::SharedHook>,
+        _: simpler_host::RunOptions,
     ) -> Result<simpler_sim::RunOutcome, simpler_host::TransportError> {
         Err(simpler_host::TransportError::Stopped)
     }

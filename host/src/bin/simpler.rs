@@ -7,7 +7,7 @@
 use clap::{Parser, Subcommand};
 use simpler_host::dag::DagRecorder;
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::{ChipWorker, SharedHook};
+use simpler_host::{ChipWorker, RunOptions, SharedHook, TraceSink};
 use simpler_sim::{DeviceConfig, Topology};
 use std::process::ExitCode;
 
@@ -48,6 +48,9 @@ enum Command {
         /// The graph's format: `json` or `dot`.
         #[arg(long, default_value = "json")]
         dag_format: String,
+        /// Write the first round's trace (Chrome trace-event JSON, for Perfetto) to this file.
+        #[arg(long)]
+        trace: Option<std::path::PathBuf>,
     },
 }
 
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
             clusters,
             dag,
             dag_format,
+            trace,
         } => match run(
             &scene,
             case.as_deref(),
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
             &platform,
             clusters,
             dag.zip(Some(dag_format)),
+            trace,
         ) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
@@ -93,6 +98,7 @@ fn run(
     platform: &str,
     clusters: Option<u32>,
     dag: Option<(std::path::PathBuf, String)>,
+    trace: Option<std::path::PathBuf>,
 ) -> Result<bool, String> {
     if let Some((_, format)) = &dag {
         if format != "json" && format != "dot" {
@@ -142,13 +148,32 @@ fn run(
     let mut all_pass = true;
     for round in 0..rounds {
         let mut tensors = prepared.tensors.clone();
-        let recorder = (round == 0 && dag.is_some())
+        let recorder = (round == 0 && (dag.is_some() || trace.is_some()))
             .then(|| std::sync::Arc::new(std::sync::Mutex::new(DagRecorder::new())));
-        let hook = recorder.clone().map(|r| r as SharedHook);
+        let sink: Option<TraceSink> = (round == 0 && trace.is_some())
+            .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
+        let options = RunOptions {
+            hook: recorder.clone().map(|r| r as SharedHook),
+            trace: sink.clone(),
+        };
         let report = worker
-            .run_with_hook(handle, &mut tensors, &prepared.scalars, hook)
+            .run_with(handle, &mut tensors, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {e}"))?;
-        if let (Some(recorder), Some((path, format))) = (recorder, &dag) {
+        if let (Some(sink), Some(path), Some(recorder)) = (&sink, &trace, &recorder) {
+            let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
+            let graph = recorder
+                .lock()
+                .map_err(|_| "the graph recorder failed".to_string())?;
+            let text = simpler_host::trace::to_chrome_json(&events, Some(&graph));
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            if report.outcome.trace_dropped > 0 {
+                eprintln!(
+                    "trace: {} events dropped (buffers full)",
+                    report.outcome.trace_dropped
+                );
+            }
+        }
+        if let (Some(recorder), Some((path, format))) = (&recorder, &dag) {
             let graph = recorder
                 .lock()
                 .map_err(|_| "the graph recorder failed".to_string())?;

@@ -1,0 +1,42 @@
+//! Trace events: what a traced run records, per thread, into preallocated buffers.
+//!
+//! Timestamps are nanoseconds from the run's start. Tracks name where an event happened: a
+//! core (its index in the chip's core table), a scheduler thread, or the orchestrator.
+
+use simpler_core::TaskId;
+
+/// Track of scheduler thread `t` is `SCHEDULER_TRACK + t`.
+pub const SCHEDULER_TRACK: u32 = 10_000;
+/// The orchestrator thread's track.
+pub const ORCHESTRATOR_TRACK: u32 = 20_000;
+
+/// What an event records.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A core ran a task's kernel (one subtask).
+    Exec = 0,
+    /// The orchestrator submitted a task.
+    Submit = 1,
+    /// A scheduler pass that made progress (completions, dispatch).
+    Schedule = 2,
+    /// A scheduler thread waited for work.
+    Idle = 3,
+}
+
+/// One span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceEvent {
+    /// Where it happened.
+    pub track: u32,
+    /// What it was.
+    pub kind: EventKind,
+    /// The task, when there is one (`TaskId::INVALID` otherwise).
+    pub task: TaskId,
+    /// The kernel, for `Exec`.
+    pub kernel: u32,
+    /// Start, ns from the run's start.
+    pub start_ns: u64,
+    /// End, ns from the run's start.
+    pub end_ns: u64,
+}

@@ -1,0 +1,105 @@
+//! A traced run: every task executes once on one core track, spans on a track never overlap,
+//! and every task starts after all its producers ended.
+
+use simpler_aicpu::{EventKind, TraceEvent};
+use simpler_host::dag::DagRecorder;
+use simpler_host::{scenes, ChipWorker, RunOptions, SharedHook, TraceSink};
+use simpler_sim::{DeviceConfig, Topology};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+fn traced(scene: &str, case: &str, topology: Topology) -> (Vec<TraceEvent>, DagRecorder, u64) {
+    let prepared = scenes::find(scene).unwrap().prepare(case).unwrap();
+    let mut worker = ChipWorker::init(DeviceConfig::new(topology)).unwrap();
+    let handle = worker.register_callable(
+        prepared.orch.clone(),
+        prepared.kernels.clone(),
+        prepared.signature.clone(),
+    );
+    let dag = Arc::new(Mutex::new(DagRecorder::new()));
+    let sink: TraceSink = Arc::new(Mutex::new(Vec::new()));
+    let mut tensors = prepared.tensors.clone();
+    let report = worker
+        .run_with(
+            handle,
+            &mut tensors,
+            &prepared.scalars,
+            RunOptions {
+                hook: Some(dag.clone() as SharedHook),
+                trace: Some(sink.clone()),
+            },
+        )
+        .unwrap();
+    assert!((prepared.check)(&tensors).pass);
+    let events = sink.lock().unwrap().clone();
+    let dag = std::mem::take(&mut *dag.lock().unwrap());
+    (events, dag, report.outcome.trace_dropped)
+}
+
+fn check(scene: &str, case: &str, topology: Topology) {
+    let (events, dag, dropped) = traced(scene, case, topology);
+    assert_eq!(dropped, 0);
+    // Every computing task runs exactly once, on a core track.
+    let mut exec: HashMap<usize, &TraceEvent> = HashMap::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::Exec) {
+        assert!(
+            e.track < simpler_aicpu::trace::SCHEDULER_TRACK,
+            "exec off a core track"
+        );
+        let i = dag
+            .index_of(e.task)
+            .expect("an executed task was submitted");
+        assert!(
+            exec.insert(i, e).is_none(),
+            "{scene} {case}: task {i} ran twice"
+        );
+        assert!(e.end_ns >= e.start_ns);
+    }
+    for t in dag.tasks() {
+        let runs = t.kind == "task";
+        assert_eq!(
+            exec.contains_key(&t.index),
+            runs,
+            "{scene} {case}: task {}",
+            t.index
+        );
+    }
+    // Spans on one track never overlap.
+    let mut by_track: HashMap<u32, Vec<&TraceEvent>> = HashMap::new();
+    for e in &events {
+        by_track.entry(e.track).or_default().push(e);
+    }
+    for (track, mut spans) in by_track {
+        spans.sort_by_key(|e| e.start_ns);
+        for w in spans.windows(2) {
+            assert!(
+                w[0].end_ns <= w[1].start_ns,
+                "{scene} {case}: overlapping spans on track {track}: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    // Every task starts after all its producers ended.
+    for e in dag.edges().iter().filter(|e| e.wait) {
+        if let (Some(p), Some(c)) = (exec.get(&e.from), exec.get(&e.to)) {
+            assert!(
+                p.end_ns <= c.start_ns,
+                "{scene} {case}: task {} started before its producer {} ended",
+                e.to,
+                e.from
+            );
+        }
+    }
+    // The Chrome file names one span per execution.
+    let json = simpler_host::trace::to_chrome_json(&events, Some(&dag));
+    assert_eq!(json.matches("\"name\": \"task ").count(), exec.len());
+}
+
+#[test]
+fn traced_scenes_run_each_task_once_in_dependency_order() {
+    for topology in [Topology::A2a3, Topology::A5] {
+        check("vector_example", "default", topology);
+        check("paged_attention", "CaseVarSeq4", topology);
+    }
+}
