@@ -65,3 +65,174 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
     s.push_str("\n]}\n");
     s
 }
+
+/// Per task (by submit index): its execution span (earliest start, latest end over its
+/// subtasks), for tasks that ran on cores.
+fn task_spans(events: &[TraceEvent], dag: &DagRecorder) -> Vec<Option<(u64, u64)>> {
+    let mut spans = vec![None; dag.tasks().len()];
+    for e in events.iter().filter(|e| e.kind == EventKind::Exec) {
+        if let Some(i) = dag.index_of(e.task) {
+            let s: &mut Option<(u64, u64)> = &mut spans[i];
+            *s = Some(match *s {
+                Some((a, b)) => (a.min(e.start_ns), b.max(e.end_ns)),
+                None => (e.start_ns, e.end_ns),
+            });
+        }
+    }
+    spans
+}
+
+/// The longest chain of task durations through the graph: its tasks (submit indices, first to
+/// last) and its length in ns.
+pub fn critical_path(events: &[TraceEvent], dag: &DagRecorder) -> (Vec<usize>, u64) {
+    let spans = task_spans(events, dag);
+    let n = spans.len();
+    let mut best = vec![0u64; n];
+    let mut prev = vec![usize::MAX; n];
+    let mut producers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for e in dag.edges().iter().filter(|e| e.wait) {
+        if e.to < n {
+            producers[e.to].push(e.from);
+        }
+    }
+    for t in 0..n {
+        let dur = spans[t].map_or(0, |(a, b)| b - a);
+        let (p, len) = producers[t]
+            .iter()
+            .map(|&p| (p, best[p]))
+            .max_by_key(|&(_, l)| l)
+            .unwrap_or((usize::MAX, 0));
+        best[t] = len + dur;
+        prev[t] = p;
+    }
+    let Some((mut t, &len)) = best.iter().enumerate().max_by_key(|&(_, l)| *l) else {
+        return (Vec::new(), 0);
+    };
+    let mut path = vec![t];
+    while prev[t] != usize::MAX {
+        t = prev[t];
+        path.push(t);
+    }
+    path.reverse();
+    (path, len)
+}
+
+/// The run as an SVG swimlane: one lane per core, a box per task execution coloured by
+/// kernel, the critical path's boxes outlined in red.
+pub fn to_swimlane_svg(events: &[TraceEvent], dag: &DagRecorder) -> String {
+    const LANE: u64 = 24;
+    const LEFT: u64 = 170;
+    const WIDTH: u64 = 1200;
+    let execs: Vec<&TraceEvent> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Exec)
+        .collect();
+    let lanes: BTreeSet<u32> = execs.iter().map(|e| e.track).collect();
+    let lane_of: std::collections::HashMap<u32, u64> = lanes
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| (t, i as u64))
+        .collect();
+    let t0 = execs.iter().map(|e| e.start_ns).min().unwrap_or(0);
+    let t1 = execs
+        .iter()
+        .map(|e| e.end_ns)
+        .max()
+        .unwrap_or(1)
+        .max(t0 + 1);
+    let x = |t: u64| LEFT as f64 + (t - t0) as f64 * WIDTH as f64 / (t1 - t0) as f64;
+    let (path, _) = critical_path(events, dag);
+    let on_path: BTreeSet<usize> = path.into_iter().collect();
+    let palette = [
+        "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+    ];
+    let height = lanes.len() as u64 * LANE + 20;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" font-family=\"monospace\" font-size=\"11\">\n",
+        LEFT + WIDTH + 10
+    );
+    for (&track, &lane) in &lane_of {
+        let _ = writeln!(
+            s,
+            "<text x=\"4\" y=\"{}\">{}</text>",
+            lane * LANE + 16,
+            track_name(track)
+        );
+    }
+    for e in execs {
+        let lane = lane_of[&e.track];
+        let index = dag.index_of(e.task);
+        let critical = index.is_some_and(|i| on_path.contains(&i));
+        let (x0, x1) = (x(e.start_ns), x(e.end_ns));
+        let _ = writeln!(
+            s,
+            "<rect class=\"task\" x=\"{x0:.1}\" y=\"{}\" width=\"{:.1}\" height=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{}\"><title>task {} kernel {}</title></rect>",
+            lane * LANE + 4,
+            (x1 - x0).max(0.5),
+            LANE - 6,
+            palette[e.kernel as usize % palette.len()],
+            if critical { "#d00" } else { "none" },
+            if critical { 2 } else { 0 },
+            index.map_or(-1, |i| i as i64),
+            e.kernel
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// A plain-text scheduler report: per scheduler thread its passes, the time they took, its
+/// idle time and the subtasks its cores ran; the makespan against the critical path.
+pub fn report(events: &[TraceEvent], dag: &DagRecorder, schedulers: u32) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<12} {:>8} {:>12} {:>12} {:>10} {:>14}",
+        "thread", "passes", "busy us", "idle us", "subtasks", "busy us/task"
+    );
+    for t in 0..schedulers {
+        let track = SCHEDULER_TRACK + t;
+        let mine = |k: EventKind| {
+            events
+                .iter()
+                .filter(move |e| e.track == track && e.kind == k)
+        };
+        let passes = mine(EventKind::Schedule).count();
+        let busy: u64 = mine(EventKind::Schedule)
+            .map(|e| e.end_ns - e.start_ns)
+            .sum();
+        let idle: u64 = mine(EventKind::Idle).map(|e| e.end_ns - e.start_ns).sum();
+        // Cluster c belongs to scheduler c % schedulers; a core's track is 3c + slot.
+        let subtasks = events
+            .iter()
+            .filter(|e| {
+                e.kind == EventKind::Exec
+                    && e.track < SCHEDULER_TRACK
+                    && (e.track / 3) % schedulers == t
+            })
+            .count();
+        let _ = writeln!(
+            s,
+            "{:<12} {:>8} {:>12.1} {:>12.1} {:>10} {:>14.3}",
+            format!("scheduler {t}"),
+            passes,
+            busy as f64 / 1e3,
+            idle as f64 / 1e3,
+            subtasks,
+            busy as f64 / 1e3 / subtasks.max(1) as f64
+        );
+    }
+    let execs = events.iter().filter(|e| e.kind == EventKind::Exec);
+    let start = execs.clone().map(|e| e.start_ns).min().unwrap_or(0);
+    let end = execs.map(|e| e.end_ns).max().unwrap_or(0);
+    let (path, critical) = critical_path(events, dag);
+    let _ = writeln!(
+        s,
+        "makespan {:.1} us, critical path {:.1} us over {} tasks ({:.0}% of the makespan)",
+        end.saturating_sub(start) as f64 / 1e3,
+        critical as f64 / 1e3,
+        path.len(),
+        100.0 * critical as f64 / end.saturating_sub(start).max(1) as f64
+    );
+    s
+}

@@ -103,3 +103,32 @@ fn traced_scenes_run_each_task_once_in_dependency_order() {
         check("paged_attention", "CaseVarSeq4", topology);
     }
 }
+
+#[test]
+fn the_swimlane_has_one_box_per_execution_and_the_report_a_line_per_scheduler() {
+    let (events, dag, _) = traced("paged_attention", "CaseSmall1", Topology::A2a3);
+    let svg = simpler_host::trace::to_swimlane_svg(&events, &dag);
+    let execs = events.iter().filter(|e| e.kind == EventKind::Exec).count();
+    assert_eq!(execs, 12, "13 tasks, one of them an allocation");
+    assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("<rect class=\"task\"").count(), execs);
+    assert_eq!(svg.matches("<rect").count(), svg.matches("</rect>").count());
+    // The critical path is a chain of dependent tasks, and at least the longest single one.
+    let (path, len) = simpler_host::trace::critical_path(&events, &dag);
+    assert!(!path.is_empty() && len > 0);
+    for w in path.windows(2) {
+        assert!(
+            dag.edges().iter().any(|e| e.from == w[0] && e.to == w[1]),
+            "{w:?} is no edge"
+        );
+    }
+    let report = simpler_host::trace::report(&events, &dag, 3);
+    assert_eq!(
+        report
+            .lines()
+            .filter(|l| l.starts_with("scheduler "))
+            .count(),
+        3
+    );
+    assert!(report.contains("critical path"));
+}

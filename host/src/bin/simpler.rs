@@ -51,6 +51,12 @@ enum Command {
         /// Write the first round's trace (Chrome trace-event JSON, for Perfetto) to this file.
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
+        /// Draw the first round as an SVG swimlane (one lane per core) to this file.
+        #[arg(long)]
+        swimlane: Option<std::path::PathBuf>,
+        /// Print a scheduler report for the first round.
+        #[arg(long)]
+        report: bool,
     },
 }
 
@@ -72,6 +78,8 @@ fn main() -> ExitCode {
             dag,
             dag_format,
             trace,
+            swimlane,
+            report,
         } => match run(
             &scene,
             case.as_deref(),
@@ -79,7 +87,11 @@ fn main() -> ExitCode {
             &platform,
             clusters,
             dag.zip(Some(dag_format)),
-            trace,
+            Outputs {
+                trace,
+                swimlane,
+                report,
+            },
         ) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,
@@ -91,6 +103,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// What to write besides the timing table.
+struct Outputs {
+    trace: Option<std::path::PathBuf>,
+    swimlane: Option<std::path::PathBuf>,
+    report: bool,
+}
+
 fn run(
     scene: &str,
     case: Option<&str>,
@@ -98,8 +117,14 @@ fn run(
     platform: &str,
     clusters: Option<u32>,
     dag: Option<(std::path::PathBuf, String)>,
-    trace: Option<std::path::PathBuf>,
+    outputs: Outputs,
 ) -> Result<bool, String> {
+    let Outputs {
+        trace,
+        swimlane,
+        report: want_report,
+    } = outputs;
+    let traced = trace.is_some() || swimlane.is_some() || want_report;
     if let Some((_, format)) = &dag {
         if format != "json" && format != "dot" {
             return Err(format!("unknown --dag-format {format} (json, dot)"));
@@ -148,10 +173,10 @@ fn run(
     let mut all_pass = true;
     for round in 0..rounds {
         let mut tensors = prepared.tensors.clone();
-        let recorder = (round == 0 && (dag.is_some() || trace.is_some()))
+        let recorder = (round == 0 && (dag.is_some() || traced))
             .then(|| std::sync::Arc::new(std::sync::Mutex::new(DagRecorder::new())));
-        let sink: Option<TraceSink> = (round == 0 && trace.is_some())
-            .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
+        let sink: Option<TraceSink> =
+            (round == 0 && traced).then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
         let options = RunOptions {
             hook: recorder.clone().map(|r| r as SharedHook),
             trace: sink.clone(),
@@ -159,13 +184,26 @@ fn run(
         let report = worker
             .run_with(handle, &mut tensors, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {e}"))?;
-        if let (Some(sink), Some(path), Some(recorder)) = (&sink, &trace, &recorder) {
+        if let (Some(sink), Some(recorder)) = (&sink, &recorder) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
             let graph = recorder
                 .lock()
                 .map_err(|_| "the graph recorder failed".to_string())?;
-            let text = simpler_host::trace::to_chrome_json(&events, Some(&graph));
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Some(path) = &trace {
+                let text = simpler_host::trace::to_chrome_json(&events, Some(&graph));
+                std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if let Some(path) = &swimlane {
+                let text = simpler_host::trace::to_swimlane_svg(&events, &graph);
+                std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if want_report {
+                let schedulers = topology.schedulers() as u32;
+                print!(
+                    "{}",
+                    simpler_host::trace::report(&events, &graph, schedulers)
+                );
+            }
             if report.outcome.trace_dropped > 0 {
                 eprintln!(
                     "trace: {} events dropped (buffers full)",
