@@ -619,9 +619,14 @@ fn run_one<'a>(
     state.running.store(true, Ordering::SeqCst);
     let start = Instant::now();
     state.trace_dropped.store(0, Ordering::SeqCst);
-    *state.trace.lock().unwrap_or_else(|e| e.into_inner()) =
-        job.trace.clone().map(|sink| (sink, start));
-    if job.trace.is_some() {
+    // Without the `trace` feature no sink is ever armed, and every event site folds away.
+    let sink = if cfg!(feature = "trace") {
+        job.trace.clone()
+    } else {
+        None
+    };
+    *state.trace.lock().unwrap_or_else(|e| e.into_inner()) = sink.clone().map(|sink| (sink, start));
+    if sink.is_some() {
         orch_trace.arm();
     }
     {
@@ -635,7 +640,7 @@ fn run_one<'a>(
         .hook
         .as_ref()
         .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()));
-    let mut tracing = job.trace.as_ref().map(|_| TracingHook {
+    let mut tracing = sink.as_ref().map(|_| TracingHook {
         inner: None,
         buf: &mut *orch_trace,
         epoch: start,
@@ -671,7 +676,7 @@ fn run_one<'a>(
     }
     state.running.store(false, Ordering::SeqCst);
     let device = start.elapsed();
-    if let Some(sink) = &job.trace {
+    if let Some(sink) = &sink {
         orch_trace.flush(state, sink);
     }
     *state.trace.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -752,11 +757,15 @@ fn scheduler_main(
             l.reset();
         }
         let dispatched0 = sched.dispatched;
-        let tracing = state
-            .trace
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let tracing = if cfg!(feature = "trace") {
+            state
+                .trace
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        } else {
+            None
+        };
         if tracing.is_some() {
             trace.arm();
         }
