@@ -86,6 +86,17 @@ pub enum SchedError {
     },
 }
 
+/// When a timed pass started, finished handling completions, and ended (platform cycles).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassTimes {
+    /// The pass started.
+    pub start: u64,
+    /// Completions were handled; dummy tasks and dispatch follow.
+    pub completed: u64,
+    /// The pass ended.
+    pub end: u64,
+}
+
 /// An SPMD task some of whose blocks are not yet placed.
 #[derive(Clone, Copy, Debug)]
 struct Partial {
@@ -102,6 +113,8 @@ pub struct Scheduler {
     pub completed: u64,
     /// Subtasks this thread dispatched.
     pub dispatched: u64,
+    timed: bool,
+    last_pass: PassTimes,
 }
 
 impl Scheduler {
@@ -116,6 +129,8 @@ impl Scheduler {
             partial: [None; 3],
             completed: 0,
             dispatched: 0,
+            timed: false,
+            last_pass: PassTimes::default(),
         }
     }
 
@@ -150,7 +165,10 @@ impl Scheduler {
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
     ) -> Result<bool, SchedError> {
+        let timed = self.timed;
+        let start = if timed { platform.cycles() } else { 0 };
         let mut progress = self.poll_completions(platform, shared)?;
+        let completed = if timed { platform.cycles() } else { 0 };
         for _ in 0..8 {
             let Some(task) = shared.pop_ready(ResourceShape::Dummy) else {
                 break;
@@ -162,7 +180,25 @@ impl Scheduler {
         for shape in [ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv] {
             progress |= self.dispatch_shape(shape, platform, shared, payloads)?;
         }
+        if timed {
+            self.last_pass = PassTimes {
+                start,
+                completed,
+                end: platform.cycles(),
+            };
+        }
         Ok(progress)
+    }
+
+    /// Times each pass's phases with the platform's cycle counter (for tracing); off by
+    /// default, when a pass reads no clock.
+    pub fn set_timed(&mut self, timed: bool) {
+        self.timed = timed;
+    }
+
+    /// The phases of the last timed pass.
+    pub fn last_pass(&self) -> PassTimes {
+        self.last_pass
     }
 
     fn poll_completions(

@@ -18,10 +18,12 @@ pub enum EventKind {
     Exec = 0,
     /// The orchestrator submitted a task.
     Submit = 1,
-    /// A scheduler pass that made progress (completions, dispatch).
-    Schedule = 2,
+    /// The completion-handling phase of a scheduler pass that made progress.
+    Completion = 2,
+    /// The dispatch phase (dummy tasks, then MIX, AIC, AIV) of a pass that made progress.
+    Dispatch = 3,
     /// A scheduler thread waited for work.
-    Idle = 3,
+    Idle = 4,
 }
 
 /// One span.

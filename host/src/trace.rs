@@ -49,7 +49,8 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
             (EventKind::Exec, None) => format!("task {:#x} k{}", e.task.0, e.kernel),
             (EventKind::Submit, Some(i)) => format!("submit {i}"),
             (EventKind::Submit, None) => "submit".to_string(),
-            (EventKind::Schedule, _) => "schedule".to_string(),
+            (EventKind::Completion, _) => "completion".to_string(),
+            (EventKind::Dispatch, _) => "dispatch".to_string(),
             (EventKind::Idle, _) => "idle".to_string(),
         };
         sep(&mut s);
@@ -181,27 +182,34 @@ pub fn to_swimlane_svg(events: &[TraceEvent], dag: &DagRecorder) -> String {
     s
 }
 
-/// A plain-text scheduler report: per scheduler thread its passes, the time they took, its
-/// idle time and the subtasks its cores ran; the makespan against the critical path.
+/// A plain-text scheduler report: per scheduler thread its passes that made progress, the
+/// time they spent handling completions and dispatching, its idle time and the subtasks its
+/// cores ran; the makespan against the critical path.
 pub fn report(events: &[TraceEvent], dag: &DagRecorder, schedulers: u32) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<12} {:>8} {:>12} {:>12} {:>10} {:>14}",
-        "thread", "passes", "busy us", "idle us", "subtasks", "busy us/task"
+        "{:<12} {:>7} {:>13} {:>12} {:>10} {:>9} {:>14} {:>13}",
+        "thread",
+        "passes",
+        "completion us",
+        "dispatch us",
+        "idle us",
+        "subtasks",
+        "completion/task",
+        "dispatch/task"
     );
     for t in 0..schedulers {
         let track = SCHEDULER_TRACK + t;
-        let mine = |k: EventKind| {
+        let total = |k: EventKind| -> (usize, u64) {
             events
                 .iter()
-                .filter(move |e| e.track == track && e.kind == k)
+                .filter(|e| e.track == track && e.kind == k)
+                .fold((0, 0), |(n, d), e| (n + 1, d + (e.end_ns - e.start_ns)))
         };
-        let passes = mine(EventKind::Schedule).count();
-        let busy: u64 = mine(EventKind::Schedule)
-            .map(|e| e.end_ns - e.start_ns)
-            .sum();
-        let idle: u64 = mine(EventKind::Idle).map(|e| e.end_ns - e.start_ns).sum();
+        let (passes, completion) = total(EventKind::Completion);
+        let (_, dispatch) = total(EventKind::Dispatch);
+        let (_, idle) = total(EventKind::Idle);
         // Cluster c belongs to scheduler c % schedulers; a core's track is 3c + slot.
         let subtasks = events
             .iter()
@@ -211,15 +219,18 @@ pub fn report(events: &[TraceEvent], dag: &DagRecorder, schedulers: u32) -> Stri
                     && (e.track / 3) % schedulers == t
             })
             .count();
+        let per = |ns: u64| ns as f64 / 1e3 / subtasks.max(1) as f64;
         let _ = writeln!(
             s,
-            "{:<12} {:>8} {:>12.1} {:>12.1} {:>10} {:>14.3}",
+            "{:<12} {:>7} {:>13.1} {:>12.1} {:>10.1} {:>9} {:>11.3} us {:>10.3} us",
             format!("scheduler {t}"),
             passes,
-            busy as f64 / 1e3,
+            completion as f64 / 1e3,
+            dispatch as f64 / 1e3,
             idle as f64 / 1e3,
             subtasks,
-            busy as f64 / 1e3 / subtasks.max(1) as f64
+            per(completion),
+            per(dispatch)
         );
     }
     let execs = events.iter().filter(|e| e.kind == EventKind::Exec);

@@ -770,6 +770,11 @@ fn scheduler_main(
             trace.arm();
         }
         let epoch = tracing.as_ref().map(|t| t.1);
+        // Timed passes read the platform clock, which counts from the run's start.
+        sched.set_timed(epoch.is_some());
+        if let Some(e) = epoch {
+            platform.epoch = e;
+        }
         let now = |e: Option<Instant>| e.map_or(0, |e| e.elapsed().as_nanos() as u64);
         let track = simpler_aicpu::trace::SCHEDULER_TRACK + index as u32;
         loop {
@@ -778,17 +783,26 @@ fn scheduler_main(
             }
             let seen = state.wake.generation();
             let completed0 = sched.completed;
-            let t0 = now(epoch);
             let stepped = sched.step(&mut platform, shared, payloads);
             if epoch.is_some() && matches!(stepped, Ok(true)) {
-                trace.push(simpler_aicpu::TraceEvent {
-                    track,
-                    kind: simpler_aicpu::EventKind::Schedule,
-                    task: simpler_core::TaskId::INVALID,
-                    kernel: 0,
-                    start_ns: t0,
-                    end_ns: now(epoch),
-                });
+                let pass = sched.last_pass();
+                for (kind, start_ns, end_ns) in [
+                    (
+                        simpler_aicpu::EventKind::Completion,
+                        pass.start,
+                        pass.completed,
+                    ),
+                    (simpler_aicpu::EventKind::Dispatch, pass.completed, pass.end),
+                ] {
+                    trace.push(simpler_aicpu::TraceEvent {
+                        track,
+                        kind,
+                        task: simpler_core::TaskId::INVALID,
+                        kernel: 0,
+                        start_ns,
+                        end_ns,
+                    });
+                }
             }
             let mut progress = match stepped {
                 Ok(p) => p,
