@@ -9,6 +9,11 @@ use simpler_core::TaskId;
 pub const SCHEDULER_TRACK: u32 = 10_000;
 /// The orchestrator thread's track.
 pub const ORCHESTRATOR_TRACK: u32 = 20_000;
+/// The host's track (staging, the run, copying back).
+pub const HOST_TRACK: u32 = 30_000;
+
+/// Host phases, in `TraceEvent::kernel` of a `Host` event.
+pub const HOST_PHASES: [&str; 3] = ["stage", "run", "copy back"];
 
 /// What an event records.
 #[repr(u8)]
@@ -24,6 +29,8 @@ pub enum EventKind {
     Dispatch = 3,
     /// A scheduler thread waited for work.
     Idle = 4,
+    /// A host phase (its index into `HOST_PHASES` in `kernel`).
+    Host = 5,
 }
 
 /// One span.

@@ -142,6 +142,30 @@ impl From<TransportError> for WorkerError {
     }
 }
 
+/// Puts the device's events on the host's clock (they count from the device run's start) and
+/// adds the host's phases: staging, the run, copying back.
+fn record_host_phases(sink: &crate::transport::TraceSink, marks: [Duration; 4]) {
+    use simpler_aicpu::trace::HOST_TRACK;
+    use simpler_aicpu::{EventKind, TraceEvent};
+    let ns = |d: Duration| d.as_nanos() as u64;
+    let shift = ns(marks[1]);
+    let mut events = sink.lock().unwrap_or_else(|e| e.into_inner());
+    for e in events.iter_mut() {
+        e.start_ns += shift;
+        e.end_ns += shift;
+    }
+    for phase in 0..3 {
+        events.push(TraceEvent {
+            track: HOST_TRACK,
+            kind: EventKind::Host,
+            task: simpler_core::TaskId::INVALID,
+            kernel: phase as u32,
+            start_ns: ns(marks[phase]),
+            end_ns: ns(marks[phase + 1]),
+        });
+    }
+}
+
 /// What a successful run reports.
 #[derive(Clone, Copy, Debug)]
 pub struct RunReport {
@@ -281,12 +305,15 @@ impl ChipWorker {
         }
         let mut args = Box::<OrchArgs>::default();
         args.adopt(&chip).map_err(WorkerError::Entry)?;
+        let sink = options.trace.clone();
+        let run_start = start.elapsed();
         let outcome = self.device.run(
             callable.orch.clone(),
             callable.kernels.clone(),
             args,
             options,
         )?;
+        let run_end = start.elapsed();
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
@@ -297,9 +324,10 @@ impl ChipWorker {
                 }
             }
         }
-        Ok(RunReport {
-            outcome,
-            host: start.elapsed(),
-        })
+        let host = start.elapsed();
+        if let Some(sink) = sink {
+            record_host_phases(&sink, [Duration::ZERO, run_start, run_end, host]);
+        }
+        Ok(RunReport { outcome, host })
     }
 }

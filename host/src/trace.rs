@@ -2,18 +2,20 @@
 //!
 //! One track per simulated core (a span per kernel execution, named by the task's submit
 //! index and kernel), one per scheduler thread (spans for passes that made progress, and idle
-//! waits), and one for the orchestrator (a span per submit). Timestamps are microseconds from
-//! the run's start.
+//! waits), one for the orchestrator (a span per submit), and one for the host's phases (staging
+//! the entry tensors, the run, copying back). Timestamps are microseconds from the host's call.
 
 use crate::dag::DagRecorder;
-use simpler_aicpu::trace::{ORCHESTRATOR_TRACK, SCHEDULER_TRACK};
+use simpler_aicpu::trace::{HOST_PHASES, HOST_TRACK, ORCHESTRATOR_TRACK, SCHEDULER_TRACK};
 use simpler_aicpu::{EventKind, TraceEvent};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
 /// The track's display name.
 pub fn track_name(track: u32) -> String {
-    if track >= ORCHESTRATOR_TRACK {
+    if track >= HOST_TRACK {
+        "host".to_string()
+    } else if track >= ORCHESTRATOR_TRACK {
         "orchestrator".to_string()
     } else if track >= SCHEDULER_TRACK {
         format!("scheduler {}", track - SCHEDULER_TRACK)
@@ -52,6 +54,11 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
             (EventKind::Completion, _) => "completion".to_string(),
             (EventKind::Dispatch, _) => "dispatch".to_string(),
             (EventKind::Idle, _) => "idle".to_string(),
+            (EventKind::Host, _) => HOST_PHASES
+                .get(e.kernel as usize)
+                .copied()
+                .unwrap_or("host")
+                .to_string(),
         };
         sep(&mut s);
         let _ = write!(

@@ -91,6 +91,16 @@ fn check(scene: &str, case: &str, topology: Topology) {
             );
         }
     }
+    // The host's three phases come in order, and every device event lies within the run.
+    let host: Vec<&TraceEvent> = events.iter().filter(|e| e.kind == EventKind::Host).collect();
+    assert_eq!(host.len(), 3);
+    assert!(host[0].end_ns <= host[1].start_ns && host[1].end_ns <= host[2].start_ns);
+    for e in events.iter().filter(|e| e.kind != EventKind::Host) {
+        assert!(
+            host[1].start_ns <= e.start_ns && e.end_ns <= host[1].end_ns,
+            "{e:?} outside the run phase"
+        );
+    }
     // The Chrome file names one span per execution.
     let json = simpler_host::trace::to_chrome_json(&events, Some(&dag));
     assert_eq!(json.matches("\"name\": \"task ").count(), exec.len());
