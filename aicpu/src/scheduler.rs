@@ -113,6 +113,12 @@ pub struct Scheduler {
     pub completed: u64,
     /// Subtasks this thread dispatched.
     pub dispatched: u64,
+    /// Passes this thread ran.
+    pub loops: u64,
+    /// Ready-queue pops it attempted, and those that found a task.
+    pub pops: u64,
+    /// Ready-queue pops that found a task.
+    pub pop_hits: u64,
     timed: bool,
     last_pass: PassTimes,
 }
@@ -129,6 +135,9 @@ impl Scheduler {
             partial: [None; 3],
             completed: 0,
             dispatched: 0,
+            loops: 0,
+            pops: 0,
+            pop_hits: 0,
             timed: false,
             last_pass: PassTimes::default(),
         }
@@ -169,10 +178,13 @@ impl Scheduler {
         let start = if timed { platform.cycles() } else { 0 };
         let mut progress = self.poll_completions(platform, shared)?;
         let completed = if timed { platform.cycles() } else { 0 };
+        self.loops += 1;
         for _ in 0..8 {
+            self.pops += 1;
             let Some(task) = shared.pop_ready(ResourceShape::Dummy) else {
                 break;
             };
+            self.pop_hits += 1;
             shared.complete(task);
             self.completed += 1;
             progress = true;
@@ -245,7 +257,9 @@ impl Scheduler {
         if let Some(p) = self.partial[s] {
             return Some(p);
         }
+        self.pops += 1;
         let task = shared.pop_ready(shape)?;
+        self.pop_hits += 1;
         shared.mark_running(task);
         Some(Partial {
             task,

@@ -31,7 +31,17 @@ pub enum EventKind {
     Idle = 4,
     /// A host phase (its index into `HOST_PHASES` in `kernel`).
     Host = 5,
+    /// A counter's value at the end of the run (which counter in `kernel`, the value in
+    /// `value`).
+    Counter = 6,
 }
+
+/// Counter ids of `Counter` events: a scheduler thread's passes this run.
+pub const COUNTER_LOOPS: u32 = 0;
+/// Ready-queue pops it attempted.
+pub const COUNTER_POPS: u32 = 1;
+/// Ready-queue pops that found a task.
+pub const COUNTER_POP_HITS: u32 = 2;
 
 /// One span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,4 +58,6 @@ pub struct TraceEvent {
     pub start_ns: u64,
     /// End, ns from the run's start.
     pub end_ns: u64,
+    /// A `Counter` event's value (0 otherwise).
+    pub value: u64,
 }

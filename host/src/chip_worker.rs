@@ -162,6 +162,7 @@ fn record_host_phases(sink: &crate::transport::TraceSink, marks: [Duration; 4]) 
             kernel: phase as u32,
             start_ns: ns(marks[phase]),
             end_ns: ns(marks[phase + 1]),
+            value: 0,
         });
     }
 }

@@ -44,7 +44,7 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
             track_name(t)
         );
     }
-    for e in events {
+    for e in events.iter().filter(|e| e.kind != EventKind::Counter) {
         let index = dag.and_then(|d| d.index_of(e.task));
         let name = match (e.kind, index) {
             (EventKind::Exec, Some(i)) => format!("task {i} k{}", e.kernel),
@@ -54,6 +54,7 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
             (EventKind::Completion, _) => "completion".to_string(),
             (EventKind::Dispatch, _) => "dispatch".to_string(),
             (EventKind::Idle, _) => "idle".to_string(),
+            (EventKind::Counter, _) => "counter".to_string(),
             (EventKind::Host, _) => HOST_PHASES
                 .get(e.kernel as usize)
                 .copied()
@@ -189,16 +190,19 @@ pub fn to_swimlane_svg(events: &[TraceEvent], dag: &DagRecorder) -> String {
     s
 }
 
-/// A plain-text scheduler report: per scheduler thread its passes that made progress, the
-/// time they spent handling completions and dispatching, its idle time and the subtasks its
-/// cores ran; the makespan against the critical path.
+/// A plain-text scheduler report: per scheduler thread its passes (loops) and those that made
+/// progress, its ready-queue hit rate (pops that found a task), the time its passes spent
+/// handling completions and dispatching, its idle time and the subtasks its cores ran; the
+/// makespan against the critical path.
 pub fn report(events: &[TraceEvent], dag: &DagRecorder, schedulers: u32) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<12} {:>7} {:>13} {:>12} {:>10} {:>9} {:>14} {:>13}",
+        "{:<12} {:>7} {:>7} {:>9} {:>13} {:>12} {:>10} {:>9} {:>14} {:>13}",
         "thread",
+        "loops",
         "passes",
+        "ready hit",
         "completion us",
         "dispatch us",
         "idle us",
@@ -214,6 +218,16 @@ pub fn report(events: &[TraceEvent], dag: &DagRecorder, schedulers: u32) -> Stri
                 .filter(|e| e.track == track && e.kind == k)
                 .fold((0, 0), |(n, d), e| (n + 1, d + (e.end_ns - e.start_ns)))
         };
+        let counter = |id: u32| {
+            events
+                .iter()
+                .filter(|e| e.track == track && e.kind == EventKind::Counter && e.kernel == id)
+                .map(|e| e.value)
+                .sum::<u64>()
+        };
+        let loops = counter(simpler_aicpu::trace::COUNTER_LOOPS);
+        let pops = counter(simpler_aicpu::trace::COUNTER_POPS);
+        let hits = counter(simpler_aicpu::trace::COUNTER_POP_HITS);
         let (passes, completion) = total(EventKind::Completion);
         let (_, dispatch) = total(EventKind::Dispatch);
         let (_, idle) = total(EventKind::Idle);
@@ -229,9 +243,11 @@ pub fn report(events: &[TraceEvent], dag: &DagRecorder, schedulers: u32) -> Stri
         let per = |ns: u64| ns as f64 / 1e3 / subtasks.max(1) as f64;
         let _ = writeln!(
             s,
-            "{:<12} {:>7} {:>13.1} {:>12.1} {:>10.1} {:>9} {:>11.3} us {:>10.3} us",
+            "{:<12} {:>7} {:>7} {:>8.1}% {:>13.1} {:>12.1} {:>10.1} {:>9} {:>11.3} us {:>10.3} us",
             format!("scheduler {t}"),
+            loops,
             passes,
+            100.0 * hits as f64 / pops.max(1) as f64,
             completion as f64 / 1e3,
             dispatch as f64 / 1e3,
             idle as f64 / 1e3,

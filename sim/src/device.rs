@@ -221,6 +221,7 @@ impl simpler_aicpu::SubmitHook for TracingHook<'_> {
             kernel: 0,
             start_ns: self.started,
             end_ns: self.epoch.elapsed().as_nanos() as u64,
+            value: 0,
         });
         if let Some(h) = self.inner.as_deref_mut() {
             h.submitted(task, fanin);
@@ -757,6 +758,7 @@ fn scheduler_main(
             l.reset();
         }
         let dispatched0 = sched.dispatched;
+        let (loops0, pops0, hits0) = (sched.loops, sched.pops, sched.pop_hits);
         let tracing = if cfg!(feature = "trace") {
             state
                 .trace
@@ -801,6 +803,7 @@ fn scheduler_main(
                         kernel: 0,
                         start_ns,
                         end_ns,
+                        value: 0,
                     });
                 }
             }
@@ -833,6 +836,7 @@ fn scheduler_main(
                             kernel: platform.blocks[i].payloads[(token & 1) as usize].kernel_id,
                             start_ns: t0,
                             end_ns: now(epoch),
+                            value: 0,
                         });
                     }
                 }
@@ -857,10 +861,28 @@ fn scheduler_main(
                     kernel: 0,
                     start_ns: t0,
                     end_ns: now(epoch),
+                    value: 0,
                 });
             }
         }
         if let Some((sink, _)) = &tracing {
+            use simpler_aicpu::trace::{COUNTER_LOOPS, COUNTER_POPS, COUNTER_POP_HITS};
+            let end_ns = now(epoch);
+            for (counter, value) in [
+                (COUNTER_LOOPS, sched.loops - loops0),
+                (COUNTER_POPS, sched.pops - pops0),
+                (COUNTER_POP_HITS, sched.pop_hits - hits0),
+            ] {
+                trace.push(simpler_aicpu::TraceEvent {
+                    track,
+                    kind: simpler_aicpu::EventKind::Counter,
+                    task: simpler_core::TaskId::INVALID,
+                    kernel: counter,
+                    start_ns: end_ns,
+                    end_ns,
+                    value,
+                });
+            }
             trace.flush(state, sink);
         }
         state

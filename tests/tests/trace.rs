@@ -92,7 +92,10 @@ fn check(scene: &str, case: &str, topology: Topology) {
         }
     }
     // The host's three phases come in order, and every device event lies within the run.
-    let host: Vec<&TraceEvent> = events.iter().filter(|e| e.kind == EventKind::Host).collect();
+    let host: Vec<&TraceEvent> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Host)
+        .collect();
     assert_eq!(host.len(), 3);
     assert!(host[0].end_ns <= host[1].start_ns && host[1].end_ns <= host[2].start_ns);
     for e in events.iter().filter(|e| e.kind != EventKind::Host) {
