@@ -425,7 +425,9 @@ impl Platform for SimCores {
         })
     }
     fn payload_mut(&mut self, core: usize, parity: u32) -> &mut DispatchPayload {
-        let i = core.min(self.blocks.len() - 1);
+        // The scheduler only names cores it owns, so a thread without cores never gets here;
+        // an out-of-range index is clamped rather than trusted.
+        let i = core.min(self.blocks.len().saturating_sub(1));
         &mut self.blocks[i].payloads[(parity & 1) as usize]
     }
     fn cycles(&self) -> u64 {
