@@ -248,7 +248,7 @@ impl<'a> SchedState<'a> {
     }
 
     /// Transition 3, PENDING → READY, when this release is the last fanin `consumer` waits for.
-    pub fn release_fanin(&self, consumer: SlotRef) {
+    pub(crate) fn release_fanin(&self, consumer: SlotRef) {
         let slot = self.slot(consumer);
         let before = slot.fanin_refcount.fetch_add(1, Ordering::AcqRel);
         if before + 1 == slot.fanin_count.load(Ordering::Acquire) {
@@ -352,7 +352,7 @@ impl<'a> SchedState<'a> {
 
     /// Transition 8: adds `amount` released references to a task's fanout; consumes it when it
     /// has completed and every reference is released, then advances its ring's watermark.
-    pub fn release_fanout(&self, r: SlotRef, amount: u32) {
+    pub(crate) fn release_fanout(&self, r: SlotRef, amount: u32) {
         let slot = self.slot(r);
         let consumed = {
             let _guard = slot.lock();
@@ -385,7 +385,8 @@ impl<'a> SchedState<'a> {
 
     /// Transition 9: moves `ring`'s watermark over every CONSUMED task at its head, resetting
     /// their slots to FREE before publishing the new watermark.
-    pub fn advance(&self, ring: usize) {
+    pub(crate) fn advance(&self, ring: usize) {
+        let ring = ring.min(MAX_RINGS - 1);
         let flow = self.flow(ring);
         let slots = self.slots[ring];
         let mask = slots.len() as u32 - 1;

@@ -104,16 +104,17 @@ impl SlotStatus {
     }
 }
 
-/// A slot named across rings: ring in the top two bits, slot index below.
+/// A slot named across rings: ring in the top two bits, slot index below. Only the shared
+/// state makes one (`SchedState::slot_ref`), so every `SlotRef` names a slot that exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SlotRef(pub u32);
+pub struct SlotRef(pub(crate) u32);
 
 impl SlotRef {
     /// Bits of the slot index.
     pub const INDEX_BITS: u32 = 30;
 
     /// Slot `index` of `ring`.
-    pub const fn new(ring: usize, index: u32) -> Self {
+    pub(crate) const fn new(ring: usize, index: u32) -> Self {
         Self(((ring as u32) << Self::INDEX_BITS) | index)
     }
 

@@ -44,7 +44,7 @@ use simpler_core::orchestrator::{
 use simpler_core::ring::{ring_for_depth, RingConfig, MAX_RINGS};
 use simpler_core::sched::{SchedConfig, SchedState};
 use simpler_core::scope::ScopeMode;
-use simpler_core::slot::{SlotRef, SlotStatus};
+use simpler_core::slot::SlotStatus;
 use simpler_core::{AddressSpace, BufferHandle, DataType, TaskId, TaskTensor, TensorArgType};
 use simpler_tests::harness::with_runtime;
 use std::collections::VecDeque;
@@ -291,7 +291,11 @@ impl<'s> Board<'s> {
             let alive = flow.last_alive();
             let current = flow.current_task_index.load(Ordering::Acquire);
             let head = if alive != current {
-                let slot = self.sched.slot(SlotRef::new(r, alive & (WINDOW - 1)));
+                let slot = self.sched.slot(
+                    self.sched
+                        .slot_ref(TaskId::new(r as u32, alive))
+                        .expect("a valid ring"),
+                );
                 format!(
                     "head slot holds {:?} in {:?}",
                     slot.task_id(),
@@ -1125,7 +1129,11 @@ fn slot_transitions_and_ready_queues_under_three_schedulers() {
                 board.dump()
             );
             for i in 0..WINDOW {
-                let slot = shared.slot(SlotRef::new(r, i));
+                let slot = shared.slot(
+                    shared
+                        .slot_ref(TaskId::new(r as u32, i))
+                        .expect("a valid ring"),
+                );
                 assert_eq!(
                     slot.status(),
                     SlotStatus::Free,
