@@ -55,6 +55,8 @@ pub mod handshake;
 pub mod geometry;
 // Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.
 pub mod layout;
+// The L3 mailbox layout and the records that travel in it.
+pub mod mailbox;
 // Numeric limits of the ABI: dimensions, argument caps, mailbox room.
 pub mod limits;
 // The orchestrator's submit path.

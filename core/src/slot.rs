@@ -17,13 +17,13 @@
 //! |---|---|---|---|
 //! | 1 | FREE → BUILDING | orchestrator, claiming the slot | [`crate::orchestrator::Orchestrator::submit`] (`claim_slot`) |
 //! | 2 | BUILDING → PENDING | orchestrator, after wiring fanin | `SchedState::publish` (crate-private) |
-//! | 3 | PENDING → READY | whichever thread releases the last fanin (or the orchestrator at publish) | [`crate::sched::SchedState::release_fanin`] |
+//! | 3 | PENDING → READY | whichever thread releases the last fanin (or the orchestrator at publish) | `SchedState::release_fanin` (crate-private) |
 //! | 4 | READY → RUNNING | the scheduler that popped it | [`crate::sched::SchedState::mark_running`] |
 //! | 5 | RUNNING → COMPLETED | the scheduler owning its last core | [`crate::sched::SchedState::complete`] |
 //! | 6 | READY → COMPLETED | a scheduler, for a DUMMY task | [`crate::sched::SchedState::complete`] |
 //! | 7 | BUILDING → COMPLETED | orchestrator, for an allocation task | `SchedState::publish_completed` (crate-private) |
-//! | 8 | COMPLETED → CONSUMED | whichever thread releases the last reference | [`crate::sched::SchedState::release_fanout`] |
-//! | 9 | CONSUMED → FREE | whichever thread advances the ring's watermark | [`crate::sched::SchedState::advance`] |
+//! | 8 | COMPLETED → CONSUMED | whichever thread releases the last reference | `SchedState::release_fanout` (crate-private) |
+//! | 9 | CONSUMED → FREE | whichever thread advances the ring's watermark | `SchedState::advance` (crate-private) |
 //!
 //! **Readiness.** `fanin_count` is the number of WAIT edges plus one. Each producer adds one to
 //! `fanin_refcount` exactly once: at wiring if it had already completed, otherwise when its
