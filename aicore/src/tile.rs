@@ -31,6 +31,10 @@ fn for_each_run(
     let shapes = t.shapes();
     let strides = t.strides();
     let rank = shapes.len();
+    if rank == 0 {
+        // Only a zeroed TaskTensor has no dimensions; every constructor refuses rank 0.
+        return Err(KernelFailure::BadArguments { index: u32::MAX });
+    }
     let elem = t.dtype().elem_size() as u64;
     let inner = shapes[rank - 1] as usize;
     let inner_stride = strides[rank - 1] as u64 * elem;
@@ -70,10 +74,13 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
         while done < len {
             let chunk = (len - done).min(RUN);
             if stride == elem as u64 {
-                gm.read(addr + (done * elem) as u64, &mut bytes[..chunk * elem])?;
+                gm.read(
+                    addr.wrapping_add((done * elem) as u64),
+                    &mut bytes[..chunk * elem],
+                )?;
             } else {
                 for i in 0..chunk {
-                    let at = addr + (done + i) as u64 * stride;
+                    let at = addr.wrapping_add((done + i) as u64 * stride);
                     gm.read(at, &mut bytes[i * elem..(i + 1) * elem])?;
                 }
             }
@@ -123,10 +130,13 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
                 _ => return Err(KernelFailure::BadArguments { index: u32::MAX }),
             }
             if stride == elem as u64 {
-                gm.write(addr + (done * elem) as u64, &bytes[..chunk * elem])?;
+                gm.write(
+                    addr.wrapping_add((done * elem) as u64),
+                    &bytes[..chunk * elem],
+                )?;
             } else {
                 for i in 0..chunk {
-                    let at = addr + (done + i) as u64 * stride;
+                    let at = addr.wrapping_add((done + i) as u64 * stride);
                     gm.write(at, &bytes[i * elem..(i + 1) * elem])?;
                 }
             }

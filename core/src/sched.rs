@@ -8,7 +8,7 @@
 //! The transitions of the slot state machine ([`crate::slot`]) live here; the orchestrator's
 //! side (claiming, wiring, publishing) is in [`crate::orchestrator`].
 
-use crate::cores::{ActiveMask, ResourceShape};
+use crate::cores::ResourceShape;
 use crate::deps::{DepFlags, NIL};
 use crate::edge::{EdgeCell, EdgeRef};
 use crate::layout::{Carver, Layout, LayoutError, Line, Span};
@@ -516,10 +516,5 @@ impl<'a> SchedState<'a> {
                 slot.seen_epoch.store(0, Ordering::Relaxed);
             }
         }
-    }
-
-    /// The shape a task's mask dispatches as.
-    pub fn shape_of(mask: ActiveMask) -> ResourceShape {
-        mask.shape()
     }
 }
