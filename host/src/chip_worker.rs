@@ -5,13 +5,21 @@
 //! kernel table and its entry signature; `run` stages the entry tensors into GM, builds and
 //! adopts the chip entry (`ChipStorageTaskArgs` → `OrchArgs`), runs, and copies every output
 //! back. A failed run leaves the worker usable for the next one.
+//!
+//! Persistent device memory (`DEVICE_MALLOC`): `malloc` / `free` manage GM that survives
+//! across runs, `copy_to_device` / `copy_from_device` move bytes in and out of it, and
+//! `run_args` takes entry tensors that already live there ([`ChipArg::Device`]) next to
+//! staged host tensors ([`ChipArg::Host`]).
 
 use crate::transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TransportError};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::{RunError, RunOutcome};
+use simpler_core::limits::MAX_TENSOR_DIMS;
 use simpler_core::{
-    AddressSpace, ArgDirection, ChipStorageTaskArgs, ChipTensor, DataType, EntryError, OrchArgs,
+    AddressSpace, AdoptError, ArgDirection, BufferHandle, ChipStorageTaskArgs, ChipTensor,
+    DataType, EntryError, GeometryError, OrchArgs,
 };
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +55,72 @@ impl HostTensor {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect()
+    }
+}
+
+/// An entry tensor that already lives in persistent device memory ([`ChipWorker::malloc`]):
+/// the callable uses it in place, nothing is staged or copied back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceTensor {
+    /// Device address of the view's first element.
+    pub addr: u64,
+    /// Shape.
+    pub shapes: Vec<u32>,
+    /// Stride per dimension, in elements (as many as `shapes`).
+    pub strides: Vec<u32>,
+    /// Element type.
+    pub dtype: DataType,
+    /// How the callable uses it.
+    pub dir: ArgDirection,
+}
+
+impl DeviceTensor {
+    /// A dense row-major tensor of `shapes` at `addr`.
+    pub fn contiguous(addr: u64, shapes: &[u32], dtype: DataType, dir: ArgDirection) -> Self {
+        let mut strides = vec![0u32; shapes.len()];
+        let mut next: u32 = 1;
+        for (stride, &shape) in strides.iter_mut().zip(shapes).rev() {
+            *stride = next;
+            next = next.saturating_mul(shape);
+        }
+        Self {
+            addr,
+            shapes: shapes.to_vec(),
+            strides,
+            dtype,
+            dir,
+        }
+    }
+}
+
+/// An entry tensor of [`ChipWorker::run_args`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChipArg {
+    /// Host bytes, staged into per-run GM (IN and INOUT copied in, OUT and INOUT copied back).
+    Host(HostTensor),
+    /// A view of persistent device memory, used in place.
+    Device(DeviceTensor),
+}
+
+impl ChipArg {
+    /// How the callable uses the tensor.
+    pub fn dir(&self) -> ArgDirection {
+        match self {
+            Self::Host(t) => t.dir,
+            Self::Device(t) => t.dir,
+        }
+    }
+}
+
+impl From<HostTensor> for ChipArg {
+    fn from(t: HostTensor) -> Self {
+        Self::Host(t)
+    }
+}
+
+impl From<DeviceTensor> for ChipArg {
+    fn from(t: DeviceTensor) -> Self {
+        Self::Device(t)
     }
 }
 
@@ -92,10 +166,23 @@ pub enum WorkerError {
         /// Bytes given.
         got: usize,
     },
-    /// GM cannot hold the entry tensors.
+    /// GM cannot hold the entry tensors, or a persistent allocation.
     OutOfDeviceMemory {
         /// Bytes asked for.
         bytes: u64,
+    },
+    /// `free` of an address that is not the start of a live persistent allocation.
+    UnknownDeviceAddress {
+        /// The address given.
+        addr: u64,
+    },
+    /// A device range (a copy, or a device tensor's view) is not inside one live persistent
+    /// allocation.
+    DeviceRange {
+        /// Start of the range.
+        addr: u64,
+        /// Bytes in the range.
+        len: u64,
     },
     /// The chip entry could not be built.
     Entry(EntryError),
@@ -128,6 +215,13 @@ impl fmt::Display for WorkerError {
                 "tensor {index}: shape needs {expected} bytes, data has {got}"
             ),
             Self::OutOfDeviceMemory { bytes } => write!(f, "GM cannot hold {bytes} more bytes"),
+            Self::UnknownDeviceAddress { addr } => {
+                write!(f, "{addr:#x} is not the start of a live device allocation")
+            }
+            Self::DeviceRange { addr, len } => write!(
+                f,
+                "{len} bytes at {addr:#x} are not inside one live device allocation"
+            ),
             Self::Entry(e) => write!(f, "chip entry: {e}"),
             Self::Run(e) => write!(f, "run failed: {e:?}"),
         }
@@ -176,10 +270,12 @@ pub struct RunReport {
     pub host: Duration,
 }
 
-/// One chip and its callables.
+/// One chip, its callables and its persistent device memory.
 pub struct ChipWorker {
     device: Box<dyn DeviceTransport>,
     callables: Vec<Callable>,
+    /// Live persistent allocations: start → bytes.
+    persistent: BTreeMap<u64, u64>,
 }
 
 impl ChipWorker {
@@ -195,6 +291,7 @@ impl ChipWorker {
         Self {
             device,
             callables: Vec::new(),
+            persistent: BTreeMap::new(),
         }
     }
 
@@ -203,9 +300,79 @@ impl ChipWorker {
         self.device.platform()
     }
 
-    /// Stops the device and drops the callables.
+    /// Stops the device and drops the callables (and with them every persistent allocation).
     pub fn finalize(self) {
         drop(self);
+    }
+
+    /// Allocates `bytes` of persistent device memory (`DEVICE_MALLOC`, 0 taken as 1 byte): it
+    /// keeps its contents across runs until [`Self::free`]. Per-run staging never overlaps
+    /// it.
+    pub fn malloc(&mut self, bytes: u64) -> Result<u64, WorkerError> {
+        let addr = self
+            .device
+            .malloc(bytes)?
+            .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
+        self.persistent.insert(addr, bytes.max(1));
+        Ok(addr)
+    }
+
+    /// Releases the persistent allocation that starts at `addr`.
+    pub fn free(&mut self, addr: u64) -> Result<(), WorkerError> {
+        if !self.persistent.contains_key(&addr) {
+            return Err(WorkerError::UnknownDeviceAddress { addr });
+        }
+        let freed = self.device.free(addr)?;
+        self.persistent.remove(&addr);
+        if freed {
+            Ok(())
+        } else {
+            Err(WorkerError::UnknownDeviceAddress { addr })
+        }
+    }
+
+    /// Copies `data` to device memory at `addr`; the range must lie inside one live
+    /// persistent allocation.
+    pub fn copy_to_device(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
+        let len = data.len() as u64;
+        self.check_range(addr, len)?;
+        if self.device.copy_to_device(addr, data.to_vec())? {
+            Ok(())
+        } else {
+            Err(WorkerError::DeviceRange { addr, len })
+        }
+    }
+
+    /// Fills `out` from device memory at `addr`; the range must lie inside one live
+    /// persistent allocation.
+    pub fn copy_from_device(&mut self, addr: u64, out: &mut [u8]) -> Result<(), WorkerError> {
+        let len = out.len() as u64;
+        self.check_range(addr, len)?;
+        match self.device.copy_from_device(addr, out.len())? {
+            Some(data) if data.len() == out.len() => {
+                out.copy_from_slice(&data);
+                Ok(())
+            }
+            _ => Err(WorkerError::DeviceRange { addr, len }),
+        }
+    }
+
+    /// Whether `[addr, addr + len)` lies inside one live persistent allocation (an empty
+    /// range must still start inside one).
+    fn check_range(&self, addr: u64, len: u64) -> Result<(), WorkerError> {
+        let inside = self
+            .persistent
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&start, &bytes)| {
+                let end = start.saturating_add(bytes);
+                addr < end && addr.checked_add(len).is_some_and(|e| e <= end)
+            });
+        if inside {
+            Ok(())
+        } else {
+            Err(WorkerError::DeviceRange { addr, len })
+        }
     }
 
     /// Registers an orchestration function with its kernel table (indexed by kernel id) and
@@ -255,73 +422,103 @@ impl ChipWorker {
         scalars: &[u64],
         options: RunOptions,
     ) -> Result<RunReport, WorkerError> {
+        // Move the tensors into host arguments and back again, whatever the result: a failed
+        // run leaves them as they were, a good one with its outputs.
+        let mut args: Vec<ChipArg> = tensors
+            .iter_mut()
+            .map(|t| {
+                let empty = HostTensor {
+                    data: Vec::new(),
+                    shapes: Vec::new(),
+                    dtype: t.dtype,
+                    dir: t.dir,
+                };
+                ChipArg::Host(std::mem::replace(t, empty))
+            })
+            .collect();
+        let result = self.run_args(handle, &mut args, scalars, options);
+        for (t, arg) in tensors.iter_mut().zip(args) {
+            if let ChipArg::Host(h) = arg {
+                *t = h;
+            }
+        }
+        result
+    }
+
+    /// Runs `handle` with entry tensors that are staged host bytes or views of persistent
+    /// device memory, and `scalars`. Host tensors are handled as in [`Self::run_with`]; a
+    /// device tensor is used in place, and its whole view must lie inside one live persistent
+    /// allocation ([`WorkerError::DeviceRange`] otherwise). A device tensor with no dimensions,
+    /// more than the chip allows, or strides not matching its shape is refused as an adoption
+    /// error of its rank.
+    pub fn run_args(
+        &mut self,
+        handle: CallableHandle,
+        args: &mut [ChipArg],
+        scalars: &[u64],
+        options: RunOptions,
+    ) -> Result<RunReport, WorkerError> {
         let start = Instant::now();
         let callable = self
             .callables
             .get(handle.0)
             .ok_or(WorkerError::UnknownCallable)?;
-        if callable.signature.len() != tensors.len() {
+        if callable.signature.len() != args.len() {
             return Err(WorkerError::Signature {
                 expected: callable.signature.len(),
-                got: tensors.len(),
+                got: args.len(),
             });
         }
-        for (index, (t, &expected)) in tensors.iter().zip(&callable.signature).enumerate() {
-            if t.dir != expected {
+        for (index, (t, &expected)) in args.iter().zip(&callable.signature).enumerate() {
+            if t.dir() != expected {
                 return Err(WorkerError::Direction {
                     index,
                     expected,
-                    got: t.dir,
+                    got: t.dir(),
                 });
             }
         }
         self.device.free_all()?;
         let mut chip = Box::<ChipStorageTaskArgs>::default();
-        let mut addrs = Vec::with_capacity(tensors.len());
-        for (index, t) in tensors.iter().enumerate() {
-            let numel: u64 = t.shapes.iter().map(|&s| s as u64).product();
-            let bytes = numel * t.dtype.elem_size() as u64;
-            if bytes != t.data.len() as u64 {
-                return Err(WorkerError::TensorSize {
-                    index,
-                    expected: bytes,
-                    got: t.data.len(),
-                });
-            }
-            let addr = self
-                .device
-                .alloc(bytes.max(1))?
-                .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
-            if t.dir != ArgDirection::Out && !self.device.copy_to_device(addr, t.data.clone())? {
-                return Err(WorkerError::OutOfDeviceMemory { bytes });
-            }
-            let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
+        // Where each host tensor was staged; `None` for a device tensor.
+        let mut staged = Vec::with_capacity(args.len());
+        for (index, arg) in args.iter().enumerate() {
+            let (c, at) = match arg {
+                ChipArg::Host(t) => {
+                    let addr = self.stage(index, t)?;
+                    let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
+                    (c, Some(addr))
+                }
+                ChipArg::Device(t) => (self.device_view(index, t)?, None),
+            };
             chip.push_tensor(c)
                 .map_err(|e| WorkerError::Entry(EntryError::Args(e)))?;
-            addrs.push(addr);
+            staged.push(at);
         }
         for &s in scalars {
             chip.push_scalar(s)
                 .map_err(|e| WorkerError::Entry(EntryError::Args(e)))?;
         }
-        let mut args = Box::<OrchArgs>::default();
-        args.adopt(&chip).map_err(WorkerError::Entry)?;
+        let mut orch_args = Box::<OrchArgs>::default();
+        orch_args.adopt(&chip).map_err(WorkerError::Entry)?;
         let sink = options.trace.clone();
         let run_start = start.elapsed();
         let outcome = self.device.run(
             callable.orch.clone(),
             callable.kernels.clone(),
-            args,
+            orch_args,
             options,
         )?;
         let run_end = start.elapsed();
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
-        for (t, &addr) in tensors.iter_mut().zip(&addrs) {
-            if t.dir != ArgDirection::In {
-                if let Some(data) = self.device.copy_from_device(addr, t.data.len())? {
-                    t.data = data;
+        for (arg, at) in args.iter_mut().zip(&staged) {
+            if let (ChipArg::Host(t), Some(addr)) = (arg, *at) {
+                if t.dir != ArgDirection::In {
+                    if let Some(data) = self.device.copy_from_device(addr, t.data.len())? {
+                        t.data = data;
+                    }
                 }
             }
         }
@@ -330,5 +527,56 @@ impl ChipWorker {
             record_host_phases(&sink, [Duration::ZERO, run_start, run_end, host]);
         }
         Ok(RunReport { outcome, host })
+    }
+
+    /// Allocates per-run GM for host tensor `index` and copies it in unless it is OUT.
+    fn stage(&self, index: usize, t: &HostTensor) -> Result<u64, WorkerError> {
+        let numel: u64 = t.shapes.iter().map(|&s| s as u64).product();
+        let bytes = numel * t.dtype.elem_size() as u64;
+        if bytes != t.data.len() as u64 {
+            return Err(WorkerError::TensorSize {
+                index,
+                expected: bytes,
+                got: t.data.len(),
+            });
+        }
+        let addr = self
+            .device
+            .alloc(bytes.max(1))?
+            .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
+        if t.dir != ArgDirection::Out && !self.device.copy_to_device(addr, t.data.clone())? {
+            return Err(WorkerError::OutOfDeviceMemory { bytes });
+        }
+        Ok(addr)
+    }
+
+    /// The chip tensor of device tensor `index`, its view checked against the live persistent
+    /// allocations.
+    fn device_view(&self, index: usize, t: &DeviceTensor) -> Result<ChipTensor, WorkerError> {
+        let rank = t.shapes.len();
+        if rank == 0 || rank > MAX_TENSOR_DIMS || t.strides.len() != rank {
+            return Err(WorkerError::Entry(EntryError::Adopt {
+                index,
+                error: AdoptError::Geometry(GeometryError::NDims {
+                    value: u32::try_from(rank).unwrap_or(u32::MAX),
+                    limit: MAX_TENSOR_DIMS as u32,
+                }),
+            }));
+        }
+        let mut c = ChipTensor {
+            ndims: rank as u32,
+            dtype: t.dtype.raw(),
+            address_space: AddressSpace::Device as u8,
+            ..ChipTensor::default()
+        };
+        c.shapes[..rank].copy_from_slice(&t.shapes);
+        c.strides[..rank].copy_from_slice(&t.strides);
+        let len = c.extent_elem().saturating_mul(t.dtype.elem_size() as u64);
+        self.check_range(t.addr, len)?;
+        c.buffer = BufferHandle {
+            addr: t.addr,
+            size: len,
+        };
+        Ok(c)
     }
 }

@@ -20,6 +20,8 @@ pub mod trace;
 // How the host reaches a device; the simulator backend behind the `sim` feature.
 pub mod transport;
 
-pub use chip_worker::{CallableHandle, ChipWorker, HostTensor, RunReport, WorkerError};
+pub use chip_worker::{
+    CallableHandle, ChipArg, ChipWorker, DeviceTensor, HostTensor, RunReport, WorkerError,
+};
 pub use task_args::{TaskArgs, TaskArgsError};
 pub use transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TraceSink, TransportError};

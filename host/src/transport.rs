@@ -47,10 +47,18 @@ impl fmt::Display for TransportError {
 pub trait DeviceTransport: Send {
     /// The platform's name (`a2a3sim`, `a5sim`, ...).
     fn platform(&self) -> &'static str;
-    /// Allocates `bytes` of GM; `None` when GM is full.
+    /// Allocates `bytes` of GM for the current run; `None` when GM is full. Never overlaps a
+    /// live persistent allocation.
     fn alloc(&self, bytes: u64) -> Result<Option<u64>, TransportError>;
-    /// Releases every allocation.
+    /// Releases every per-run allocation; persistent allocations are kept.
     fn free_all(&self) -> Result<(), TransportError>;
+    /// Allocates `bytes` of persistent GM (`DEVICE_MALLOC`), kept across runs and
+    /// [`Self::free_all`] until [`Self::free`]; 0 is taken as 1 byte; `None` when it does
+    /// not fit.
+    fn malloc(&self, bytes: u64) -> Result<Option<u64>, TransportError>;
+    /// Releases the persistent allocation starting at `addr`; `false` when `addr` is not the
+    /// start of a live persistent allocation.
+    fn free(&self, addr: u64) -> Result<bool, TransportError>;
     /// Copies `data` to GM at `addr`; `false` when the range is outside GM.
     fn copy_to_device(&self, addr: u64, data: Vec<u8>) -> Result<bool, TransportError>;
     /// Copies `len` bytes of GM at `addr`; `None` when the range is outside GM.
@@ -89,6 +97,12 @@ mod sim {
         }
         fn free_all(&self) -> Result<(), TransportError> {
             Ok(Device::free_all(self)?)
+        }
+        fn malloc(&self, bytes: u64) -> Result<Option<u64>, TransportError> {
+            Ok(Device::malloc(self, bytes)?)
+        }
+        fn free(&self, addr: u64) -> Result<bool, TransportError> {
+            Ok(Device::free(self, addr)?)
         }
         fn copy_to_device(&self, addr: u64, data: Vec<u8>) -> Result<bool, TransportError> {
             Ok(self.write(addr, data)?)

@@ -235,6 +235,8 @@ pub type SharedHook = Arc<Mutex<dyn simpler_aicpu::SubmitHook + Send>>;
 enum Msg {
     Alloc(u64, Sender<Option<u64>>),
     FreeAll,
+    Malloc(u64, Sender<Option<u64>>),
+    Free(u64, Sender<bool>),
     Write(u64, Vec<u8>, Sender<bool>),
     Read(u64, usize, Sender<Option<Vec<u8>>>),
     Run(Job, Sender<RunOutcome>),
@@ -314,16 +316,37 @@ impl Device {
             .map_err(|_| DeviceError::Stopped)
     }
 
-    /// Allocates `bytes` of GM (1024-byte aligned); `None` when GM is full.
+    /// Allocates `bytes` of GM for the current run (1024-byte aligned, bumped upward from
+    /// the end of the heaps); `None` when GM is full. The bump never reaches into a live
+    /// persistent allocation ([`Device::malloc`]).
     pub fn alloc(&self, bytes: u64) -> Result<Option<u64>, DeviceError> {
         let (tx, rx) = channel();
         self.send(Msg::Alloc(bytes, tx))?;
         rx.recv().map_err(|_| DeviceError::Stopped)
     }
 
-    /// Releases every allocation.
+    /// Releases every per-run allocation ([`Device::alloc`]); persistent allocations
+    /// ([`Device::malloc`]) are kept.
     pub fn free_all(&self) -> Result<(), DeviceError> {
         self.send(Msg::FreeAll)
+    }
+
+    /// Allocates `bytes` of persistent GM (`DEVICE_MALLOC`): 1024-byte aligned, taken from the
+    /// top of GM downward, first fit in the gaps between live persistent allocations. It
+    /// survives [`Device::free_all`] and every run until [`Device::free`]. A size of 0 is
+    /// taken as 1 byte; `None` when no gap above the current per-run allocations holds it.
+    pub fn malloc(&self, bytes: u64) -> Result<Option<u64>, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Malloc(bytes, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Releases the persistent allocation starting at `addr`; `false` when `addr` is not the
+    /// start of a live persistent allocation.
+    pub fn free(&self, addr: u64) -> Result<bool, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Free(addr, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
     }
 
     /// Copies `data` to GM at `addr`; `false` if the range is outside GM.
@@ -359,6 +382,32 @@ impl Drop for Device {
 
 /// Where the heaps sit in GM, and where host allocations start.
 const GM_BASE: u64 = 0x1_0000_0000;
+
+/// Alignment of every host allocation, per-run and persistent.
+const ALLOC_ALIGN: u64 = 1024;
+
+/// Where a persistent allocation of `size` bytes goes: the highest `ALLOC_ALIGN`-aligned start
+/// in the highest gap of `[floor, ceiling)` between the `live` allocations (start → length)
+/// that holds it; `None` when no gap does.
+fn place_persistent(
+    live: &std::collections::BTreeMap<u64, u64>,
+    floor: u64,
+    ceiling: u64,
+    size: u64,
+) -> Option<u64> {
+    let fit = |lo: u64, hi: u64| {
+        let start = hi.checked_sub(size)? / ALLOC_ALIGN * ALLOC_ALIGN;
+        (start >= lo).then_some(start)
+    };
+    let mut hi = ceiling;
+    for (&start, &len) in live.iter().rev() {
+        if let Some(at) = fit(start.saturating_add(len).max(floor), hi) {
+            return Some(at);
+        }
+        hi = hi.min(start);
+    }
+    fit(floor, hi)
+}
 
 fn orchestrator_config(config: &DeviceConfig, gm_base: u64) -> OrchestratorConfig {
     let heap = config.ring.heap_bytes;
@@ -554,19 +603,37 @@ fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(),
         let _ = ready.send(Ok(()));
 
         let mut orch_trace = TraceBuf::new();
+        // Per-run allocations bump upward from the end of the heaps; persistent ones
+        // (start → length) come down from the end of GM. The bump's limit is the lowest live
+        // persistent start, and a persistent allocation never goes below the bump, so the two
+        // never overlap.
         let mut next_alloc = GM_BASE + heaps;
-        let gm_end = GM_BASE + heaps + config.gm_bytes;
+        let mut persistent = std::collections::BTreeMap::<u64, u64>::new();
+        // The end of the words GM really has (its size rounded down to whole words).
+        let gm_end = GM_BASE + (heaps + config.gm_bytes) / 8 * 8;
         while let Ok(msg) = rx.recv() {
             match msg {
                 Msg::Alloc(bytes, reply) => {
-                    let at = next_alloc.div_ceil(1024) * 1024;
-                    let fits = at.checked_add(bytes).filter(|&end| end <= gm_end);
+                    let limit = persistent.keys().next().copied().unwrap_or(gm_end);
+                    let at = next_alloc.div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
+                    let fits = at.checked_add(bytes).filter(|&end| end <= limit);
                     let _ = reply.send(fits.map(|end| {
                         next_alloc = end;
                         at
                     }));
                 }
                 Msg::FreeAll => next_alloc = GM_BASE + heaps,
+                Msg::Malloc(bytes, reply) => {
+                    let size = bytes.max(1);
+                    let at = place_persistent(&persistent, next_alloc, gm_end, size);
+                    if let Some(at) = at {
+                        persistent.insert(at, size);
+                    }
+                    let _ = reply.send(at);
+                }
+                Msg::Free(addr, reply) => {
+                    let _ = reply.send(persistent.remove(&addr).is_some());
+                }
                 Msg::Write(addr, data, reply) => {
                     let _ = reply.send(simpler_core::gm::Gm::write(&gm, addr, &data).is_ok());
                 }
@@ -912,5 +979,67 @@ fn watchdog_main(config: &DeviceConfig, state: &RunState) {
                     .compare_exchange(0, ABORT_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
             state.wake.notify();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn persistent_placement_is_top_down_first_fit_and_aligned() {
+        let (floor, ceiling) = (0x1000_0000u64, 0x1001_0000u64);
+        let mut live = BTreeMap::new();
+        let a = place_persistent(&live, floor, ceiling, 100).unwrap();
+        assert_eq!(a, ceiling - ALLOC_ALIGN);
+        live.insert(a, 100);
+        let b = place_persistent(&live, floor, ceiling, 3000).unwrap();
+        assert_eq!(b % ALLOC_ALIGN, 0);
+        assert!(b + 3000 <= a);
+        live.insert(b, 3000);
+        // Freeing the top one opens a gap that a small request fills first.
+        live.remove(&a);
+        assert_eq!(
+            place_persistent(&live, floor, ceiling, 1),
+            Some(ceiling - ALLOC_ALIGN)
+        );
+        // A request larger than the top gap goes below the live one.
+        let c = place_persistent(&live, floor, ceiling, 4096).unwrap();
+        assert!(c + 4096 <= b);
+        // Nothing fits below the floor.
+        assert_eq!(
+            place_persistent(&live, floor, ceiling, ceiling - floor + 1),
+            None
+        );
+        assert_eq!(place_persistent(&live, floor, ceiling, u64::MAX), None);
+    }
+
+    #[test]
+    fn per_run_and_persistent_allocations_do_not_overlap() {
+        let mut config = DeviceConfig::new(Topology::A2a3);
+        config.gm_bytes = 64 << 10;
+        let device = Device::start(config).unwrap();
+        let p = device.malloc(16 << 10).unwrap().unwrap();
+        assert_eq!(p % ALLOC_ALIGN, 0);
+        // The bump allocator stops at the persistent allocation.
+        let mut bumped = Vec::new();
+        while let Some(at) = device.alloc(4096).unwrap() {
+            bumped.push(at);
+        }
+        assert!(bumped.iter().all(|&at| at + 4096 <= p));
+        assert!(!bumped.is_empty());
+        // Persistent memory does not come from below the live bump.
+        assert_eq!(device.malloc(16 << 10).unwrap(), None);
+        device.free_all().unwrap();
+        let q = device.malloc(16 << 10).unwrap().unwrap();
+        assert!(q + (16 << 10) <= p);
+        assert!(device.free(p).unwrap());
+        assert!(!device.free(p).unwrap());
+        assert!(!device.free(q + 8).unwrap());
+        assert!(device.free(q).unwrap());
+        // With nothing persistent left, the bump reaches the end of GM again.
+        assert!(device.alloc(48 << 10).unwrap().is_some());
+        assert_eq!(device.malloc(0).unwrap().map(|a| a % ALLOC_ALIGN), Some(0));
     }
 }

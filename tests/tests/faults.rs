@@ -797,6 +797,12 @@ impl simpler_host::DeviceTransport for Stopped {
     fn free_all(&self) -> Result<(), simpler_host::TransportError> {
         Err(simpler_host::TransportError::Stopped)
     }
+    fn malloc(&self, _: u64) -> Result<Option<u64>, simpler_host::TransportError> {
+        Err(simpler_host::TransportError::Stopped)
+    }
+    fn free(&self, _: u64) -> Result<bool, simpler_host::TransportError> {
+        Err(simpler_host::TransportError::Stopped)
+    }
     fn copy_to_device(&self, _: u64, _: Vec<u8>) -> Result<bool, simpler_host::TransportError> {
         Err(simpler_host::TransportError::Stopped)
     }
