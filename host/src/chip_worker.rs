@@ -307,8 +307,11 @@ impl ChipWorker {
 
     /// Allocates `bytes` of persistent device memory (`DEVICE_MALLOC`, 0 taken as 1 byte): it
     /// keeps its contents across runs until [`Self::free`]. Per-run staging never overlaps
-    /// it.
+    /// it, and the last run's staging (dead once the run returned) does not hold it back.
     pub fn malloc(&mut self, bytes: u64) -> Result<u64, WorkerError> {
+        // The previous run's staged tensors are still bump-allocated on the device; they are
+        // of no use once the run returned, and would keep a large malloc from fitting.
+        self.device.free_all()?;
         let addr = self
             .device
             .malloc(bytes)?

@@ -449,6 +449,12 @@ fn persistent_memory_and_per_run_staging_do_not_overlap() {
             assert_eq!(&back, data, "persistent allocation at {addr:#x}");
         }
     }
+    // The last run's 12 MiB of staging does not keep a large malloc from fitting.
+    let large = worker.malloc(12 << 20).unwrap();
+    assert!(spans
+        .iter()
+        .all(|&(s, e)| e <= large || large + (12 << 20) <= s));
+    worker.free(large).unwrap();
     // Staging that does not fit below the persistent allocations is refused, not overlapped.
     let big = 2 * n;
     let mut tensors = vec![
