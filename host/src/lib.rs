@@ -4,13 +4,17 @@
 //! simulated chip, and the example scenes the `simpler` command runs.
 //!
 //! Modules:
-#![forbid(unsafe_code)]
+// The OS calls of the L3 level (fork, mmap, futex) live in `l3::os`, the one module allowed
+// `unsafe`; every block there carries a SAFETY comment.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 // One chip: device start-up, callables, runs with staging and copy-back.
 pub mod chip_worker;
 // A run's task graph, recorded at submit and written as JSON or Graphviz.
 pub mod dag;
+// Level 3: chips and sub-workers in forked children, shared buffers, the import registry.
+pub mod l3;
 // The example scenes and their goldens.
 pub mod scenes;
 // The tagged task-argument builder and its blob encoding.

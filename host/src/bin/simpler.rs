@@ -58,6 +58,16 @@ enum Command {
         #[arg(long)]
         report: bool,
     },
+    /// Level 3: vector_example on chips in child processes, chip 0's output feeding chip 1
+    /// through a shared buffer, and a SUB worker summing the result.
+    L3 {
+        /// Chip children (at least 2).
+        #[arg(long, default_value_t = 2)]
+        chips: usize,
+        /// Rounds on the same Worker.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -67,8 +77,20 @@ fn main() -> ExitCode {
             for s in scenes::all() {
                 println!("{:<18} {}", s.name(), s.cases().join(" "));
             }
+            println!(
+                "{:<18} (simpler l3) two chips + a SUB worker in child processes",
+                "l3_vector"
+            );
             ExitCode::SUCCESS
         }
+        Command::L3 { chips, rounds } => match run_l3(chips, rounds) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(2)
+            }
+        },
         Command::Run {
             scene,
             case,
@@ -101,6 +123,42 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// Runs the L3 scene for `rounds` rounds on one Worker and closes it.
+fn run_l3(chips: usize, rounds: usize) -> Result<bool, String> {
+    use scenes::l3::L3Vector;
+    let setup = std::time::Instant::now();
+    let mut scene = L3Vector::new(chips).map_err(|e| e.to_string())?;
+    println!(
+        "l3_vector: {} chip children + 1 SUB child forked in {:.1} ms",
+        scene.worker().chips(),
+        setup.elapsed().as_secs_f64() * 1e3
+    );
+    println!(
+        "{:>5} {:>6} {:>10} {:>12} {:>12} {:>6}",
+        "round", "tasks", "wall_ms", "chip0_diff", "chip1_diff", "result"
+    );
+    let mut all = true;
+    for round in 0..rounds {
+        let r = scene.round(round).map_err(|e| e.to_string())?;
+        all &= r.pass();
+        println!(
+            "{:>5} {:>6} {:>10.3} {:>12.3e} {:>12.3e} {:>6}",
+            round,
+            r.summary.tasks,
+            r.wall.as_secs_f64() * 1e3,
+            r.chip0.max_diff,
+            r.chip1.max_diff,
+            if r.pass() { "PASS" } else { "FAIL" }
+        );
+    }
+    scene
+        .worker_mut()
+        .close(std::time::Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
+    println!("{}", if all { "PASS" } else { "FAIL" });
+    Ok(all)
 }
 
 /// What to write besides the timing table.

@@ -10,6 +10,7 @@ use simpler_aicore::KernelFn;
 use simpler_core::ArgDirection;
 
 pub mod bgemm;
+pub mod l3;
 pub mod paged_attention;
 pub mod vector;
 

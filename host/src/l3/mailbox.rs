@@ -1,0 +1,283 @@
+//! The mailbox protocol over shared memory, and the doorbells that wake its two sides.
+//!
+//! A [`Mailbox`] is one `MAP_SHARED` region of [`MAILBOX_SIZE`] bytes per child, laid out as
+//! `simpler_core::mailbox` fixes it. The parent writes a request into a frame, then publishes
+//! the frame's state word with release ordering and rings the child's doorbell; the child does
+//! the work, writes the error word and message, publishes the reply state and rings the
+//! scheduler's doorbell. Only this module reads or writes frame bytes.
+//!
+//! [`Bells`] are futex words in one shared page: word 0 wakes the parent's scheduler (children
+//! ring it when a task finishes; the orchestrator rings it on submit), word `1 + i` wakes
+//! child `i` (the parent rings it after posting a task, a control request or shutdown). A
+//! waiter spins briefly on its word, then blocks in the kernel: nothing on the dispatch path
+//! sleeps.
+
+use super::os::{futex_wait, futex_wake, Mapping, Region};
+use simpler_core::limits::{MAILBOX_ARGS_CAPACITY, MAILBOX_FRAME_SIZE, MAILBOX_OFF_SHUTDOWN};
+use simpler_core::mailbox::{
+    CallConfig, MailboxState, PipelineSlotLease, MAILBOX_ERROR_MSG_SIZE, MAILBOX_OFF_ACCEPTED,
+    MAILBOX_OFF_ARGS, MAILBOX_OFF_COMMAND, MAILBOX_OFF_CONFIG, MAILBOX_OFF_DISPATCH_ID,
+    MAILBOX_OFF_ERROR_MSG, MAILBOX_OFF_LEASE, MAILBOX_OFF_PROTOCOL, MAILBOX_OFF_RUN_ID,
+    MAILBOX_SIZE, MAILBOX_TASK_PROTOCOL_VERSION,
+};
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The control frame.
+pub const CONTROL_FRAME: usize = 0;
+/// The task frame every endpoint here uses (single-frame protocol).
+pub const TASK_FRAME: usize = 1;
+/// Where a task frame's args blob starts.
+pub const OFF_BLOB: usize = MAILBOX_OFF_ARGS + 32;
+/// Control frame: the first argument word.
+pub const CTRL_OFF_ARG0: usize = 16;
+/// Control frame: the result word.
+pub const CTRL_OFF_RESULT: usize = 40;
+/// Spins on a word before blocking in the kernel (about 20-60 us on the development machine).
+const SPIN_LIMIT: u32 = 20_000;
+
+/// One child's mailbox.
+#[derive(Debug)]
+pub struct Mailbox {
+    map: Mapping,
+}
+
+impl Mailbox {
+    /// A zeroed mailbox (every frame IDLE), shared with children forked afterwards.
+    pub fn new() -> io::Result<Self> {
+        Ok(Self {
+            map: Mapping::anon_shared(MAILBOX_SIZE)?,
+        })
+    }
+
+    fn frame(&self, frame: usize) -> Region {
+        self.map
+            .region()
+            .sub(frame * MAILBOX_FRAME_SIZE, MAILBOX_FRAME_SIZE)
+            .expect("frame index is a module constant below MAILBOX_FRAMES")
+    }
+
+    fn word(&self, frame: usize, offset: usize) -> &AtomicU32 {
+        mapping_atomic(&self.map, frame * MAILBOX_FRAME_SIZE + offset)
+    }
+
+    /// The state word of `frame`.
+    pub fn state(&self, frame: usize) -> u32 {
+        self.word(frame, 0).load(Ordering::Acquire)
+    }
+
+    /// Publishes `state` on `frame` (release: every byte written before is visible to a reader
+    /// that observes it).
+    pub fn set_state(&self, frame: usize, state: MailboxState) {
+        self.word(frame, 0)
+            .store(state as i32 as u32, Ordering::Release);
+    }
+
+    /// Writes a task request into the task frame (not yet published).
+    pub fn post_task(
+        &self,
+        digest: &[u8; 32],
+        config: &CallConfig,
+        lease: PipelineSlotLease,
+        run_id: u64,
+        dispatch_id: u64,
+        blob: &[u8],
+    ) -> bool {
+        let f = self.frame(TASK_FRAME);
+        if blob.len() > MAILBOX_ARGS_CAPACITY {
+            return false;
+        }
+        f.write(MAILBOX_OFF_CONFIG, bytemuck::bytes_of(config))
+            && f.write(MAILBOX_OFF_LEASE, bytemuck::bytes_of(&lease))
+            && f.write(MAILBOX_OFF_ARGS, digest)
+            && f.write(OFF_BLOB, blob)
+            && f.write(
+                MAILBOX_OFF_PROTOCOL,
+                &MAILBOX_TASK_PROTOCOL_VERSION.to_le_bytes(),
+            )
+            && f.write(MAILBOX_OFF_RUN_ID, &run_id.to_le_bytes())
+            && f.write(MAILBOX_OFF_DISPATCH_ID, &dispatch_id.to_le_bytes())
+            && {
+                self.word(TASK_FRAME, 4).store(0, Ordering::Relaxed);
+                self.word(TASK_FRAME, MAILBOX_OFF_ACCEPTED)
+                    .store(0, Ordering::Relaxed);
+                true
+            }
+    }
+
+    /// Copies `len` bytes of `frame` from `offset`.
+    pub fn read(&self, frame: usize, offset: usize, out: &mut [u8]) -> bool {
+        self.frame(frame).read(offset, out)
+    }
+
+    /// Writes bytes into `frame` at `offset`.
+    pub fn write(&self, frame: usize, offset: usize, data: &[u8]) -> bool {
+        self.frame(frame).write(offset, data)
+    }
+
+    /// The task frame's args blob region (read in place by the child's decoder).
+    pub fn blob(&self) -> &[u8] {
+        mapping_slice(
+            &self.map,
+            TASK_FRAME * MAILBOX_FRAME_SIZE + OFF_BLOB,
+            MAILBOX_ARGS_CAPACITY,
+        )
+    }
+
+    /// Marks the task accepted (the sticky launch acknowledgement).
+    pub fn accept(&self) {
+        self.word(TASK_FRAME, MAILBOX_OFF_ACCEPTED)
+            .store(1, Ordering::Release);
+    }
+
+    /// Writes `frame`'s error word and message (before its reply state is published).
+    pub fn set_error(&self, frame: usize, code: u32, message: &str) {
+        let mut msg = [0u8; MAILBOX_ERROR_MSG_SIZE];
+        let mut n = message.len().min(MAILBOX_ERROR_MSG_SIZE - 1);
+        while !message.is_char_boundary(n) {
+            n -= 1;
+        }
+        msg[..n].copy_from_slice(&message.as_bytes()[..n]);
+        self.write(frame, MAILBOX_OFF_ERROR_MSG, &msg);
+        self.word(frame, 4).store(code, Ordering::Relaxed);
+    }
+
+    /// `frame`'s error word and message.
+    pub fn error(&self, frame: usize) -> (u32, String) {
+        let code = self.word(frame, 4).load(Ordering::Acquire);
+        let mut msg = [0u8; MAILBOX_ERROR_MSG_SIZE];
+        self.read(frame, MAILBOX_OFF_ERROR_MSG, &mut msg);
+        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+        (code, String::from_utf8_lossy(&msg[..end]).into_owned())
+    }
+
+    /// Writes a control request (sub-command, first argument) into the control frame.
+    pub fn post_control(&self, command: u64, arg0: u64, payload: &[u8]) -> bool {
+        self.write(CONTROL_FRAME, MAILBOX_OFF_COMMAND, &command.to_le_bytes())
+            && self.write(CONTROL_FRAME, CTRL_OFF_ARG0, &arg0.to_le_bytes())
+            && self.write(CONTROL_FRAME, CTRL_OFF_RESULT, &0u64.to_le_bytes())
+            && (payload.len() <= MAILBOX_OFF_SHUTDOWN - MAILBOX_OFF_ARGS)
+            && self.write(CONTROL_FRAME, MAILBOX_OFF_ARGS, payload)
+            && {
+                self.word(CONTROL_FRAME, 4).store(0, Ordering::Relaxed);
+                true
+            }
+    }
+
+    /// Reads a u64 of the control frame.
+    pub fn control_u64(&self, offset: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(CONTROL_FRAME, offset, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    /// Sets the sticky shutdown word (parent only; 0 → 1, never back).
+    pub fn request_shutdown(&self) {
+        self.word(CONTROL_FRAME, MAILBOX_OFF_SHUTDOWN)
+            .store(1, Ordering::Release);
+    }
+
+    /// Whether shutdown was requested.
+    pub fn shutdown_requested(&self) -> bool {
+        self.word(CONTROL_FRAME, MAILBOX_OFF_SHUTDOWN)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// The control frame's request slot (a copy request, a name).
+    pub fn control_slot(&self) -> &[u8] {
+        mapping_slice(
+            &self.map,
+            CONTROL_FRAME * MAILBOX_FRAME_SIZE + MAILBOX_OFF_ARGS,
+            MAILBOX_OFF_SHUTDOWN - MAILBOX_OFF_ARGS,
+        )
+    }
+
+    /// The task frame's raw header fields the child reads: digest, config, lease.
+    pub fn task_header(&self) -> ([u8; 32], CallConfig, PipelineSlotLease) {
+        let mut digest = [0u8; 32];
+        self.read(TASK_FRAME, MAILBOX_OFF_ARGS, &mut digest);
+        let mut cfg = [0u8; core::mem::size_of::<CallConfig>()];
+        self.read(TASK_FRAME, MAILBOX_OFF_CONFIG, &mut cfg);
+        let mut lease = [0u8; 16];
+        self.read(TASK_FRAME, MAILBOX_OFF_LEASE, &mut lease);
+        (
+            digest,
+            bytemuck::pod_read_unaligned(&cfg),
+            bytemuck::pod_read_unaligned(&lease),
+        )
+    }
+}
+
+fn mapping_atomic(map: &Mapping, at: usize) -> &AtomicU32 {
+    map.atomic_u32(at)
+        .expect("state words sit at aligned offsets inside the mapping")
+}
+
+fn mapping_slice(map: &Mapping, at: usize, len: usize) -> &[u8] {
+    map.bytes(at, len)
+        .expect("frame regions lie inside the mailbox mapping")
+}
+
+/// The doorbell page: word 0 for the scheduler, word `1 + i` for child `i`.
+#[derive(Debug)]
+pub struct Bells {
+    map: Mapping,
+}
+
+/// The scheduler's doorbell.
+pub const SCHEDULER_BELL: usize = 0;
+
+impl Bells {
+    /// A page of bells for `children` children.
+    pub fn new(children: usize) -> io::Result<Self> {
+        let len = ((children + 1) * 4).div_ceil(4096) * 4096;
+        Ok(Self {
+            map: Mapping::anon_shared(len)?,
+        })
+    }
+
+    /// The bell of child `i`.
+    pub const fn child(i: usize) -> usize {
+        1 + i
+    }
+
+    fn word(&self, bell: usize) -> &AtomicU32 {
+        mapping_atomic(&self.map, bell * 4)
+    }
+
+    /// The bell's current count (read before checking for work, then passed to [`Self::wait`]).
+    pub fn seen(&self, bell: usize) -> u32 {
+        self.word(bell).load(Ordering::Acquire)
+    }
+
+    /// Rings `bell`: counts, then wakes every waiter.
+    pub fn ring(&self, bell: usize) {
+        let w = self.word(bell);
+        w.fetch_add(1, Ordering::AcqRel);
+        futex_wake(w);
+    }
+
+    /// Waits until `bell` moves past `seen`, or `timeout`: spins first, then blocks.
+    pub fn wait(&self, bell: usize, seen: u32, timeout: Duration) {
+        let w = self.word(bell);
+        for _ in 0..SPIN_LIMIT {
+            if w.load(Ordering::Acquire) != seen {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if w.load(Ordering::Acquire) != seen {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            futex_wait(w, seen, deadline - now);
+        }
+    }
+}

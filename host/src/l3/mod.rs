@@ -1,0 +1,358 @@
+//! Level 3: one host driving several chips and sub-workers, each in a forked child process.
+//!
+//! ```text
+//!  parent process                                   child processes (forked in init())
+//!  ───────────────                                  ──────────────────────────────────
+//!  Worker ── orchestration fn ──► L3Orch::submit_*   chip i: ChipWorker on its own simulated
+//!    │          (engine: slot ring, TensorMap by       device, ImportRegistry (device context)
+//!    │           identity + byte range, scopes)      sub j:  host callables, ImportRegistry
+//!    └─ scheduler thread ── mailbox (196,608 B) ──►          (host context)
+//!                         ◄── doorbell futex ───────
+//! ```
+//!
+//! Task arguments cross the process boundary only as the `TaskArgs` blob of address-free wire
+//! tensors; each child validates and materializes them through its [`ImportRegistry`].
+//! Buffers ([`Buffer`]) are POSIX_SHM, FORK_SHM, FORK_COW or DEVICE_MALLOC; see [`buffer`].
+
+pub mod buffer;
+mod child;
+mod engine;
+pub mod import;
+mod mailbox;
+mod os;
+mod worker;
+
+pub use buffer::{shm_prefix, Buffer};
+pub use engine::{LaneKind, RunSummary};
+pub use import::{
+    ForkRanges, ImportContext, ImportError, ImportRegistry, MappedArg, MappedArgs, ReadOnlyArg,
+};
+pub use worker::{
+    ChipCallableId, L3Orch, Lifecycle, RunHandle, SubCallableId, SubFn, Worker, WorkerConfig,
+};
+
+use simpler_core::mailbox::{ConfigError, CopyRequestError};
+use simpler_core::{AccessMode, DescriptorError, TensorArgType, TensorError};
+use std::fmt;
+
+/// Everything that can go wrong at level 3. Each refusal names its rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum L3Error {
+    /// An OS call failed.
+    Os(String),
+    /// The call needs an initialized Worker.
+    NotInitialized,
+    /// `init()` ran already (or the Worker closed).
+    AlreadyInitialized,
+    /// The Worker is closed.
+    Closed,
+    /// Callables are registered before `init()`: children inherit them across the fork.
+    RegisterAfterInit,
+    /// A child did not start.
+    ChildStartup {
+        /// Which child.
+        endpoint: String,
+        /// Why.
+        message: String,
+    },
+    /// `close()` ran out of budget; the Worker can be closed again.
+    CloseTimeout {
+        /// What was still pending.
+        pending: String,
+    },
+    /// `create_buffer(0)`.
+    ZeroSizeBuffer,
+    /// At level 3 a buffer needs a forked consumer: the Worker has no chip or SUB child.
+    NoBufferConsumer,
+    /// A FORK_COW buffer is a snapshot children inherit at fork: it must exist before `init()`.
+    ForkCowAfterInit,
+    /// FORK_COW grants READ only.
+    ForkCowAccess,
+    /// The FORK_SHM arena has no room.
+    ArenaFull {
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// The backend cannot be created by `create_buffer`.
+    UnsupportedBackend {
+        /// Its raw value.
+        backend: u8,
+    },
+    /// The buffer was released.
+    BufferClosed {
+        /// Its id.
+        buffer_id: u64,
+    },
+    /// The buffer is not one of this Worker's live buffers.
+    UnknownBuffer {
+        /// Its id.
+        buffer_id: u64,
+    },
+    /// `release_buffer` while a run in flight names the buffer.
+    BufferInUse {
+        /// Its id.
+        buffer_id: u64,
+    },
+    /// Host access to a device buffer (use `copy_from`).
+    DeviceBufferAccess {
+        /// Its id.
+        buffer_id: u64,
+    },
+    /// A host access outside the buffer.
+    BufferRange {
+        /// Offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// The buffer's size.
+        nbytes: u64,
+    },
+    /// A descriptor failed validation.
+    Descriptor(DescriptorError),
+    /// A tensor failed the wire gate.
+    Tensor(TensorError),
+    /// The task arguments were refused.
+    Args(crate::TaskArgsError),
+    /// The call config was refused.
+    Config(ConfigError),
+    /// No chip with this index.
+    UnknownChip {
+        /// The index given.
+        chip: usize,
+        /// Chips the Worker has.
+        chips: usize,
+    },
+    /// No callable behind the id.
+    UnknownCallable,
+    /// A chip appears twice in one group.
+    DuplicateChip {
+        /// The chip.
+        chip: usize,
+    },
+    /// A group's worker list and argument list differ in length (or are empty).
+    GroupShape {
+        /// Workers given.
+        workers: usize,
+        /// Argument lists given.
+        args: usize,
+    },
+    /// The Worker has no SUB child (or too few for the group).
+    NoSubWorkers {
+        /// SUB children needed.
+        needed: usize,
+        /// SUB children the Worker has.
+        have: usize,
+    },
+    /// A DEVICE tensor given to a SUB task.
+    DeviceToSub {
+        /// The tensor's index.
+        index: usize,
+    },
+    /// A DEVICE tensor that does not name a live allocation of the target chip.
+    DeviceProvenance {
+        /// The tensor's index.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A REMOTE_SIDECAR tensor given to a local worker.
+    RemoteSidecar {
+        /// The tensor's index.
+        index: usize,
+    },
+    /// The tag asks for access the buffer does not grant.
+    Access {
+        /// The tensor's index.
+        index: usize,
+        /// The tag.
+        tag: TensorArgType,
+        /// What the buffer grants.
+        granted: AccessMode,
+    },
+    /// Two writing arguments of one task share bytes.
+    OverlappingWrites {
+        /// The first.
+        first: usize,
+        /// The second.
+        second: usize,
+    },
+    /// The arguments do not fit the callable's signature.
+    Signature {
+        /// Tensors the signature names.
+        expected: usize,
+        /// Tensors given.
+        got: usize,
+    },
+    /// A tag disagrees with the callable's direction for that tensor.
+    DirectionTag {
+        /// The tensor's index.
+        index: usize,
+        /// The tag given.
+        tag: TensorArgType,
+    },
+    /// The slot ring stayed full.
+    SlotTimeout {
+        /// Its capacity.
+        slots: usize,
+    },
+    /// Submit outside a run.
+    NoRun,
+    /// A control-plane copy was refused on the device side.
+    CopyDevice {
+        /// Why.
+        reason: String,
+    },
+    /// A control-plane copy was refused on the host side.
+    CopyHost {
+        /// Why.
+        reason: String,
+    },
+    /// A control request was refused by its child.
+    Control {
+        /// Which child.
+        endpoint: String,
+        /// Its message.
+        message: String,
+    },
+    /// A copy request was refused before use.
+    CopyRequest(CopyRequestError),
+    /// A task failed in its child.
+    TaskFailed {
+        /// The task.
+        task: u64,
+        /// Where it ran.
+        endpoint: String,
+        /// The child's message.
+        message: String,
+    },
+    /// The child running (or meant to run) a task is gone.
+    Endpoint {
+        /// The task.
+        task: u64,
+        /// Which child.
+        endpoint: String,
+        /// How it ended.
+        message: String,
+    },
+    /// A task did not run because a producer failed.
+    Upstream {
+        /// The task.
+        task: u64,
+        /// The failed producer.
+        producer: u64,
+    },
+    /// The orchestration function failed.
+    Orchestration(String),
+    /// `wait` timed out; the run goes on.
+    WaitTimeout,
+}
+
+impl fmt::Display for L3Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Os(m) => write!(f, "OS error: {m}"),
+            Self::NotInitialized => f.write_str("the Worker is not initialized"),
+            Self::AlreadyInitialized => f.write_str("the Worker was initialized already"),
+            Self::Closed => f.write_str("the Worker is closed"),
+            Self::RegisterAfterInit => {
+                f.write_str("callables must be registered before init(): children inherit them at fork")
+            }
+            Self::ChildStartup { endpoint, message } => {
+                write!(f, "{endpoint} did not start: {message}")
+            }
+            Self::CloseTimeout { pending } => {
+                write!(f, "close() ran out of budget ({pending}); close again")
+            }
+            Self::ZeroSizeBuffer => f.write_str("create_buffer(0): a buffer needs at least one byte"),
+            Self::NoBufferConsumer => f.write_str(
+                "a level-3 buffer needs a forked consumer, and this Worker has no chip or SUB child",
+            ),
+            Self::ForkCowAfterInit => f.write_str(
+                "FORK_COW buffers are inherited at fork and must be created before init()",
+            ),
+            Self::ForkCowAccess => f.write_str("FORK_COW buffers grant READ only"),
+            Self::ArenaFull { bytes } => write!(f, "the FORK_SHM arena has no room for {bytes} bytes"),
+            Self::UnsupportedBackend { backend } => {
+                write!(f, "create_buffer cannot make backend {backend}")
+            }
+            Self::BufferClosed { buffer_id } => write!(f, "buffer {buffer_id} was released"),
+            Self::UnknownBuffer { buffer_id } => {
+                write!(f, "buffer {buffer_id} is not a live buffer of this Worker")
+            }
+            Self::BufferInUse { buffer_id } => {
+                write!(f, "buffer {buffer_id} is named by a run in flight")
+            }
+            Self::DeviceBufferAccess { buffer_id } => {
+                write!(f, "buffer {buffer_id} is device memory; use copy_from / copy_to")
+            }
+            Self::BufferRange { offset, len, nbytes } => write!(
+                f,
+                "access of {len} bytes at {offset} is outside the buffer's {nbytes}"
+            ),
+            Self::Descriptor(e) => write!(f, "descriptor: {e}"),
+            Self::Tensor(e) => write!(f, "tensor: {e}"),
+            Self::Args(e) => write!(f, "task arguments: {e}"),
+            Self::Config(e) => write!(f, "call config: {e}"),
+            Self::UnknownChip { chip, chips } => {
+                write!(f, "no chip {chip}: the Worker has {chips}")
+            }
+            Self::UnknownCallable => f.write_str("no callable behind this id"),
+            Self::DuplicateChip { chip } => write!(f, "chip {chip} appears twice in one group"),
+            Self::GroupShape { workers, args } => write!(
+                f,
+                "a group needs one argument list per worker (got {workers} workers, {args} lists)"
+            ),
+            Self::NoSubWorkers { needed, have } => {
+                write!(f, "needs {needed} SUB workers, the Worker has {have}")
+            }
+            Self::DeviceToSub { index } => write!(
+                f,
+                "tensor {index} is a DEVICE backing; SUB workers run on the host"
+            ),
+            Self::DeviceProvenance { index, reason } => write!(f, "tensor {index}: {reason}"),
+            Self::RemoteSidecar { index } => write!(
+                f,
+                "tensor {index} is a REMOTE_SIDECAR placeholder; local workers need a real backing"
+            ),
+            Self::Access {
+                index,
+                tag,
+                granted,
+            } => write!(f, "tensor {index}: tag {tag:?} needs more than {granted:?} grants"),
+            Self::OverlappingWrites { first, second } => write!(
+                f,
+                "tensors {first} and {second} are both written and share bytes"
+            ),
+            Self::Signature { expected, got } => {
+                write!(f, "the callable takes {expected} tensors, got {got}")
+            }
+            Self::DirectionTag { index, tag } => write!(
+                f,
+                "tensor {index}: tag {tag:?} does not match the callable's direction"
+            ),
+            Self::SlotTimeout { slots } => write!(f, "all {slots} task slots stayed busy"),
+            Self::NoRun => f.write_str("submit outside a run"),
+            Self::CopyDevice { reason } => write!(f, "copy refused (device side): {reason}"),
+            Self::CopyHost { reason } => write!(f, "copy refused (host side): {reason}"),
+            Self::Control { endpoint, message } => write!(f, "{endpoint} refused: {message}"),
+            Self::CopyRequest(e) => write!(f, "copy request refused: {e:?}"),
+            Self::TaskFailed {
+                task,
+                endpoint,
+                message,
+            } => write!(f, "task {task} failed on {endpoint}: {message}"),
+            Self::Endpoint {
+                task,
+                endpoint,
+                message,
+            } => write!(f, "task {task}: endpoint {endpoint} failed: {message}"),
+            Self::Upstream { task, producer } => {
+                write!(f, "task {task} skipped: its producer task {producer} failed")
+            }
+            Self::Orchestration(m) => write!(f, "orchestration failed: {m}"),
+            Self::WaitTimeout => f.write_str("wait timed out; the run is still in flight"),
+        }
+    }
+}
+
+impl std::error::Error for L3Error {}
