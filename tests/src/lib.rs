@@ -7,6 +7,8 @@
 
 // Fixtures: the reference's base tensor and descriptor builders used across suites.
 pub mod fixtures;
+// A sequential runner for the suites that fork (the L3 Worker's).
+pub mod forked;
 // Memory for the core runtime structures and a single-threaded scheduler stand-in.
 pub mod harness;
 /// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`

@@ -1,0 +1,4 @@
+//! (being written)
+fn main() -> std::process::ExitCode {
+    simpler_tests::forked::run(&[])
+}
