@@ -101,6 +101,7 @@ fn serve(setup: &ChildSetup<'_>) {
     mb.set_state(CONTROL_FRAME, MailboxState::InitReady);
     setup.bells.ring(SCHEDULER_BELL);
     let bell = Bells::child(setup.lane);
+    let mut run_seen = 0u64;
     loop {
         let seen = setup.bells.seen(bell);
         if mb.shutdown_requested() {
@@ -121,6 +122,11 @@ fn serve(setup: &ChildSetup<'_>) {
         }
         if mb.state(TASK_FRAME) == MailboxState::TaskReady as u32 {
             mb.accept();
+            let run = mb.run_id();
+            if run != run_seen {
+                registry.forget_inherited();
+                run_seen = run;
+            }
             let r = catch_unwind(AssertUnwindSafe(|| task(setup, &mut role, &mut registry)))
                 .unwrap_or_else(|p| Err(format!("task panicked: {}", panic_text(&p))));
             match r {

@@ -10,6 +10,7 @@
 //! that dies fails its task with an endpoint error; later tasks for it fail the same way while
 //! the other children keep serving.
 
+use super::buffer::Buffer;
 use super::mailbox::{Bells, Mailbox, SCHEDULER_BELL, TASK_FRAME};
 use super::os::ChildExit;
 use super::L3Error;
@@ -241,6 +242,8 @@ pub(super) struct Engine {
     busy: Vec<Option<(u64, usize)>>,
     dead: Vec<Option<String>>,
     run: Option<RunState>,
+    /// Scope intermediates waiting for the scope's last task to retire.
+    deferred: Vec<(u64, Vec<Buffer>)>,
     next_run: u64,
     dispatches: u64,
 }
@@ -283,6 +286,7 @@ impl Shared {
                 busy: vec![None; n],
                 dead: vec![None; n],
                 run: None,
+                deferred: Vec::new(),
                 next_run: 1,
                 dispatches: 0,
             }),
@@ -506,6 +510,10 @@ impl Shared {
             freed = true;
         }
         if freed {
+            let base = eng.base;
+            for (_, buffers) in eng.deferred.extract_if_retired(base) {
+                release_intermediates(buffers);
+            }
             self.cv.notify_all();
         }
         self.maybe_finish(eng);
@@ -520,6 +528,9 @@ impl Shared {
             return;
         }
         let run = eng.run.take().expect("checked above");
+        for (_, buffers) in std::mem::take(&mut eng.deferred) {
+            release_intermediates(buffers);
+        }
         eng.map.clear();
         eng.failed.clear();
         let result = match run.first_error {
@@ -532,6 +543,48 @@ impl Shared {
         };
         run.handle.finish(result);
         self.cv.notify_all();
+    }
+
+    /// The id the next submitted task will get.
+    pub(super) fn next_task_id(&self) -> u64 {
+        let eng = self.lock();
+        eng.base + eng.tasks.len() as u64
+    }
+
+    /// Releases `buffers` (a scope's intermediates) once every task up to `last` retired, or
+    /// now if they all did (`last` is `None` when the scope submitted nothing).
+    pub(super) fn defer_release(&self, last: Option<u64>, buffers: Vec<Buffer>) {
+        let mut eng = self.lock();
+        match last {
+            Some(last) if last >= eng.base => eng.deferred.push((last, buffers)),
+            _ => {
+                drop(eng);
+                release_intermediates(buffers);
+            }
+        }
+    }
+
+    /// Waits until some scope's intermediates are released; false if none are pending or none
+    /// got released within the slot timeout (the caller then reports the arena full).
+    pub(super) fn wait_for_release(&self) -> bool {
+        let deadline = Instant::now() + SLOT_TIMEOUT;
+        let mut eng = self.lock();
+        let pending = eng.deferred.len();
+        if pending == 0 {
+            return false;
+        }
+        while eng.deferred.len() >= pending {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            eng = self
+                .cv
+                .wait_timeout(eng, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
     }
 
     /// Asks the scheduler thread to exit once no run is in flight.
@@ -777,6 +830,28 @@ impl Shared {
         mb.set_state(TASK_FRAME, MailboxState::TaskReady);
         eng.busy[lane] = Some((id, member));
         self.bells.ring(Bells::child(lane));
+    }
+}
+
+fn release_intermediates(buffers: Vec<Buffer>) {
+    for b in buffers {
+        // Arena buffers have no name to unlink: closing cannot fail.
+        let _ = b.close();
+    }
+}
+
+trait Retire {
+    fn extract_if_retired(&mut self, base: u64) -> Vec<(u64, Vec<Buffer>)>;
+}
+
+impl Retire for Vec<(u64, Vec<Buffer>)> {
+    /// Removes and returns the entries whose last task is below `base` (retired).
+    fn extract_if_retired(&mut self, base: u64) -> Vec<(u64, Vec<Buffer>)> {
+        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(self)
+            .into_iter()
+            .partition(|(last, _)| *last < base);
+        *self = keep;
+        done
     }
 }
 

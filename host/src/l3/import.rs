@@ -419,6 +419,18 @@ impl ImportRegistry {
         self.entries.remove(identity).is_some()
     }
 
+    /// Forgets every FORK-inherited import (they hold no mapping, so this costs nothing but the
+    /// map-once conflict check across the boundary). A child calls it when a new run starts, so
+    /// the run-scoped intermediates of earlier runs do not accumulate.
+    pub fn forget_inherited(&mut self) {
+        self.entries.retain(|_, e| {
+            !matches!(
+                e.desc.backend(),
+                Some(BackendKind::ForkShm | BackendKind::ForkCow)
+            )
+        });
+    }
+
     /// How many backings are imported.
     pub fn len(&self) -> usize {
         self.entries.len()

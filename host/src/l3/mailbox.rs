@@ -34,8 +34,10 @@ pub const OFF_BLOB: usize = MAILBOX_OFF_ARGS + 32;
 pub const CTRL_OFF_ARG0: usize = 16;
 /// Control frame: the result word.
 pub const CTRL_OFF_RESULT: usize = 40;
-/// Spins on a word before blocking in the kernel (about 20-60 us on the development machine).
-const SPIN_LIMIT: u32 = 20_000;
+/// How long a waiter spins on its bell before it blocks in the kernel: long enough to catch
+/// the reply to a task it just handed out, short enough not to starve the thread that will
+/// ring when the machine has fewer CPUs than runnable threads.
+const SPIN_FOR: Duration = Duration::from_micros(50);
 
 /// One child's mailbox.
 #[derive(Debug)]
@@ -123,6 +125,13 @@ impl Mailbox {
             TASK_FRAME * MAILBOX_FRAME_SIZE + OFF_BLOB,
             MAILBOX_ARGS_CAPACITY,
         )
+    }
+
+    /// The run id of the posted task.
+    pub fn run_id(&self) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(TASK_FRAME, MAILBOX_OFF_RUN_ID, &mut b);
+        u64::from_le_bytes(b)
     }
 
     /// Marks the task accepted (the sticky launch acknowledgement).
@@ -220,7 +229,9 @@ fn mapping_slice(map: &Mapping, at: usize, len: usize) -> &[u8] {
         .expect("frame regions lie inside the mailbox mapping")
 }
 
-/// The doorbell page: word 0 for the scheduler, word `1 + i` for child `i`.
+/// The doorbell page: bell 0 for the scheduler, bell `1 + i` for child `i`. Each bell is a
+/// cache line holding a sequence word (counts rings; the futex word) and a sleeper count, so a
+/// ring costs a system call only when someone is blocked on it.
 #[derive(Debug)]
 pub struct Bells {
     map: Mapping,
@@ -228,11 +239,13 @@ pub struct Bells {
 
 /// The scheduler's doorbell.
 pub const SCHEDULER_BELL: usize = 0;
+/// Bytes per bell (one cache line, so two bells never share a line).
+const BELL_STRIDE: usize = 64;
 
 impl Bells {
     /// A page of bells for `children` children.
     pub fn new(children: usize) -> io::Result<Self> {
-        let len = ((children + 1) * 4).div_ceil(4096) * 4096;
+        let len = ((children + 1) * BELL_STRIDE).div_ceil(4096) * 4096;
         Ok(Self {
             map: Mapping::anon_shared(len)?,
         })
@@ -243,41 +256,65 @@ impl Bells {
         1 + i
     }
 
-    fn word(&self, bell: usize) -> &AtomicU32 {
-        mapping_atomic(&self.map, bell * 4)
+    fn seq(&self, bell: usize) -> &AtomicU32 {
+        mapping_atomic(&self.map, bell * BELL_STRIDE)
+    }
+
+    fn sleepers(&self, bell: usize) -> &AtomicU32 {
+        mapping_atomic(&self.map, bell * BELL_STRIDE + 4)
     }
 
     /// The bell's current count (read before checking for work, then passed to [`Self::wait`]).
     pub fn seen(&self, bell: usize) -> u32 {
-        self.word(bell).load(Ordering::Acquire)
+        self.seq(bell).load(Ordering::SeqCst)
     }
 
-    /// Rings `bell`: counts, then wakes every waiter.
+    /// Rings `bell`: counts, then wakes the blocked waiters, if any.
     pub fn ring(&self, bell: usize) {
-        let w = self.word(bell);
-        w.fetch_add(1, Ordering::AcqRel);
-        futex_wake(w);
+        let seq = self.seq(bell);
+        seq.fetch_add(1, Ordering::SeqCst);
+        // Paired with the waiter's increment-then-check: either the waiter sees the new count
+        // and does not block, or this load sees the waiter and wakes it.
+        if self.sleepers(bell).load(Ordering::SeqCst) != 0 {
+            futex_wake(seq);
+        }
     }
 
-    /// Waits until `bell` moves past `seen`, or `timeout`: spins first, then blocks.
+    /// Waits until `bell` moves past `seen`, or `timeout`: spins for at most [`SPIN_FOR`],
+    /// then blocks.
     pub fn wait(&self, bell: usize, seen: u32, timeout: Duration) {
-        let w = self.word(bell);
-        for _ in 0..SPIN_LIMIT {
-            if w.load(Ordering::Acquire) != seen {
-                return;
+        let seq = self.seq(bell);
+        let start = Instant::now();
+        let spin_for = SPIN_FOR.min(timeout);
+        'spin: loop {
+            for _ in 0..64 {
+                if seq.load(Ordering::Acquire) != seen {
+                    return;
+                }
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
+            if start.elapsed() >= spin_for {
+                break 'spin;
+            }
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = start + timeout;
+        let sleepers = self.sleepers(bell);
         loop {
-            if w.load(Ordering::Acquire) != seen {
+            sleepers.fetch_add(1, Ordering::SeqCst);
+            if seq.load(Ordering::SeqCst) != seen {
+                sleepers.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
             let now = Instant::now();
             if now >= deadline {
+                sleepers.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
-            futex_wait(w, seen, deadline - now);
+            futex_wait(seq, seen, deadline - now);
+            sleepers.fetch_sub(1, Ordering::SeqCst);
+            if seq.load(Ordering::Acquire) != seen {
+                return;
+            }
         }
     }
 }

@@ -706,8 +706,20 @@ impl Worker {
             worker: self,
             shared,
             run_id,
+            scopes: vec![Vec::new()],
+            scope_first: vec![shared.next_task_id()],
+            last_task: None,
         };
-        let outcome = orch(&mut o);
+        let mut outcome = orch(&mut o);
+        // The run's own scope: its intermediates go once every task retired.
+        while o.scopes.len() > 1 {
+            o.end_scope();
+        }
+        let run_allocs = std::mem::take(&mut o.scopes[0]);
+        shared.defer_release(o.last_task, run_allocs);
+        if outcome.is_ok() && o.scope_first.len() != 1 {
+            outcome = Err(L3Error::Orchestration("unbalanced scopes".into()));
+        }
         let error = outcome.err().map(|e| match e {
             e @ L3Error::Orchestration(_) => e,
             other => L3Error::Orchestration(other.to_string()),
@@ -848,6 +860,11 @@ pub struct L3Orch<'w> {
     worker: &'w Worker,
     shared: &'w Arc<Shared>,
     run_id: u64,
+    /// Intermediates per open scope (index 0: the run's).
+    scopes: Vec<Vec<Buffer>>,
+    /// The first task id of each open scope.
+    scope_first: Vec<u64>,
+    last_task: Option<u64>,
 }
 
 impl L3Orch<'_> {
@@ -859,6 +876,68 @@ impl L3Orch<'_> {
     /// The Worker (to create buffers inside the orchestration).
     pub fn worker(&self) -> &Worker {
         self.worker
+    }
+
+    /// Runs `body` in a nested scope (up to 64 deep): the intermediates it allocates with
+    /// [`Self::alloc`] are released once the scope has ended and every task submitted so far
+    /// has retired. Tasks inside a scope depend on tasks outside it exactly as anywhere else.
+    pub fn scope<R>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<R, L3Error>,
+    ) -> Result<R, L3Error> {
+        if self.scopes.len() > simpler_core::ring::MAX_SCOPE_DEPTH {
+            return Err(L3Error::Orchestration(format!(
+                "scopes nest deeper than {}",
+                simpler_core::ring::MAX_SCOPE_DEPTH
+            )));
+        }
+        self.scopes.push(Vec::new());
+        self.scope_first.push(self.shared.next_task_id());
+        let r = body(self);
+        self.end_scope();
+        r
+    }
+
+    fn end_scope(&mut self) {
+        if self.scopes.len() <= 1 {
+            return;
+        }
+        let allocs = self.scopes.pop().unwrap_or_default();
+        let first = self.scope_first.pop().unwrap_or(0);
+        let last = self.last_task.filter(|&l| l >= first);
+        self.shared.defer_release(last, allocs);
+    }
+
+    /// An intermediate buffer of `nbytes` (FORK_SHM, READWRITE, zeroed) owned by the innermost
+    /// scope: after the scope ends and its tasks retire it is released, and any tensor or
+    /// descriptor derived from it afterwards is refused ([`L3Error::BufferClosed`]).
+    pub fn alloc(&mut self, nbytes: u64) -> Result<Buffer, L3Error> {
+        if nbytes == 0 {
+            return Err(L3Error::ZeroSizeBuffer);
+        }
+        // Back-pressure: when the arena is full but earlier scopes' intermediates are waiting
+        // for their tasks to retire, wait for them instead of failing.
+        let buf = loop {
+            match buffer::create_arena(
+                &self.worker.arena,
+                self.worker.mint(),
+                AccessMode::ReadWrite,
+                nbytes,
+            ) {
+                Err(L3Error::ArenaFull { .. }) if self.shared.wait_for_release() => continue,
+                other => break other?,
+            }
+        };
+        self.scopes
+            .last_mut()
+            .expect("the run's scope is always open")
+            .push(buf.clone());
+        Ok(buf)
+    }
+
+    /// How deep the scopes are nested (0 at the run's top level).
+    pub fn scope_depth(&self) -> usize {
+        self.scopes.len() - 1
     }
 
     fn check_chip(&self, chip: usize) -> Result<(), L3Error> {
@@ -919,7 +998,9 @@ impl L3Orch<'_> {
                 tags: args.tags(),
             });
         }
-        self.shared.submit(c.digest, config, members)
+        let id = self.shared.submit(c.digest, config, members)?;
+        self.last_task = Some(id);
+        Ok(id)
     }
 
     /// Submits `callable` to any idle SUB child.
@@ -966,11 +1047,10 @@ impl L3Orch<'_> {
                 tags: args.tags(),
             });
         }
-        self.shared.submit(
-            c.digest,
-            &<CallConfig as bytemuck::Zeroable>::zeroed(),
-            members,
-        )
+        let config: CallConfig = bytemuck::Zeroable::zeroed();
+        let id = self.shared.submit(c.digest, &config, members)?;
+        self.last_task = Some(id);
+        Ok(id)
     }
 
     /// Every DEVICE tensor must name exactly a live allocation this Worker made on `chip`.
