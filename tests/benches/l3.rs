@@ -14,6 +14,10 @@
 //! - `chip_*`: an empty chip callable (an orchestration function that submits nothing), which
 //!   adds the simulated device's run.
 //!
+//! `spin_*`: the same empty SUB round trip under three waiting policies, each on its own Worker
+//! (all alive at once, samples interleaved across policies): doorbell spin 50 us (the default),
+//! 0 (block at once), 200 us; and the default plus 30 us of spinning in `RunHandle::wait`.
+//!
 //! `bytes_per_tensor` is the blob size per tensor for T tensors and no scalars:
 //! (8 + 144 T) / T.
 //!
@@ -28,10 +32,76 @@ use simpler_host::l3::{L3Error, Worker, WorkerConfig};
 use simpler_host::TaskArgs;
 use simpler_tests::measure::{report, summarize};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const SAMPLES: usize = 41;
 const K: usize = 32;
+
+fn fit(name: &str, one: &mut [f64], many: &mut [f64]) {
+    let s1 = summarize(one).expect("samples");
+    let sk = summarize(many).expect("samples");
+    let per_task = (sk.median - s1.median) / (K - 1) as f64;
+    let per_task_min = (sk.min - s1.min) / (K - 1) as f64;
+    report("l3", &format!("{name}_run_1_task_median"), s1.median, "us");
+    report("l3", &format!("{name}_run_{K}_tasks_median"), sk.median, "us");
+    report("l3", &format!("{name}_per_task_median"), per_task, "us");
+    report("l3", &format!("{name}_per_task_min"), per_task_min, "us");
+    report("l3", &format!("{name}_fixed_median"), s1.median - per_task, "us");
+    report("l3", &format!("{name}_fixed_min"), s1.min - per_task_min, "us");
+}
+
+fn spin_policies() {
+    let policies = [
+        ("spin_50us", Duration::from_micros(50), Duration::ZERO),
+        ("spin_0", Duration::ZERO, Duration::ZERO),
+        ("spin_200us", Duration::from_micros(200), Duration::ZERO),
+        ("spin_50us_wait_30us", Duration::from_micros(50), Duration::from_micros(30)),
+    ];
+    let mut workers: Vec<_> = policies
+        .iter()
+        .map(|&(_, spin, run_spin)| {
+            let mut config = WorkerConfig::new(0, 1);
+            config.spin = spin;
+            config.run_spin = run_spin;
+            config.fork_arena_bytes = 1 << 20;
+            let mut w = Worker::new(config).expect("worker");
+            let id = w
+                .register_sub("empty", Arc::new(|_args| Ok(())))
+                .expect("register");
+            w.init().expect("init");
+            (w, id)
+        })
+        .collect();
+    let empty = TaskArgs::new();
+    let run = |w: &Worker, id, k: usize| -> f64 {
+        let start = Instant::now();
+        w.run(|o| {
+            for _ in 0..k {
+                o.submit_sub(id, &empty)?;
+            }
+            Ok::<(), L3Error>(())
+        })
+        .expect("run");
+        start.elapsed().as_secs_f64() * 1e6
+    };
+    let mut one = vec![Vec::with_capacity(SAMPLES); policies.len()];
+    let mut many = vec![Vec::with_capacity(SAMPLES); policies.len()];
+    for (w, id) in &workers {
+        run(w, *id, K);
+    }
+    for _ in 0..SAMPLES {
+        for (p, (w, id)) in workers.iter().enumerate() {
+            one[p].push(run(w, *id, 1));
+            many[p].push(run(w, *id, K));
+        }
+    }
+    for (p, (name, _, _)) in policies.iter().enumerate() {
+        fit(name, &mut one[p], &mut many[p]);
+    }
+    for (w, _) in &mut workers {
+        w.close(Duration::from_secs(20)).expect("close");
+    }
+}
 
 fn main() {
     let mut worker = Worker::new(WorkerConfig::new(1, 1)).expect("worker");
@@ -115,6 +185,7 @@ fn main() {
             "us",
         );
     }
+    spin_policies();
     for t in [1usize, 16, 256] {
         let mut args = TaskArgs::new();
         for _ in 0..t {
@@ -130,6 +201,6 @@ fn main() {
         );
     }
     worker
-        .close(std::time::Duration::from_secs(20))
+        .close(Duration::from_secs(20))
         .expect("close");
 }

@@ -177,13 +177,24 @@ pub struct RunSummary {
 /// The terminal result of one run, waited on through a [`super::RunHandle`].
 #[derive(Default)]
 pub(super) struct RunShared {
+    /// How long `wait` spins on `finished` before it blocks.
+    spin: Duration,
+    finished: AtomicBool,
     result: Mutex<Option<Result<RunSummary, L3Error>>>,
     cv: Condvar,
 }
 
+
 impl RunShared {
     pub(super) fn wait(&self, timeout: Option<Duration>) -> Result<RunSummary, L3Error> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let start = Instant::now();
+        let spin = timeout.map_or(self.spin, |t| t.min(self.spin));
+        while !self.finished.load(Ordering::Acquire) && start.elapsed() < spin {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+        }
+        let deadline = timeout.map(|t| start + t);
         let mut result = self.result.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(r) = result.as_ref() {
@@ -215,6 +226,7 @@ impl RunShared {
 
     fn finish(&self, r: Result<RunSummary, L3Error>) {
         *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        self.finished.store(true, Ordering::Release);
         self.cv.notify_all();
     }
 }
@@ -254,6 +266,7 @@ pub(super) struct Shared {
     pub(super) lanes: Vec<Lane>,
     pub(super) chips: usize,
     pub(super) ring_slots: usize,
+    run_spin: Duration,
     engine: Mutex<Engine>,
     cv: Condvar,
     stop: AtomicBool,
@@ -268,9 +281,16 @@ pub(super) struct NewMember<'a> {
 }
 
 impl Shared {
-    pub(super) fn new(bells: Bells, lanes: Vec<Lane>, chips: usize, ring_slots: usize) -> Self {
+    pub(super) fn new(
+        bells: Bells,
+        lanes: Vec<Lane>,
+        chips: usize,
+        ring_slots: usize,
+        run_spin: Duration,
+    ) -> Self {
         let n = lanes.len();
         Self {
+            run_spin,
             bells,
             lanes,
             chips,
@@ -307,7 +327,10 @@ impl Shared {
         }
         let id = eng.next_run;
         eng.next_run += 1;
-        let handle = Arc::new(RunShared::default());
+        let handle = Arc::new(RunShared {
+            spin: self.run_spin,
+            ..RunShared::default()
+        });
         eng.run = Some(RunState {
             id,
             outstanding: 0,

@@ -34,10 +34,10 @@ pub const OFF_BLOB: usize = MAILBOX_OFF_ARGS + 32;
 pub const CTRL_OFF_ARG0: usize = 16;
 /// Control frame: the result word.
 pub const CTRL_OFF_RESULT: usize = 40;
-/// How long a waiter spins on its bell before it blocks in the kernel: long enough to catch
-/// the reply to a task it just handed out, short enough not to starve the thread that will
-/// ring when the machine has fewer CPUs than runnable threads.
-const SPIN_FOR: Duration = Duration::from_micros(50);
+/// How long a waiter spins on its bell before it blocks in the kernel, by default: long
+/// enough to catch the reply to a task it just handed out, short enough not to starve the
+/// thread that will ring when the machine has fewer CPUs than runnable threads.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// One child's mailbox.
 #[derive(Debug)]
@@ -235,6 +235,7 @@ fn mapping_slice(map: &Mapping, at: usize, len: usize) -> &[u8] {
 #[derive(Debug)]
 pub struct Bells {
     map: Mapping,
+    spin: Duration,
 }
 
 /// The scheduler's doorbell.
@@ -243,11 +244,12 @@ pub const SCHEDULER_BELL: usize = 0;
 const BELL_STRIDE: usize = 64;
 
 impl Bells {
-    /// A page of bells for `children` children.
-    pub fn new(children: usize) -> io::Result<Self> {
+    /// A page of bells for `children` children whose waiters spin for `spin` before blocking.
+    pub fn new(children: usize, spin: Duration) -> io::Result<Self> {
         let len = ((children + 1) * BELL_STRIDE).div_ceil(4096) * 4096;
         Ok(Self {
             map: Mapping::anon_shared(len)?,
+            spin,
         })
     }
 
@@ -280,12 +282,12 @@ impl Bells {
         }
     }
 
-    /// Waits until `bell` moves past `seen`, or `timeout`: spins for at most [`SPIN_FOR`],
+    /// Waits until `bell` moves past `seen`, or `timeout`: spins for at most the bells' spin time,
     /// then blocks.
     pub fn wait(&self, bell: usize, seen: u32, timeout: Duration) {
         let seq = self.seq(bell);
         let start = Instant::now();
-        let spin_for = SPIN_FOR.min(timeout);
+        let spin_for = self.spin.min(timeout);
         'spin: loop {
             for _ in 0..64 {
                 if seq.load(Ordering::Acquire) != seen {

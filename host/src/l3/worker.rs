@@ -82,6 +82,10 @@ pub struct WorkerConfig {
     pub startup_timeout: Duration,
     /// How long a control request waits for its child.
     pub control_timeout: Duration,
+    /// How long the scheduler and the children spin on their doorbells before blocking.
+    pub spin: Duration,
+    /// How long `RunHandle::wait` spins before blocking.
+    pub run_spin: Duration,
 }
 
 impl WorkerConfig {
@@ -103,6 +107,8 @@ impl WorkerConfig {
             ring_slots: 1024,
             startup_timeout: Duration::from_secs(30),
             control_timeout: Duration::from_secs(30),
+            spin: super::mailbox::DEFAULT_SPIN,
+            run_spin: Duration::ZERO,
         }
     }
 }
@@ -288,7 +294,8 @@ impl Worker {
     fn start_children(&mut self) -> Result<Arc<Shared>, L3Error> {
         let chips = self.config.chips;
         let subs = self.config.sub_workers;
-        let bells = Bells::new(chips + subs).map_err(|e| L3Error::Os(format!("doorbells: {e}")))?;
+        let bells = Bells::new(chips + subs, self.config.spin)
+            .map_err(|e| L3Error::Os(format!("doorbells: {e}")))?;
         let mut lanes = Vec::with_capacity(chips + subs);
         for i in 0..chips {
             lanes.push(Lane::new(LaneKind::Chip(i))?);
@@ -296,7 +303,13 @@ impl Worker {
         for i in 0..subs {
             lanes.push(Lane::new(LaneKind::Sub(i))?);
         }
-        let shared = Arc::new(Shared::new(bells, lanes, chips, self.config.ring_slots));
+        let shared = Arc::new(Shared::new(
+            bells,
+            lanes,
+            chips,
+            self.config.ring_slots,
+            self.config.run_spin,
+        ));
         let fork = self.fork_ranges();
         let parent = os::pid();
         // SUB children first, then chips (the reference's order).
@@ -710,7 +723,19 @@ impl Worker {
             scope_first: vec![shared.next_task_id()],
             last_task: None,
         };
-        let mut outcome = orch(&mut o);
+        // A panicking orchestration must still close its run, or the next run would wait for
+        // it forever; the panic continues once the run is closed.
+        let mut panic = None;
+        let mut outcome =
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| orch(&mut o))) {
+                Ok(r) => r,
+                Err(p) => {
+                    panic = Some(p);
+                    Err(L3Error::Orchestration(
+                        "the orchestration function panicked".into(),
+                    ))
+                }
+            };
         // The run's own scope: its intermediates go once every task retired.
         while o.scopes.len() > 1 {
             o.end_scope();
@@ -725,6 +750,9 @@ impl Worker {
             other => L3Error::Orchestration(other.to_string()),
         });
         shared.end_orchestration(error);
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
         Ok(RunHandle { result, run_id })
     }
 
