@@ -43,11 +43,26 @@ fn fit(name: &str, one: &mut [f64], many: &mut [f64]) {
     let per_task = (sk.median - s1.median) / (K - 1) as f64;
     let per_task_min = (sk.min - s1.min) / (K - 1) as f64;
     report("l3", &format!("{name}_run_1_task_median"), s1.median, "us");
-    report("l3", &format!("{name}_run_{K}_tasks_median"), sk.median, "us");
+    report(
+        "l3",
+        &format!("{name}_run_{K}_tasks_median"),
+        sk.median,
+        "us",
+    );
     report("l3", &format!("{name}_per_task_median"), per_task, "us");
     report("l3", &format!("{name}_per_task_min"), per_task_min, "us");
-    report("l3", &format!("{name}_fixed_median"), s1.median - per_task, "us");
-    report("l3", &format!("{name}_fixed_min"), s1.min - per_task_min, "us");
+    report(
+        "l3",
+        &format!("{name}_fixed_median"),
+        s1.median - per_task,
+        "us",
+    );
+    report(
+        "l3",
+        &format!("{name}_fixed_min"),
+        s1.min - per_task_min,
+        "us",
+    );
 }
 
 fn spin_policies() {
@@ -55,7 +70,11 @@ fn spin_policies() {
         ("spin_50us", Duration::from_micros(50), Duration::ZERO),
         ("spin_0", Duration::ZERO, Duration::ZERO),
         ("spin_200us", Duration::from_micros(200), Duration::ZERO),
-        ("spin_50us_wait_30us", Duration::from_micros(50), Duration::from_micros(30)),
+        (
+            "spin_50us_wait_30us",
+            Duration::from_micros(50),
+            Duration::from_micros(30),
+        ),
     ];
     let mut workers: Vec<_> = policies
         .iter()
@@ -200,7 +219,5 @@ fn main() {
             "B",
         );
     }
-    worker
-        .close(Duration::from_secs(20))
-        .expect("close");
+    worker.close(Duration::from_secs(20)).expect("close");
 }

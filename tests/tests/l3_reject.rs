@@ -20,8 +20,7 @@
 //! - C3 host side given as raw memory: `copy_to` / `copy_from` take `&Buffer`, so raw memory
 //!   cannot be passed at all.
 //!
-//! Three tests at the end (`bug_*`) assert the intended behaviour where host/src/l3 falls short
-//! today; they fail until fixed, so they run only with `L3_REJECT_KNOWN_BUGS=1`.
+//! Three tests at the end (`bug_*`) are regressions for bugs this suite found, now fixed.
 #![forbid(unsafe_code)]
 
 use simpler_core::mailbox::{CallConfig, ConfigError, ControlCopyRequest};
@@ -1187,7 +1186,7 @@ fn m5_released_shm_refused_end_to_end() {
     match submitted.expect("the orchestration ran") {
         Err(e) => {
             assert!(
-                matches!(e, L3Error::BufferClosed { buffer_id } | L3Error::UnknownBuffer { buffer_id } if buffer_id == id),
+                matches!(e, L3Error::DeadBuffer { index: 0, buffer_id } if buffer_id == id),
                 "{e:?}"
             );
             assert!(result.is_ok(), "{result:?}");
@@ -1940,23 +1939,16 @@ fn l_use_after_close() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Known bugs in host/src/l3 (reported, not fixed here). Each test asserts the intended
-// behaviour and FAILS today, so they run only with `L3_REJECT_KNOWN_BUGS=1`:
-//   L3_REJECT_KNOWN_BUGS=1 cargo test -p simpler-tests --test l3_reject -- bug_
+// Regressions: three bugs this suite found in host/src/l3 (a stale tensor admitted after its
+// buffer's release, twice; a short copy request completed from stale bytes), now fixed.
 // ---------------------------------------------------------------------------------------------
 
-/// Whether a refusal names the released buffer `id` (the variant is the fixer's choice).
+/// Whether a refusal names the released buffer `id` at argument `index`.
 fn names_released(e: &L3Error, id: u64, index: usize) -> bool {
-    match e {
-        L3Error::BufferClosed { buffer_id } | L3Error::UnknownBuffer { buffer_id } => {
-            *buffer_id == id
-        }
-        L3Error::DeviceProvenance { index: i, .. } => *i == index,
-        _ => false,
-    }
+    matches!(e, L3Error::DeadBuffer { index: i, buffer_id } if *i == index && *buffer_id == id)
 }
 
-/// BUG (S4 freed pointer / L1): `check_device_args` (worker.rs, `L3Orch::check_device_args`)
+/// Regression (S4 freed pointer / L1; was: `check_device_args` (worker.rs, `L3Orch::check_device_args`)
 /// checks only the nonce and that (chip, address, nbytes) is a live allocation, not that the
 /// tensor's identity is a live buffer. After `release_buffer` frees a device buffer, the next
 /// `alloc_child_tensor` of the same size gets the same address, and a tensor built before the
@@ -1983,7 +1975,7 @@ fn bug_stale_device_tensor_after_address_reuse() {
     close(&mut r.w);
 }
 
-/// BUG (L1 / use after release): `submit_sub` (and `submit_next_level`) never check that a
+/// Regression (L1 / use after release; was: `submit_sub` (and `submit_next_level`) never check that a
 /// host tensor's identity is a live buffer of the Worker. A tensor of a released FORK_SHM buffer
 /// is admitted; the SUB child resolves its address inside the inherited arena and writes it.
 /// Once the last handle drops, the arena slice is reused by the next FORK_SHM buffer, so the
@@ -2017,7 +2009,7 @@ fn bug_stale_fork_shm_tensor_after_release() {
     close(&mut r.w);
 }
 
-/// BUG (C1, truncated request): a control payload shorter than a `ControlCopyRequest` is not
+/// Regression (C1, truncated request; was: a control payload shorter than a `ControlCopyRequest` is not
 /// refused. `Mailbox::post_control` (l3/mailbox.rs) writes only the payload's bytes and sends no
 /// length; the child (`child.rs`, `control`) reads 184 bytes from the 64,048-byte slot, so
 /// `CopyRequestError::Truncated` can never fire and the rest of the request is the previous
@@ -2178,7 +2170,7 @@ fn main() -> std::process::ExitCode {
         ("l_init_twice", l_init_twice),
         ("l_use_after_close", l_use_after_close),
     ];
-    if std::env::var_os("L3_REJECT_KNOWN_BUGS").is_some() {
+    {
         tests.extend_from_slice(&[
             (
                 "bug_stale_device_tensor_after_address_reuse",

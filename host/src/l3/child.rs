@@ -66,8 +66,8 @@ fn start(setup: &ChildSetup<'_>) -> Result<Role, String> {
         LaneKind::Sub(_) => Ok(Role::Sub),
         #[cfg(feature = "sim")]
         LaneKind::Chip(_) => {
-            let mut worker = crate::ChipWorker::init(setup.device.clone())
-                .map_err(|e| format!("device start: {e}"))?;
+            let mut worker =
+                crate::ChipWorker::init(*setup.device).map_err(|e| format!("device start: {e}"))?;
             let handles = setup
                 .chip_callables
                 .iter()
@@ -321,7 +321,11 @@ fn control(
                 || command == ControlCommand::CopyFrom as u64
             {
                 let to_device = command == ControlCommand::CopyTo as u64;
-                let req = ControlCopyRequest::read(mb.control_slot())
+                // arg0 carries the request's length: a short request is refused, never filled
+                // out with the previous request's bytes.
+                let slot = mb.control_slot();
+                let len = usize::try_from(arg0).unwrap_or(usize::MAX).min(slot.len());
+                let req = ControlCopyRequest::read(&slot[..len])
                     .map_err(|e| format!("copy request refused: {e:?}"))?;
                 copy(setup, worker, registry, &req, to_device)
             } else {

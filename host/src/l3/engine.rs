@@ -13,6 +13,7 @@
 use super::buffer::Buffer;
 use super::mailbox::{Bells, Mailbox, SCHEDULER_BELL, TASK_FRAME};
 use super::os::ChildExit;
+use super::worker::LiveBuffers;
 use super::L3Error;
 use simpler_core::mailbox::{CallConfig, MailboxState, PipelineSlotLease};
 use simpler_core::overlap::{self, Footprint, Overlap};
@@ -184,7 +185,6 @@ pub(super) struct RunShared {
     cv: Condvar,
 }
 
-
 impl RunShared {
     pub(super) fn wait(&self, timeout: Option<Duration>) -> Result<RunSummary, L3Error> {
         let start = Instant::now();
@@ -267,6 +267,7 @@ pub(super) struct Shared {
     pub(super) chips: usize,
     pub(super) ring_slots: usize,
     run_spin: Duration,
+    live: LiveBuffers,
     engine: Mutex<Engine>,
     cv: Condvar,
     stop: AtomicBool,
@@ -287,10 +288,12 @@ impl Shared {
         chips: usize,
         ring_slots: usize,
         run_spin: Duration,
+        live: LiveBuffers,
     ) -> Self {
         let n = lanes.len();
         Self {
             run_spin,
+            live,
             bells,
             lanes,
             chips,
@@ -535,7 +538,7 @@ impl Shared {
         if freed {
             let base = eng.base;
             for (_, buffers) in eng.deferred.extract_if_retired(base) {
-                release_intermediates(buffers);
+                release_intermediates(&self.live, buffers);
             }
             self.cv.notify_all();
         }
@@ -552,7 +555,7 @@ impl Shared {
         }
         let run = eng.run.take().expect("checked above");
         for (_, buffers) in std::mem::take(&mut eng.deferred) {
-            release_intermediates(buffers);
+            release_intermediates(&self.live, buffers);
         }
         eng.map.clear();
         eng.failed.clear();
@@ -582,7 +585,7 @@ impl Shared {
             Some(last) if last >= eng.base => eng.deferred.push((last, buffers)),
             _ => {
                 drop(eng);
-                release_intermediates(buffers);
+                release_intermediates(&self.live, buffers);
             }
         }
     }
@@ -765,10 +768,15 @@ impl Shared {
                     },
                 }
             }
-            if subs.iter().all(|&l| eng.dead[l].is_some())
-                && targets.contains(&MemberTarget::AnySub)
-            {
-                dead_lane = subs.first().copied();
+            // A SUB group needs as many live SUB children as it has members; with fewer it can
+            // never launch, so it fails instead of holding every SUB lane reserved.
+            let wanted = targets
+                .iter()
+                .filter(|&&t| t == MemberTarget::AnySub)
+                .count();
+            let alive = subs.iter().filter(|&&l| eng.dead[l].is_none()).count();
+            if wanted > alive {
+                dead_lane = subs.iter().copied().find(|&l| eng.dead[l].is_some());
             }
             if let Some(l) = dead_lane {
                 eng.ready_group.pop_front();
@@ -791,6 +799,7 @@ impl Shared {
             }
             progress = true;
         }
+        #[allow(clippy::needless_range_loop)] // indexes three per-lane tables
         for chip in 0..self.chips {
             if eng.dead[chip].is_some() {
                 while let Some(id) = eng.ready_chip[chip].pop_front() {
@@ -856,8 +865,10 @@ impl Shared {
     }
 }
 
-fn release_intermediates(buffers: Vec<Buffer>) {
+fn release_intermediates(live: &LiveBuffers, buffers: Vec<Buffer>) {
+    let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
     for b in buffers {
+        live.remove(&b.identity());
         // Arena buffers have no name to unlink: closing cannot fail.
         let _ = b.close();
     }

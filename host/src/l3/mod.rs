@@ -93,6 +93,14 @@ pub enum L3Error {
         /// Its id.
         buffer_id: u64,
     },
+    /// A task names a buffer that is not live on this Worker (released, out of its scope, or
+    /// never this Worker's), or a descriptor that differs from the live one.
+    DeadBuffer {
+        /// The tensor's index.
+        index: usize,
+        /// The buffer it names.
+        buffer_id: u64,
+    },
     /// Host access to a device buffer (use `copy_from`).
     DeviceBufferAccess {
         /// Its id.
@@ -169,7 +177,7 @@ pub enum L3Error {
         /// What the buffer grants.
         granted: AccessMode,
     },
-    /// Two writing arguments of one task share bytes.
+    /// Two arguments of one task share bytes and at least one writes.
     OverlappingWrites {
         /// The first.
         first: usize,
@@ -282,6 +290,10 @@ impl fmt::Display for L3Error {
             Self::BufferInUse { buffer_id } => {
                 write!(f, "buffer {buffer_id} is named by a run in flight")
             }
+            Self::DeadBuffer { index, buffer_id } => write!(
+                f,
+                "tensor {index} names buffer {buffer_id}, which is not a live buffer of this Worker"
+            ),
             Self::DeviceBufferAccess { buffer_id } => {
                 write!(f, "buffer {buffer_id} is device memory; use copy_from / copy_to")
             }
@@ -321,7 +333,7 @@ impl fmt::Display for L3Error {
             } => write!(f, "tensor {index}: tag {tag:?} needs more than {granted:?} grants"),
             Self::OverlappingWrites { first, second } => write!(
                 f,
-                "tensors {first} and {second} are both written and share bytes"
+                "tensors {first} and {second} share bytes and at least one of them is written"
             ),
             Self::Signature { expected, got } => {
                 write!(f, "the callable takes {expected} tensors, got {got}")

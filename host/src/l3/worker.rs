@@ -24,13 +24,26 @@ use std::time::{Duration, Instant};
 /// A host function a SUB child runs: it receives the task's mapped tensors and scalars.
 pub type SubFn = Arc<dyn Fn(&mut MappedArgs) -> Result<(), String> + Send + Sync>;
 
-/// A chip callable registered on a Worker.
+/// A chip callable registered on a Worker (valid only on that Worker).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChipCallableId(pub(super) usize);
+pub struct ChipCallableId {
+    worker: u64,
+    index: usize,
+}
 
-/// A SUB callable registered on a Worker.
+/// A SUB callable registered on a Worker (valid only on that Worker).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SubCallableId(pub(super) usize);
+pub struct SubCallableId {
+    worker: u64,
+    index: usize,
+}
+
+/// Numbers Workers within the process, so a callable id names its Worker.
+static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
+
+/// The live buffers of a Worker, by identity: every buffer it created and every scope
+/// intermediate not yet released. A submit refuses a tensor whose descriptor is not here.
+pub(super) type LiveBuffers = Arc<Mutex<HashMap<CanonicalIdentity, Buffer>>>;
 
 pub(super) struct ChipCallable {
     pub(super) name: String,
@@ -137,7 +150,8 @@ pub struct Worker {
     chip_callables: Vec<ChipCallable>,
     sub_callables: Vec<SubCallable>,
     arena: Arc<Arena>,
-    buffers: Mutex<HashMap<CanonicalIdentity, Buffer>>,
+    buffers: LiveBuffers,
+    serial: u64,
     device_allocs: Mutex<Vec<BTreeMap<u64, u64>>>,
     shared: Option<Arc<Shared>>,
     scheduler: Option<JoinHandle<()>>,
@@ -156,7 +170,8 @@ impl Worker {
             chip_callables: Vec::new(),
             sub_callables: Vec::new(),
             arena,
-            buffers: Mutex::new(HashMap::new()),
+            buffers: Arc::new(Mutex::new(HashMap::new())),
+            serial: NEXT_WORKER.fetch_add(1, Ordering::Relaxed),
             shared: None,
             scheduler: None,
         })
@@ -217,7 +232,10 @@ impl Worker {
             signature,
             digest: digest(1, index, name),
         });
-        Ok(ChipCallableId(index))
+        Ok(ChipCallableId {
+            worker: self.serial,
+            index,
+        })
     }
 
     /// Registers a SUB callable (before `init()`).
@@ -231,7 +249,10 @@ impl Worker {
             f,
             digest: digest(2, index, name),
         });
-        Ok(SubCallableId(index))
+        Ok(SubCallableId {
+            worker: self.serial,
+            index,
+        })
     }
 
     fn fork_ranges(&self) -> ForkRanges {
@@ -309,6 +330,7 @@ impl Worker {
             chips,
             self.config.ring_slots,
             self.config.run_spin,
+            self.buffers.clone(),
         ));
         let fork = self.fork_ranges();
         let parent = os::pid();
@@ -609,7 +631,8 @@ impl Worker {
             src: if to_device { hdesc } else { ddesc },
             nbytes,
         };
-        self.control(chip, command, 0, bytemuck::bytes_of(&request))
+        let bytes = bytemuck::bytes_of(&request);
+        self.control(chip, command, bytes.len() as u64, bytes)
             .map(|_| ())
     }
 
@@ -633,7 +656,8 @@ impl Worker {
         } else {
             ControlCommand::CopyFrom
         };
-        self.control(chip, command, 0, request).map(|_| ())
+        self.control(chip, command, request.len() as u64, request)
+            .map(|_| ())
     }
 
     /// One control request to lane `lane`, waited for: returns the result word.
@@ -956,6 +980,9 @@ impl L3Orch<'_> {
                 other => break other?,
             }
         };
+        self.worker
+            .lock_buffers()
+            .insert(buf.identity(), buf.clone());
         self.scopes
             .last_mut()
             .expect("the run's scope is always open")
@@ -1001,7 +1028,8 @@ impl L3Orch<'_> {
         let c = self
             .worker
             .chip_callables
-            .get(callable.0)
+            .get(callable.index)
+            .filter(|_| callable.worker == self.worker.serial)
             .ok_or(L3Error::UnknownCallable)?;
         config.validate().map_err(L3Error::Config)?;
         if chips.len() != args_list.len() || chips.is_empty() {
@@ -1019,6 +1047,7 @@ impl L3Orch<'_> {
             check_args(args)?;
             check_signature(args, &c.signature)?;
             self.check_device_args(chip, args)?;
+            self.check_live(args)?;
             members.push(NewMember {
                 target: MemberTarget::Chip(chip),
                 blob: args.to_mailbox_blob().map_err(L3Error::Args)?,
@@ -1045,7 +1074,8 @@ impl L3Orch<'_> {
         let c = self
             .worker
             .sub_callables
-            .get(callable.0)
+            .get(callable.index)
+            .filter(|_| callable.worker == self.worker.serial)
             .ok_or(L3Error::UnknownCallable)?;
         let have = self.worker.config.sub_workers;
         if args_list.is_empty() {
@@ -1068,6 +1098,7 @@ impl L3Orch<'_> {
                     return Err(L3Error::DeviceToSub { index });
                 }
             }
+            self.check_live(args)?;
             members.push(NewMember {
                 target: MemberTarget::AnySub,
                 blob: args.to_mailbox_blob().map_err(L3Error::Args)?,
@@ -1079,6 +1110,25 @@ impl L3Orch<'_> {
         let id = self.shared.submit(c.digest, &config, members)?;
         self.last_task = Some(id);
         Ok(id)
+    }
+
+    /// Every tensor must name a live buffer of this Worker by its exact descriptor: a tensor
+    /// kept past `release_buffer` (or past its scope) would reach memory that now belongs to
+    /// another buffer.
+    fn check_live(&self, args: &TaskArgs) -> Result<(), L3Error> {
+        let live = self.worker.lock_buffers();
+        for (index, t) in args.tensors().iter().enumerate() {
+            let ok = live
+                .get(&t.buffer.identity)
+                .is_some_and(|b| !b.is_closed() && b.inner.desc == t.buffer);
+            if !ok {
+                return Err(L3Error::DeadBuffer {
+                    index,
+                    buffer_id: t.buffer.identity.buffer_id,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every DEVICE tensor must name exactly a live allocation this Worker made on `chip`.
@@ -1140,18 +1190,23 @@ fn check_args(args: &TaskArgs) -> Result<(), L3Error> {
             return Err(L3Error::RemoteSidecar { index });
         }
     }
+    // Two arguments of one task may not share bytes when either writes (NO_DEP exempt): the
+    // reference compares each writer with the arguments after it; this compares every pair.
     let writes = |tag: TensorArgType| {
         matches!(
             tag,
             TensorArgType::Output | TensorArgType::InOut | TensorArgType::OutputExisting
         )
     };
+    let tracked = |tag: TensorArgType| tag != TensorArgType::NoDep;
     for i in 0..tensors.len() {
-        if !writes(tags[i]) {
-            continue;
-        }
         for j in i + 1..tensors.len() {
-            if writes(tags[j]) && super::engine::may_overlap(&tensors[i], &tensors[j]) {
+            let either = writes(tags[i]) || writes(tags[j]);
+            if either
+                && tracked(tags[i])
+                && tracked(tags[j])
+                && super::engine::may_overlap(&tensors[i], &tensors[j])
+            {
                 return Err(L3Error::OverlappingWrites {
                     first: i,
                     second: j,
@@ -1173,13 +1228,16 @@ fn check_signature(args: &TaskArgs, signature: &[ArgDirection]) -> Result<(), L3
         });
     }
     for (index, (&tag, &dir)) in args.tags().iter().zip(signature).enumerate() {
-        let ok = match (dir, tag) {
-            (_, TensorArgType::NoDep) => true,
-            (ArgDirection::In, TensorArgType::Input) => true,
-            (ArgDirection::Out, TensorArgType::Output | TensorArgType::OutputExisting) => true,
-            (ArgDirection::InOut, TensorArgType::InOut) => true,
-            _ => false,
-        };
+        let ok = matches!(
+            (dir, tag),
+            (_, TensorArgType::NoDep)
+                | (ArgDirection::In, TensorArgType::Input)
+                | (
+                    ArgDirection::Out,
+                    TensorArgType::Output | TensorArgType::OutputExisting
+                )
+                | (ArgDirection::InOut, TensorArgType::InOut)
+        );
         if !ok {
             return Err(L3Error::DirectionTag { index, tag });
         }
@@ -1187,7 +1245,9 @@ fn check_signature(args: &TaskArgs, signature: &[ArgDirection]) -> Result<(), L3
             .buffer
             .access_mode()
             .unwrap_or(AccessMode::Read);
-        if dir != ArgDirection::In && granted == AccessMode::Read {
+        let reads = dir != ArgDirection::Out;
+        let writes = dir != ArgDirection::In;
+        if (writes && granted == AccessMode::Read) || (reads && granted == AccessMode::Write) {
             return Err(L3Error::Access {
                 index,
                 tag,
