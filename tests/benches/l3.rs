@@ -14,9 +14,11 @@
 //! - `chip_*`: an empty chip callable (an orchestration function that submits nothing), which
 //!   adds the simulated device's run.
 //!
-//! `spin_*`: the same empty SUB round trip under three waiting policies, each on its own Worker
-//! (all alive at once, samples interleaved across policies): doorbell spin 50 us (the default),
-//! 0 (block at once), 200 us; and the default plus 30 us of spinning in `RunHandle::wait`.
+//! `spin_*`: the same empty SUB round trip under five waiting policies on one Worker, switched
+//! through `Worker::set_spin` and interleaved sample by sample: doorbell spin 50 us, 0 (block
+//! at once), 200 us, each with no spinning in `RunHandle::wait`; and doorbell 50 us with 20 us
+//! (the defaults) or 100 us of spinning in `RunHandle::wait`. Spinning yields the CPU after its
+//! first 2 us.
 //!
 //! `bytes_per_tensor` is the blob size per tensor for T tensors and no scalars:
 //! (8 + 144 T) / T.
@@ -71,28 +73,25 @@ fn spin_policies() {
         ("spin_0", Duration::ZERO, Duration::ZERO),
         ("spin_200us", Duration::from_micros(200), Duration::ZERO),
         (
-            "spin_50us_wait_30us",
+            "spin_50us_wait_20us",
             Duration::from_micros(50),
-            Duration::from_micros(30),
+            Duration::from_micros(20),
+        ),
+        (
+            "spin_50us_wait_100us",
+            Duration::from_micros(50),
+            Duration::from_micros(100),
         ),
     ];
-    let mut workers: Vec<_> = policies
-        .iter()
-        .map(|&(_, spin, run_spin)| {
-            let mut config = WorkerConfig::new(0, 1);
-            config.spin = spin;
-            config.run_spin = run_spin;
-            config.fork_arena_bytes = 1 << 20;
-            let mut w = Worker::new(config).expect("worker");
-            let id = w
-                .register_sub("empty", Arc::new(|_args| Ok(())))
-                .expect("register");
-            w.init().expect("init");
-            (w, id)
-        })
-        .collect();
+    let mut config = WorkerConfig::new(0, 1);
+    config.fork_arena_bytes = 1 << 20;
+    let mut w = Worker::new(config).expect("worker");
+    let id = w
+        .register_sub("empty", Arc::new(|_args| Ok(())))
+        .expect("register");
+    w.init().expect("init");
     let empty = TaskArgs::new();
-    let run = |w: &Worker, id, k: usize| -> f64 {
+    let run = |k: usize| -> f64 {
         let start = Instant::now();
         w.run(|o| {
             for _ in 0..k {
@@ -105,21 +104,19 @@ fn spin_policies() {
     };
     let mut one = vec![Vec::with_capacity(SAMPLES); policies.len()];
     let mut many = vec![Vec::with_capacity(SAMPLES); policies.len()];
-    for (w, id) in &workers {
-        run(w, *id, K);
-    }
     for _ in 0..SAMPLES {
-        for (p, (w, id)) in workers.iter().enumerate() {
-            one[p].push(run(w, *id, 1));
-            many[p].push(run(w, *id, K));
+        for (p, &(_, spin, wait)) in policies.iter().enumerate() {
+            // One Worker, the policy switched in shared memory; one untimed run settles it.
+            w.set_spin(spin, wait).expect("set spin");
+            run(K);
+            one[p].push(run(1));
+            many[p].push(run(K));
         }
     }
     for (p, (name, _, _)) in policies.iter().enumerate() {
         fit(name, &mut one[p], &mut many[p]);
     }
-    for (w, _) in &mut workers {
-        w.close(Duration::from_secs(20)).expect("close");
-    }
+    w.close(Duration::from_secs(20)).expect("close");
 }
 
 fn main() {
@@ -172,11 +169,16 @@ fn main() {
         };
         // Warm-up: first mappings, first device run.
         run(arm, K);
+        let mut zero = Vec::with_capacity(SAMPLES);
         let mut one = Vec::with_capacity(SAMPLES);
         let mut many = Vec::with_capacity(SAMPLES);
         for _ in 0..SAMPLES {
+            zero.push(run(arm, 0));
             one.push(run(arm, 1));
             many.push(run(arm, K));
+        }
+        if let Some(z) = summarize(&mut zero) {
+            report("l3", &format!("{name}_run_0_tasks_median"), z.median, "us");
         }
         let s1 = summarize(&mut one).expect("samples");
         let sk = summarize(&mut many).expect("samples");

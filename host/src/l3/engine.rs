@@ -189,9 +189,20 @@ impl RunShared {
     pub(super) fn wait(&self, timeout: Option<Duration>) -> Result<RunSummary, L3Error> {
         let start = Instant::now();
         let spin = timeout.map_or(self.spin, |t| t.min(self.spin));
-        while !self.finished.load(Ordering::Acquire) && start.elapsed() < spin {
-            for _ in 0..32 {
-                std::hint::spin_loop();
+        loop {
+            if self.finished.load(Ordering::Acquire) {
+                break;
+            }
+            let spent = start.elapsed();
+            if spent >= spin {
+                break;
+            }
+            if spent >= super::mailbox::PURE_SPIN {
+                std::thread::yield_now();
+            } else {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
             }
         }
         let deadline = timeout.map(|t| start + t);
@@ -254,6 +265,8 @@ pub(super) struct Engine {
     busy: Vec<Option<(u64, usize)>>,
     dead: Vec<Option<String>>,
     run: Option<RunState>,
+    /// Per-lane scratch of the dispatch pass (kept to avoid an allocation per pass).
+    reserved: Vec<bool>,
     /// Scope intermediates waiting for the scope's last task to retire.
     deferred: Vec<(u64, Vec<Buffer>)>,
     next_run: u64,
@@ -266,7 +279,7 @@ pub(super) struct Shared {
     pub(super) lanes: Vec<Lane>,
     pub(super) chips: usize,
     pub(super) ring_slots: usize,
-    run_spin: Duration,
+    run_spin: Mutex<Duration>,
     live: LiveBuffers,
     engine: Mutex<Engine>,
     cv: Condvar,
@@ -292,7 +305,7 @@ impl Shared {
     ) -> Self {
         let n = lanes.len();
         Self {
-            run_spin,
+            run_spin: Mutex::new(run_spin),
             live,
             bells,
             lanes,
@@ -309,6 +322,7 @@ impl Shared {
                 busy: vec![None; n],
                 dead: vec![None; n],
                 run: None,
+                reserved: Vec::with_capacity(n),
                 deferred: Vec::new(),
                 next_run: 1,
                 dispatches: 0,
@@ -331,7 +345,7 @@ impl Shared {
         let id = eng.next_run;
         eng.next_run += 1;
         let handle = Arc::new(RunShared {
-            spin: self.run_spin,
+            spin: *self.run_spin.lock().unwrap_or_else(|e| e.into_inner()),
             ..RunShared::default()
         });
         eng.run = Some(RunState {
@@ -571,6 +585,11 @@ impl Shared {
         self.cv.notify_all();
     }
 
+    /// Sets how long `RunHandle::wait` spins, for runs admitted from now on.
+    pub(super) fn set_run_spin(&self, spin: Duration) {
+        *self.run_spin.lock().unwrap_or_else(|e| e.into_inner()) = spin;
+    }
+
     /// The id the next submitted task will get.
     pub(super) fn next_task_id(&self) -> u64 {
         let eng = self.lock();
@@ -738,8 +757,10 @@ impl Shared {
     fn dispatch(&self, eng: &mut Engine) -> bool {
         let mut progress = false;
         let lanes = self.lanes.len();
-        let mut reserved = vec![false; lanes];
-        let subs: Vec<usize> = (self.chips..lanes).collect();
+        let mut reserved = std::mem::take(&mut eng.reserved);
+        reserved.clear();
+        reserved.resize(lanes, false);
+        let subs = self.chips..lanes;
         // Groups: head of line, all members at once, reserving their targets while waiting.
         while let Some(&id) = eng.ready_group.front() {
             let task = eng.task(id).expect("queued tasks are live");
@@ -748,8 +769,7 @@ impl Shared {
             let mut blocked = false;
             let mut dead_lane = None;
             let mut free_subs = subs
-                .iter()
-                .copied()
+                .clone()
                 .filter(|&l| eng.busy[l].is_none() && eng.dead[l].is_none());
             for t in &targets {
                 match *t {
@@ -774,9 +794,9 @@ impl Shared {
                 .iter()
                 .filter(|&&t| t == MemberTarget::AnySub)
                 .count();
-            let alive = subs.iter().filter(|&&l| eng.dead[l].is_none()).count();
+            let alive = subs.clone().filter(|&l| eng.dead[l].is_none()).count();
             if wanted > alive {
-                dead_lane = subs.iter().copied().find(|&l| eng.dead[l].is_some());
+                dead_lane = subs.clone().find(|&l| eng.dead[l].is_some());
             }
             if let Some(l) = dead_lane {
                 eng.ready_group.pop_front();
@@ -787,7 +807,7 @@ impl Shared {
             }
             if blocked {
                 if targets.contains(&MemberTarget::AnySub) {
-                    for &l in &subs {
+                    for l in subs.clone() {
                         reserved[l] = true;
                     }
                 }
@@ -817,14 +837,14 @@ impl Shared {
                 progress = true;
             }
         }
-        if !subs.is_empty() && subs.iter().all(|&l| eng.dead[l].is_some()) {
+        if !subs.is_empty() && subs.clone().all(|l| eng.dead[l].is_some()) {
             while let Some(id) = eng.ready_sub.pop_front() {
-                let err = self.endpoint_error(eng, id, subs[0]);
+                let err = self.endpoint_error(eng, id, subs.start);
                 self.finish_task(eng, id, Some(err));
                 progress = true;
             }
         }
-        for &lane in &subs {
+        for lane in subs.clone() {
             if eng.ready_sub.is_empty() {
                 break;
             }
@@ -835,6 +855,7 @@ impl Shared {
             self.launch(eng, lane, id, 0);
             progress = true;
         }
+        eng.reserved = reserved;
         progress
     }
 

@@ -38,6 +38,8 @@ pub const CTRL_OFF_RESULT: usize = 40;
 /// enough to catch the reply to a task it just handed out, short enough not to starve the
 /// thread that will ring when the machine has fewer CPUs than runnable threads.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// The first part of a spin that never yields the CPU.
+pub const PURE_SPIN: Duration = Duration::from_micros(2);
 
 /// One child's mailbox.
 #[derive(Debug)]
@@ -148,13 +150,17 @@ impl Mailbox {
             n -= 1;
         }
         msg[..n].copy_from_slice(&message.as_bytes()[..n]);
-        self.write(frame, MAILBOX_OFF_ERROR_MSG, &msg);
+        // The message and its terminating NUL only (most replies carry none).
+        self.write(frame, MAILBOX_OFF_ERROR_MSG, &msg[..=n]);
         self.word(frame, 4).store(code, Ordering::Relaxed);
     }
 
     /// `frame`'s error word and message.
     pub fn error(&self, frame: usize) -> (u32, String) {
         let code = self.word(frame, 4).load(Ordering::Acquire);
+        if code == 0 {
+            return (0, String::new());
+        }
         let mut msg = [0u8; MAILBOX_ERROR_MSG_SIZE];
         self.read(frame, MAILBOX_OFF_ERROR_MSG, &mut msg);
         let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
@@ -235,7 +241,9 @@ fn mapping_slice(map: &Mapping, at: usize, len: usize) -> &[u8] {
 #[derive(Debug)]
 pub struct Bells {
     map: Mapping,
-    spin: Duration,
+    /// Where the spin time (in nanoseconds, a u32) lives: in the shared page, so the parent
+    /// can change it for every process at once.
+    spin_at: usize,
 }
 
 /// The scheduler's doorbell.
@@ -246,11 +254,24 @@ const BELL_STRIDE: usize = 64;
 impl Bells {
     /// A page of bells for `children` children whose waiters spin for `spin` before blocking.
     pub fn new(children: usize, spin: Duration) -> io::Result<Self> {
-        let len = ((children + 1) * BELL_STRIDE).div_ceil(4096) * 4096;
-        Ok(Self {
+        let spin_at = (children + 1) * BELL_STRIDE;
+        let len = (spin_at + BELL_STRIDE).div_ceil(4096) * 4096;
+        let bells = Self {
             map: Mapping::anon_shared(len)?,
-            spin,
-        })
+            spin_at,
+        };
+        bells.set_spin(spin);
+        Ok(bells)
+    }
+
+    /// Sets how long every waiter (scheduler and children) spins before blocking.
+    pub fn set_spin(&self, spin: Duration) {
+        let ns = u32::try_from(spin.as_nanos()).unwrap_or(u32::MAX);
+        mapping_atomic(&self.map, self.spin_at).store(ns, Ordering::Relaxed);
+    }
+
+    fn spin(&self) -> Duration {
+        Duration::from_nanos(mapping_atomic(&self.map, self.spin_at).load(Ordering::Relaxed) as u64)
     }
 
     /// The bell of child `i`.
@@ -287,7 +308,7 @@ impl Bells {
     pub fn wait(&self, bell: usize, seen: u32, timeout: Duration) {
         let seq = self.seq(bell);
         let start = Instant::now();
-        let spin_for = self.spin.min(timeout);
+        let spin_for = self.spin().min(timeout);
         'spin: loop {
             for _ in 0..64 {
                 if seq.load(Ordering::Acquire) != seen {
@@ -295,8 +316,15 @@ impl Bells {
                 }
                 std::hint::spin_loop();
             }
-            if start.elapsed() >= spin_for {
+            let spent = start.elapsed();
+            if spent >= spin_for {
                 break 'spin;
+            }
+            // Past the first microseconds, offer the CPU to any runnable thread between
+            // checks: with more runnable threads than CPUs, the one that will ring may be
+            // waiting for this CPU.
+            if spent >= PURE_SPIN {
+                std::thread::yield_now();
             }
         }
         let deadline = start + timeout;

@@ -97,7 +97,8 @@ pub struct WorkerConfig {
     pub control_timeout: Duration,
     /// How long the scheduler and the children spin on their doorbells before blocking.
     pub spin: Duration,
-    /// How long `RunHandle::wait` spins before blocking.
+    /// How long `RunHandle::wait` spins (yielding the CPU) before blocking: a short run's end
+    /// then reaches the caller without a kernel wake-up (the `l3` benchmark's `spin_*` arms).
     pub run_spin: Duration,
 }
 
@@ -121,7 +122,7 @@ impl WorkerConfig {
             startup_timeout: Duration::from_secs(30),
             control_timeout: Duration::from_secs(30),
             spin: super::mailbox::DEFAULT_SPIN,
-            run_spin: Duration::ZERO,
+            run_spin: Duration::from_micros(20),
         }
     }
 }
@@ -210,6 +211,16 @@ impl Worker {
             .lanes
             .get(shared.chips + i)
             .map(|l| l.pid.load(Ordering::Acquire))
+    }
+
+    /// Sets how long the scheduler and every child spin on their doorbells before they block,
+    /// and how long `RunHandle::wait` spins (from the next run on). Takes effect in every
+    /// process at once (the setting lives in shared memory).
+    pub fn set_spin(&self, doorbell: Duration, wait: Duration) -> Result<(), L3Error> {
+        let shared = self.shared()?;
+        shared.bells.set_spin(doorbell);
+        shared.set_run_spin(wait);
+        Ok(())
     }
 
     /// Registers a chip callable (before `init()`): an orchestration function, its kernel
