@@ -53,6 +53,8 @@ pub mod gm;
 pub mod handshake;
 // Saturating extent arithmetic and the geometry checks every tensor type shares.
 pub mod geometry;
+// The compact live image: a state built in one memory, shipped field by field into another.
+pub mod image;
 // Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.
 pub mod layout;
 // The L3 mailbox layout and the records that travel in it.

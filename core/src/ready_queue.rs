@@ -267,6 +267,25 @@ impl<'a> ReadyQueue<'a> {
         }
     }
 
+    /// Positions pushed and popped so far.
+    pub(crate) fn positions(&self) -> (u64, u64) {
+        (
+            self.header.enqueue_pos.0.load(Ordering::Acquire),
+            self.header.dequeue_pos.0.load(Ordering::Acquire),
+        )
+    }
+
+    /// The two position counters (for the live image).
+    pub(crate) fn position_words(&self) -> (&AtomicU64, &AtomicU64) {
+        (&self.header.enqueue_pos.0, &self.header.dequeue_pos.0)
+    }
+
+    /// The sequence and value words of the cell `position` lives in (for the live image).
+    pub(crate) fn cell_words(&self, position: u64) -> (&AtomicU64, &AtomicU64) {
+        let cell = self.slot(position);
+        (&cell.sequence, &cell.value)
+    }
+
     /// The slot position `position` lives in.
     fn slot(&self, position: u64) -> &Slot {
         // `mask` is `slots.len() - 1` with `slots.len()` a power of two (checked by `layout`),

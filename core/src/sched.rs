@@ -195,6 +195,21 @@ impl<'a> SchedState<'a> {
         &self.config
     }
 
+    /// Ring `ring`'s task slots.
+    pub(crate) fn slots_of(&self, ring: usize) -> &[SlotState] {
+        self.slots[ring.min(MAX_RINGS - 1)]
+    }
+
+    /// Ring `ring`'s dependency cells.
+    pub(crate) fn edges_of(&self, ring: usize) -> &[EdgeCell] {
+        self.edges[ring.min(MAX_RINGS - 1)]
+    }
+
+    /// Ready queue `q` (indexed by [`ResourceShape`]).
+    pub(crate) fn queue(&self, q: usize) -> &ReadyQueue<'a> {
+        &self.queues[q.min(READY_QUEUES - 1)]
+    }
+
     /// Ring `ring`'s flow-control words.
     pub fn flow(&self, ring: usize) -> &RingFlow {
         &self.flows[ring.min(MAX_RINGS - 1)]
