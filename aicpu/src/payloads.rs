@@ -8,6 +8,7 @@
 //! the writes before any scheduler's pop of the task (an Acquire).
 
 use core::sync::atomic::{AtomicU64, Ordering};
+use simpler_core::image::{export_words, import_words, ImageError, Reader, Writer};
 use simpler_core::layout::{Carver, Layout, LayoutError, Span};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::ring::MAX_RINGS;
@@ -182,5 +183,67 @@ impl<'a> TaskPayloads<'a> {
         for cell in &rec[at..at + ns] {
             let _ = args.push_scalar(cell.load(Ordering::Relaxed));
         }
+    }
+}
+
+/// The live image of the payloads: per ring, the first `tasks[r]` records, each with only its
+/// header, its used tensors and its used scalars (a record is 531 words; a task uses a few).
+impl TaskPayloads<'_> {
+    fn counts(rec: &[AtomicU64]) -> (usize, usize) {
+        let counts = rec[2].load(Ordering::Relaxed);
+        (
+            (counts as u32 as usize).min(CORE_MAX_TENSOR_ARGS),
+            ((counts >> 32) as usize).min(CORE_MAX_SCALAR_ARGS),
+        )
+    }
+
+    fn parts(rec: &[AtomicU64], nt: usize, ns: usize) -> [&[AtomicU64]; 2] {
+        let scalars = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
+        [
+            &rec[HEADER_WORDS..HEADER_WORDS + nt * TENSOR_WORDS],
+            &rec[scalars..scalars + ns],
+        ]
+    }
+
+    fn records(&self, ring: usize, tasks: u32) -> Result<&[AtomicU64], ImageError> {
+        self.rings[ring]
+            .get(..tasks as usize * RECORD_WORDS)
+            .ok_or(ImageError::Usage {
+                field: "payload.tasks",
+                value: tasks as u64,
+            })
+    }
+
+    /// An upper bound of the image of the first `tasks[r]` records of every ring.
+    pub fn image_bound(tasks: &[u32; MAX_RINGS]) -> usize {
+        tasks.iter().map(|&t| t as usize * RECORD_WORDS * 8).sum()
+    }
+
+    /// Writes the live image of the first `tasks[r]` records of every ring.
+    pub fn export(&self, tasks: &[u32; MAX_RINGS], w: &mut Writer<'_>) -> Result<(), ImageError> {
+        for (ring, &n) in tasks.iter().enumerate() {
+            for rec in self.records(ring, n)?.chunks_exact(RECORD_WORDS) {
+                let (nt, ns) = Self::counts(rec);
+                export_words(&rec[..HEADER_WORDS], w)?;
+                for part in Self::parts(rec, nt, ns) {
+                    export_words(part, w)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads an image written by [`Self::export`] for the same `tasks`.
+    pub fn import(&self, tasks: &[u32; MAX_RINGS], r: &mut Reader<'_>) -> Result<(), ImageError> {
+        for (ring, &n) in tasks.iter().enumerate() {
+            for rec in self.records(ring, n)?.chunks_exact(RECORD_WORDS) {
+                import_words(&rec[..HEADER_WORDS], r)?;
+                let (nt, ns) = Self::counts(rec);
+                for part in Self::parts(rec, nt, ns) {
+                    import_words(part, r)?;
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -13,6 +13,8 @@ pub enum RunError {
     Scheduler(SchedError),
     /// No progress for the watchdog period.
     Timeout,
+    /// A host-built image did not fit or did not parse (hbg).
+    Image(simpler_core::image::ImageError),
 }
 
 /// The outcome of one run.

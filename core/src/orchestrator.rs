@@ -455,6 +455,12 @@ impl<'a> Orchestrator<'a> {
         self.wiring.rings[ring.min(MAX_RINGS - 1)].next_local
     }
 
+    /// Dependency cells taken from each ring's pool since the last reset (its cursor's top;
+    /// with nothing retired, the used prefix of the pool).
+    pub fn edges_used(&self) -> [u32; MAX_RINGS] {
+        core::array::from_fn(|r| self.wiring.rings[r].edges.top())
+    }
+
     /// Submits `task`; see the module docs for the steps.
     pub fn submit(
         &mut self,

@@ -126,12 +126,12 @@ impl From<DeviceTensor> for ChipArg {
 
 /// A registered callable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CallableHandle(usize);
+pub struct CallableHandle(pub(crate) usize);
 
-struct Callable {
-    orch: OrchFn,
-    kernels: Arc<[KernelFn]>,
-    signature: Vec<ArgDirection>,
+pub(crate) struct Callable {
+    pub(crate) orch: OrchFn,
+    pub(crate) kernels: Arc<[KernelFn]>,
+    pub(crate) signature: Vec<ArgDirection>,
 }
 
 /// Why a worker call failed.
@@ -188,6 +188,8 @@ pub enum WorkerError {
     Entry(EntryError),
     /// The run failed.
     Run(RunError),
+    /// A host-built run (hbg) failed before reaching the device.
+    Hbg(crate::hbg::HbgError),
 }
 
 impl fmt::Display for WorkerError {
@@ -224,6 +226,7 @@ impl fmt::Display for WorkerError {
             ),
             Self::Entry(e) => write!(f, "chip entry: {e}"),
             Self::Run(e) => write!(f, "run failed: {e:?}"),
+            Self::Hbg(e) => write!(f, "host-built run: {e}"),
         }
     }
 }
@@ -272,8 +275,10 @@ pub struct RunReport {
 
 /// One chip, its callables and its persistent device memory.
 pub struct ChipWorker {
-    device: Box<dyn DeviceTransport>,
-    callables: Vec<Callable>,
+    pub(crate) device: Box<dyn DeviceTransport>,
+    pub(crate) callables: Vec<Callable>,
+    /// The hbg runtime's retained host mirror (built at the first host-built run).
+    pub(crate) hbg: Option<Box<crate::hbg::Mirror>>,
     /// Live persistent allocations: start → bytes.
     persistent: BTreeMap<u64, u64>,
 }
@@ -291,6 +296,7 @@ impl ChipWorker {
         Self {
             device,
             callables: Vec::new(),
+            hbg: None,
             persistent: BTreeMap::new(),
         }
     }
@@ -462,6 +468,37 @@ impl ChipWorker {
         options: RunOptions,
     ) -> Result<RunReport, WorkerError> {
         let start = Instant::now();
+        let (orch_args, staged) = self.prepare(handle, args, scalars)?;
+        let callable = &self.callables[handle.0];
+        let sink = options.trace.clone();
+        let run_start = start.elapsed();
+        let outcome = self.device.run(
+            callable.orch.clone(),
+            callable.kernels.clone(),
+            orch_args,
+            options,
+        )?;
+        let run_end = start.elapsed();
+        if let Err(e) = outcome.result {
+            return Err(WorkerError::Run(e));
+        }
+        self.copy_back(args, &staged)?;
+        let host = start.elapsed();
+        if let Some(sink) = sink {
+            record_host_phases(&sink, [Duration::ZERO, run_start, run_end, host]);
+        }
+        Ok(RunReport { outcome, host })
+    }
+
+    /// Checks `args` against `handle`'s signature, stages every host tensor in per-run GM,
+    /// and adopts the chip entry. Returns the entry and where each host tensor was staged
+    /// (`None` for a device tensor).
+    pub(crate) fn prepare(
+        &mut self,
+        handle: CallableHandle,
+        args: &[ChipArg],
+        scalars: &[u64],
+    ) -> Result<(Box<OrchArgs>, Vec<Option<u64>>), WorkerError> {
         let callable = self
             .callables
             .get(handle.0)
@@ -483,7 +520,6 @@ impl ChipWorker {
         }
         self.device.free_all()?;
         let mut chip = Box::<ChipStorageTaskArgs>::default();
-        // Where each host tensor was staged; `None` for a device tensor.
         let mut staged = Vec::with_capacity(args.len());
         for (index, arg) in args.iter().enumerate() {
             let (c, at) = match arg {
@@ -504,19 +540,16 @@ impl ChipWorker {
         }
         let mut orch_args = Box::<OrchArgs>::default();
         orch_args.adopt(&chip).map_err(WorkerError::Entry)?;
-        let sink = options.trace.clone();
-        let run_start = start.elapsed();
-        let outcome = self.device.run(
-            callable.orch.clone(),
-            callable.kernels.clone(),
-            orch_args,
-            options,
-        )?;
-        let run_end = start.elapsed();
-        if let Err(e) = outcome.result {
-            return Err(WorkerError::Run(e));
-        }
-        for (arg, at) in args.iter_mut().zip(&staged) {
+        Ok((orch_args, staged))
+    }
+
+    /// Copies every OUT and INOUT host tensor back from where it was staged.
+    pub(crate) fn copy_back(
+        &self,
+        args: &mut [ChipArg],
+        staged: &[Option<u64>],
+    ) -> Result<(), WorkerError> {
+        for (arg, at) in args.iter_mut().zip(staged) {
             if let (ChipArg::Host(t), Some(addr)) = (arg, *at) {
                 if t.dir != ArgDirection::In {
                     if let Some(data) = self.device.copy_from_device(addr, t.data.len())? {
@@ -525,11 +558,7 @@ impl ChipWorker {
                 }
             }
         }
-        let host = start.elapsed();
-        if let Some(sink) = sink {
-            record_host_phases(&sink, [Duration::ZERO, run_start, run_end, host]);
-        }
-        Ok(RunReport { outcome, host })
+        Ok(())
     }
 
     /// Allocates per-run GM for host tensor `index` and copies it in unless it is OUT.

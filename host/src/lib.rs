@@ -13,6 +13,8 @@
 pub mod chip_worker;
 // A run's task graph, recorded at submit and written as JSON or Graphviz.
 pub mod dag;
+// The host-built-graph runtime: the orchestration on the host into a mirror, shipped once.
+pub mod hbg;
 // Level 3: chips and sub-workers in forked children, shared buffers, the import registry.
 pub mod l3;
 // The example scenes and their goldens.

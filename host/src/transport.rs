@@ -2,7 +2,10 @@
 //! backend behind the default `sim` feature; an onboard backend implements the same trait.
 
 use simpler_aicore::KernelFn;
+use simpler_aicpu::payloads::PayloadsLayout;
 use simpler_aicpu::{Rt, RtError, RunOutcome, SubmitHook, TraceEvent};
+use simpler_core::image::Usage;
+use simpler_core::orchestrator::OrchestratorLayout;
 use simpler_core::OrchArgs;
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +28,19 @@ pub struct RunOptions {
     pub trace: Option<TraceSink>,
 }
 
+/// A graph built on the host, as shipped: what it uses and its two compact live images.
+#[derive(Clone, Copy, Debug)]
+pub struct HostImage<'a> {
+    /// How much of each array the images hold.
+    pub usage: Usage,
+    /// The shared state's image (`SchedState::export`).
+    pub sched: &'a [u8],
+    /// The payload records' image (`TaskPayloads::export`).
+    pub payloads: &'a [u8],
+    /// Edges the host's submits recorded.
+    pub edges: u64,
+}
+
 /// The device did not answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TransportError {
@@ -32,6 +48,8 @@ pub enum TransportError {
     Start(String),
     /// The device stopped.
     Stopped,
+    /// This backend does not offer the operation.
+    Unsupported(&'static str),
 }
 
 impl fmt::Display for TransportError {
@@ -39,6 +57,7 @@ impl fmt::Display for TransportError {
         match self {
             Self::Start(why) => write!(f, "device could not start: {why}"),
             Self::Stopped => f.write_str("device stopped"),
+            Self::Unsupported(what) => write!(f, "this device backend does not run {what}"),
         }
     }
 }
@@ -63,6 +82,22 @@ pub trait DeviceTransport: Send {
     fn copy_to_device(&self, addr: u64, data: Vec<u8>) -> Result<bool, TransportError>;
     /// Copies `len` bytes of GM at `addr`; `None` when the range is outside GM.
     fn copy_from_device(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, TransportError>;
+    /// The layouts of the device's shared state (inside the orchestrator's) and of its task
+    /// payload records, so the host can build a graph into a mirror that imports as is (hbg).
+    fn layouts(&self) -> Result<(OrchestratorLayout, PayloadsLayout), TransportError> {
+        Err(TransportError::Unsupported("host-built graphs"))
+    }
+    /// Runs a graph the host built (hbg): ships the compact live images of the shared state
+    /// and the payload records, and runs the device's schedulers only.
+    fn run_prebuilt(
+        &self,
+        kernels: Arc<[KernelFn]>,
+        image: HostImage<'_>,
+        options: RunOptions,
+    ) -> Result<RunOutcome, TransportError> {
+        let _ = (kernels, image, options);
+        Err(TransportError::Unsupported("host-built graphs"))
+    }
     /// Runs an orchestration function with its kernel table and adopted entry arguments,
     /// recording what `options` ask for.
     fn run(
@@ -114,6 +149,36 @@ mod sim {
         ) -> Result<Option<Vec<u8>>, TransportError> {
             Ok(self.read(addr, len)?)
         }
+        fn layouts(&self) -> Result<(OrchestratorLayout, PayloadsLayout), TransportError> {
+            let l = self.config().layouts()?;
+            Ok((l.orchestrator, l.payloads))
+        }
+        fn run_prebuilt(
+            &self,
+            kernels: Arc<[KernelFn]>,
+            image: HostImage<'_>,
+            options: RunOptions,
+        ) -> Result<RunOutcome, TransportError> {
+            // The simulator's "H2D": one copy of each live image into the job.
+            let prebuilt = Arc::new(simpler_sim::Prebuilt {
+                usage: image.usage,
+                sched: image.sched.to_vec(),
+                payloads: image.payloads.to_vec(),
+                edges: image.edges,
+            });
+            let never: OrchFn = Arc::new(|_rt| Ok(()));
+            Ok(Device::run(
+                self,
+                Job {
+                    prebuilt: Some(prebuilt),
+                    orch: never,
+                    kernels,
+                    args: Box::default(),
+                    hook: options.hook,
+                    trace: options.trace,
+                },
+            )?)
+        }
         fn run(
             &self,
             orch: OrchFn,
@@ -124,6 +189,7 @@ mod sim {
             Ok(Device::run(
                 self,
                 Job {
+                    prebuilt: None,
                     orch,
                     kernels,
                     args,

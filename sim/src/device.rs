@@ -148,6 +148,43 @@ pub struct Job {
     pub hook: Option<SharedHook>,
     /// Receives the run's trace events, when set.
     pub trace: Option<TraceSink>,
+    /// A graph the host built (hbg): the device imports it and runs its schedulers only; the
+    /// orchestration function is not called.
+    pub prebuilt: Option<Arc<Prebuilt>>,
+}
+
+/// A task graph built on the host into a mirror of the shared state, as shipped: the compact
+/// live images of the shared state and of the payload records (see `simpler_core::image`).
+#[derive(Clone, Debug, Default)]
+pub struct Prebuilt {
+    /// What the images hold.
+    pub usage: simpler_core::image::Usage,
+    /// `SchedState::export` of the mirror.
+    pub sched: Vec<u8>,
+    /// `TaskPayloads::export` of the mirror.
+    pub payloads: Vec<u8>,
+    /// Edges the host's submits recorded.
+    pub edges: u64,
+}
+
+/// The layouts a device of some configuration uses, so a host can build a mirror of its
+/// shared state that imports without translation.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceLayouts {
+    /// The orchestrator's (its `sched()` is the shared state's).
+    pub orchestrator: OrchestratorLayout,
+    /// The payload records'.
+    pub payloads: PayloadsLayout,
+}
+
+impl DeviceConfig {
+    /// The layouts a device of this configuration uses, with heap addresses in its GM.
+    pub fn layouts(&self) -> Result<DeviceLayouts, DeviceError> {
+        Ok(DeviceLayouts {
+            orchestrator: OrchestratorLayout::new(orchestrator_config(self, GM_BASE))?,
+            payloads: PayloadsLayout::new([self.ring.window; MAX_RINGS])?,
+        })
+    }
 }
 
 /// Where a traced run's events go: every thread appends its buffer when the run ends.
@@ -699,6 +736,27 @@ fn run_one<'a>(
     if sink.is_some() {
         orch_trace.arm();
     }
+    if let Some(p) = &job.prebuilt {
+        // hbg: the host built the graph; import its live image before any scheduler starts.
+        let imported = shared.import(&p.usage, &p.sched).and_then(|()| {
+            payloads.import(
+                &p.usage.tasks,
+                &mut simpler_core::image::Reader::new(&p.payloads),
+            )
+        });
+        if let Err(e) = imported {
+            state.running.store(false, Ordering::SeqCst);
+            return RunOutcome {
+                result: Err(RunError::Image(e)),
+                tasks: 0,
+                edges: 0,
+                dispatched: 0,
+                orchestration: Duration::ZERO,
+                device: start.elapsed(),
+                trace_dropped: 0,
+            };
+        }
+    }
     {
         let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
         g.0 += 1;
@@ -716,7 +774,9 @@ fn run_one<'a>(
         epoch: start,
         started: 0,
     });
-    let result = {
+    let result = if job.prebuilt.is_some() {
+        Ok(())
+    } else {
         let mut rt = Rt::new(orch, payloads, &mut waiter, gm, &job.args, &state.abort);
         match (tracing.as_mut(), hook_guard.as_mut()) {
             (Some(t), inner) => {
@@ -750,7 +810,13 @@ fn run_one<'a>(
         orch_trace.flush(state, sink);
     }
     *state.trace.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    let tasks = (0..MAX_RINGS).map(|r| orch.submitted(r) as u64).sum();
+    let (tasks, edges) = match &job.prebuilt {
+        Some(p) => (p.usage.tasks.iter().map(|&t| t as u64).sum(), p.edges),
+        None => (
+            (0..MAX_RINGS).map(|r| orch.submitted(r) as u64).sum(),
+            orch.edges_recorded(),
+        ),
+    };
     // The cause of an abort wins over what the orchestration saw of it: an orchestrator
     // waiting on a full ring when a kernel failed gives up with a ring error.
     let sched_error = *state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
@@ -763,7 +829,7 @@ fn run_one<'a>(
     RunOutcome {
         result,
         tasks,
-        edges: orch.edges_recorded(),
+        edges,
         dispatched: state.dispatched.load(Ordering::SeqCst),
         orchestration,
         device,

@@ -13,7 +13,10 @@ pub mod gm;
 // The wakeup primitive idle threads block on.
 pub mod wake;
 
-pub use device::{Device, DeviceConfig, DeviceError, Job, OrchFn, SharedHook, Topology, TraceSink};
+pub use device::{
+    Device, DeviceConfig, DeviceError, DeviceLayouts, Job, OrchFn, Prebuilt, SharedHook, Topology,
+    TraceSink,
+};
 pub use simpler_aicore as aicore;
 pub use simpler_aicpu as aicpu;
 pub use simpler_aicpu::{RunError, RunOutcome};

@@ -19,7 +19,7 @@ mod child;
 mod engine;
 pub mod import;
 mod mailbox;
-mod os;
+pub(crate) mod os;
 mod worker;
 
 pub use buffer::{shm_prefix, Buffer};

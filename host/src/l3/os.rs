@@ -403,3 +403,14 @@ pub fn random8() -> io::Result<[u8; 8]> {
     }
     Ok(out)
 }
+
+/// Minor page faults this thread has taken so far (`getrusage(RUSAGE_THREAD)`).
+pub fn minor_faults() -> u64 {
+    // SAFETY: an all-zero `rusage` is a valid value to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer; RUSAGE_THREAD reads the calling thread's counters.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_minflt as u64
+}

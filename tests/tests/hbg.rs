@@ -1,0 +1,83 @@
+//! The host-built-graph runtime (hbg): the orchestration runs on the host into a mirror of
+//! the shared state, the compact live image is shipped once, the device only schedules.
+
+use simpler_core::ArgDirection;
+use simpler_host::hbg::{HbgError, PHASES};
+use simpler_host::scenes::{self, Prepared};
+use simpler_host::{ChipArg, ChipWorker, HostTensor, WorkerError};
+use simpler_sim::{DeviceConfig, Topology};
+
+fn worker() -> ChipWorker {
+    ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device")
+}
+
+fn run_scene(w: &mut ChipWorker, scene: &str, case: &str, rounds: usize) {
+    let p: Prepared = scenes::find(scene)
+        .expect("scene")
+        .prepare(case)
+        .expect("case");
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    for round in 0..rounds {
+        let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
+        let tensors: Vec<HostTensor> = args
+            .into_iter()
+            .map(|a| match a {
+                ChipArg::Host(t) => t,
+                ChipArg::Device(_) => unreachable!("host tensors only"),
+            })
+            .collect();
+        let check = (p.check)(&tensors);
+        assert!(
+            check.pass,
+            "{scene}/{case} round {round}: max diff {}",
+            check.max_diff
+        );
+        assert_eq!(run.outcome.tasks, p.tasks, "{scene}/{case}: tasks");
+        assert_eq!(run.outcome.edges, p.edges, "{scene}/{case}: edges");
+        assert_eq!(bind.tasks, p.tasks);
+        assert!(bind.image_bytes > 0);
+        assert!(
+            bind.phases.iter().all(|ph| ph.time.as_nanos() > 0),
+            "{PHASES:?}"
+        );
+    }
+}
+
+#[test]
+fn vector_example_on_hbg() {
+    run_scene(&mut worker(), "vector_example", "default", 3);
+}
+
+#[test]
+fn bgemm_case1_on_hbg() {
+    run_scene(&mut worker(), "bgemm", "Case1", 2);
+}
+
+#[test]
+fn paged_attention_on_hbg() {
+    let mut w = worker();
+    run_scene(&mut w, "paged_attention", "CaseSmall1", 2);
+    // The same worker then runs a different callable: the retained mirror is reused.
+    run_scene(&mut w, "vector_example", "default", 1);
+}
+
+#[test]
+fn a_graph_that_does_not_fit_is_a_typed_error_not_a_wait() {
+    let mut config = DeviceConfig::new(Topology::A2a3);
+    config.ring.window = 16; // bgemm Case1 has 128 tasks
+    let mut w = ChipWorker::init(config).expect("device");
+    let p = scenes::find("bgemm").unwrap().prepare("Case1").unwrap();
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    let err = w.run_hbg(h, &mut args, &p.scalars).expect_err("too large");
+    assert!(
+        matches!(err, WorkerError::Hbg(HbgError::GraphTooLarge(_))),
+        "{err}"
+    );
+    // The same graph fits the tmr runtime, which retires tasks while it submits.
+    let mut tensors = p.tensors.clone();
+    w.run(h, &mut tensors, &p.scalars).expect("tmr runs it");
+    assert!((p.check)(&tensors).pass);
+    let _ = ArgDirection::In;
+}
