@@ -199,6 +199,19 @@ impl ChipWorker {
         args: &mut [ChipArg],
         scalars: &[u64],
     ) -> Result<(RunReport, BindReport), WorkerError> {
+        self.run_hbg_with(handle, args, scalars, true)
+    }
+
+    /// [`Self::run_hbg`]; with `run_device` false the bind stops after building the image
+    /// (host-only mode: nothing runs, no output is written, the report's outcome counts the
+    /// tasks built).
+    pub fn run_hbg_with(
+        &mut self,
+        handle: CallableHandle,
+        args: &mut [ChipArg],
+        scalars: &[u64],
+        run_device: bool,
+    ) -> Result<(RunReport, BindReport), WorkerError> {
         let start = Instant::now();
         let mut report = BindReport::default();
         let clock = Clock::start();
@@ -281,6 +294,22 @@ impl ChipWorker {
         report.image_bytes = n + p;
         report.phases[3] = clock.stop();
 
+        if !run_device {
+            let outcome = simpler_aicpu::RunOutcome {
+                result: Ok(()),
+                tasks: report.tasks,
+                edges,
+                dispatched: 0,
+                orchestration: report.phases[2].time,
+                device: Duration::ZERO,
+                trace_dropped: 0,
+            };
+            let run = RunReport {
+                outcome,
+                host: start.elapsed(),
+            };
+            return Ok((run, report));
+        }
         let clock = Clock::start();
         let image = HostImage {
             usage,

@@ -81,3 +81,14 @@ fn a_graph_that_does_not_fit_is_a_typed_error_not_a_wait() {
     assert!((p.check)(&tensors).pass);
     let _ = ArgDirection::In;
 }
+
+#[test]
+fn bgemm_case0_on_hbg() {
+    // 1000 tasks; every intermediate stays live while the host builds, so the heap is sized
+    // for the whole graph (as `simpler run --runtime hbg` does).
+    let mut config = DeviceConfig::new(Topology::A2a3);
+    config.ring.heap_bytes = 256 << 20;
+    config.gm_bytes = 512 << 20;
+    let mut w = ChipWorker::init(config).expect("device");
+    run_scene(&mut w, "bgemm", "Case0", 1);
+}

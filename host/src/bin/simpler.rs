@@ -57,6 +57,17 @@ enum Command {
         /// Print a scheduler report for the first round.
         #[arg(long)]
         report: bool,
+        /// The runtime: `tmr` (graph built on the device while it runs) or `hbg` (built on
+        /// the host into a mirror, shipped once).
+        #[arg(long, default_value = "tmr")]
+        runtime: String,
+        /// hbg: print min / median / max per bind phase over the warm rounds (the first,
+        /// cold, dropped), with minor page faults.
+        #[arg(long)]
+        phases: bool,
+        /// hbg: build and measure the image only; skip the device run (no golden check).
+        #[arg(long)]
+        host_only: bool,
     },
     /// Level 3: vector_example on chips in child processes, chip 0's output feeding chip 1
     /// through a shared buffer, and a SUB worker summing the result.
@@ -97,12 +108,40 @@ fn main() -> ExitCode {
             rounds,
             platform,
             clusters,
+            runtime,
+            phases,
+            host_only,
+            ..
+        } if runtime == "hbg" => match run_hbg(
+            &scene,
+            case.as_deref(),
+            rounds,
+            &platform,
+            clusters,
+            phases,
+            host_only,
+        ) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(message) => {
+                eprintln!("error: {message}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Run {
+            scene,
+            case,
+            rounds,
+            platform,
+            clusters,
             dag,
             dag_format,
             trace,
             swimlane,
             report,
-        } => match run(
+            runtime,
+            ..
+        } if runtime == "tmr" => match run(
             &scene,
             case.as_deref(),
             rounds,
@@ -122,7 +161,146 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Run { runtime, .. } => {
+            eprintln!("error: unknown --runtime {runtime} (tmr, hbg)");
+            ExitCode::from(2)
+        }
     }
+}
+
+/// Heap per ring for hbg runs (forward-only: a graph's intermediates all stay live).
+const HBG_HEAP_BYTES: u64 = 256 << 20;
+
+/// Runs a scene on the hbg runtime: per round, one bind (host orchestration into the mirror,
+/// the image shipped, the device scheduling); optionally the phase table over warm binds.
+fn run_hbg(
+    scene: &str,
+    case: Option<&str>,
+    rounds: usize,
+    platform: &str,
+    clusters: Option<u32>,
+    phases: bool,
+    host_only: bool,
+) -> Result<bool, String> {
+    use simpler_host::hbg::PHASES;
+    use simpler_host::ChipArg;
+    let topology = match platform {
+        "a2a3sim" => Topology::A2a3,
+        "a5sim" => Topology::A5,
+        other => return Err(format!("unknown platform {other} (a2a3sim, a5sim)")),
+    };
+    let found =
+        scenes::find(scene).ok_or_else(|| format!("unknown scene {scene}; see `simpler list`"))?;
+    let case = case.unwrap_or(found.cases()[0]);
+    let prepared: Prepared = found.prepare(case).ok_or_else(|| {
+        format!(
+            "{scene} has no case {case}; cases: {}",
+            found.cases().join(" ")
+        )
+    })?;
+    let mut config = DeviceConfig::new(topology);
+    if let Some(c) = clusters {
+        config.clusters = c;
+    }
+    let entry: u64 = prepared
+        .tensors
+        .iter()
+        .map(|t| t.data.len() as u64 + 1024)
+        .sum();
+    config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
+    // Nothing retires while the host builds: each ring's heap must hold the whole graph's
+    // intermediates (the reference runs dsv4 with a 2 GiB heap).
+    config.ring.heap_bytes = HBG_HEAP_BYTES;
+    let mut worker = ChipWorker::init(config).map_err(|e| e.to_string())?;
+    let handle = worker.register_callable(
+        prepared.orch.clone(),
+        prepared.kernels.clone(),
+        prepared.signature.clone(),
+    );
+    println!(
+        "{scene} {case} on {platform} ({} clusters), hbg{}, {rounds} rounds",
+        config.clusters,
+        if host_only { " host-only" } else { "" }
+    );
+    println!(
+        "{:>5} {:>10} {:>10} {:>12} {:>8} {:>10}  result",
+        "round", "host ms", "device ms", "host_orch ms", "tasks", "image KiB"
+    );
+    let mut all_pass = true;
+    let mut binds = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let mut args: Vec<ChipArg> = prepared
+            .tensors
+            .iter()
+            .cloned()
+            .map(ChipArg::Host)
+            .collect();
+        let (run, bind) = worker
+            .run_hbg_with(handle, &mut args, &prepared.scalars, !host_only)
+            .map_err(|e| format!("round {round}: {e}"))?;
+        let verdict = if host_only {
+            "built".to_string()
+        } else {
+            let tensors: Vec<_> = args
+                .into_iter()
+                .filter_map(|a| match a {
+                    ChipArg::Host(t) => Some(t),
+                    ChipArg::Device(_) => None,
+                })
+                .collect();
+            let check = (prepared.check)(&tensors);
+            all_pass &= check.pass;
+            format!(
+                "{} (max diff {:.3e})",
+                if check.pass { "PASS" } else { "FAIL" },
+                check.max_diff
+            )
+        };
+        println!(
+            "{:>5} {:>10.3} {:>10.3} {:>12.3} {:>8} {:>10.1}  {verdict}",
+            round,
+            run.host.as_secs_f64() * 1e3,
+            run.outcome.device.as_secs_f64() * 1e3,
+            bind.phases[2].time.as_secs_f64() * 1e3,
+            bind.tasks,
+            bind.image_bytes as f64 / 1024.0
+        );
+        binds.push(bind);
+    }
+    if phases {
+        if binds.len() < 2 {
+            return Err("--phases needs at least 2 rounds (the first, cold, is dropped)".into());
+        }
+        println!(
+            "bind phases over {} warm binds (the cold one dropped):",
+            binds.len() - 1
+        );
+        println!(
+            "{:<12} {:>10} {:>10} {:>10} {:>10}",
+            "phase", "min us", "median us", "max us", "minflt med"
+        );
+        for (i, name) in PHASES.iter().enumerate() {
+            let mut t: Vec<f64> = binds[1..]
+                .iter()
+                .map(|b| b.phases[i].time.as_secs_f64() * 1e6)
+                .collect();
+            let mut f: Vec<u64> = binds[1..].iter().map(|b| b.phases[i].minflt).collect();
+            t.sort_by(f64::total_cmp);
+            f.sort_unstable();
+            println!(
+                "{:<12} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+                name,
+                t[0],
+                t[t.len() / 2],
+                t[t.len() - 1],
+                f[f.len() / 2]
+            );
+        }
+    }
+    if !host_only {
+        println!("{}", if all_pass { "PASS" } else { "FAIL" });
+    }
+    Ok(all_pass)
 }
 
 /// Runs the L3 scene for `rounds` rounds on one Worker and closes it.
