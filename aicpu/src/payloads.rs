@@ -98,6 +98,23 @@ impl<'a> TaskPayloads<'a> {
         })
     }
 
+    /// Carves the records out of `region` keeping its bytes: a record is written whole when its
+    /// slot is claimed, so a region that held earlier records (or fresh zeroed pages, which
+    /// then stay untouched) needs no formatting.
+    pub fn attach(region: &'a mut [u8], layout: &PayloadsLayout) -> Result<Self, LayoutError> {
+        let mut c = Carver::new(region, &layout.layout)?;
+        let [a, b, d, e] = layout.rings;
+        Ok(Self {
+            rings: [
+                c.atomic_as_is(a)?,
+                c.atomic_as_is(b)?,
+                c.atomic_as_is(d)?,
+                c.atomic_as_is(e)?,
+            ],
+            masks: layout.windows.map(|w| w.wrapping_sub(1)),
+        })
+    }
+
     fn record(&self, task: TaskId) -> Option<&[AtomicU64]> {
         let ring = task.ring() as usize;
         let words = self.rings.get(ring)?;

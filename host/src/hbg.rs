@@ -229,7 +229,9 @@ impl ChipWorker {
         let payloads_layout = mirror.payloads_layout;
         let shared = SchedState::init(bytemuck::cast_slice_mut(&mut mirror.sched), layout.sched())
             .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
-        let payloads = TaskPayloads::init(
+        // The payload records (70 MB at the defaults) are written whole at claim: attached as
+        // they are, never formatted, so a bind touches only the records it writes.
+        let payloads = TaskPayloads::attach(
             bytemuck::cast_slice_mut(&mut mirror.payloads),
             &payloads_layout,
         )
