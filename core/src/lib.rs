@@ -53,6 +53,8 @@ pub mod gm;
 pub mod handshake;
 // Saturating extent arithmetic and the geometry checks every tensor type shares.
 pub mod geometry;
+// Graph Definitions: the recorded-body image, its builder and validating reader, key hashing.
+pub mod graph;
 // The compact live image: a state built in one memory, shipped field by field into another.
 pub mod image;
 // Carving typed arrays out of caller-provided memory: `Layout`, `Carver`.
