@@ -1,0 +1,141 @@
+//! `bind`: the hbg runtime's bind, phase by phase, on bgemm Case1 (128 tasks) and Case0
+//! (1000 tasks), a2a3sim, 8 clusters.
+//!
+//! Each case: one cold bind, then 10 warm binds in host-only mode (the orchestration runs into
+//! the retained mirror and the image is built; the device run is skipped, so the figures are
+//! the host's), then 3 full binds that also run on the device and check the golden. Printed per
+//! phase: median and minimum over the warm host-only binds; minor page faults per warm bind
+//! (the binding thread's, over exactly each phase's clocked span: the control plane's phases
+//! summed, and the entry staging's apart); heap allocations
+//! per warm bind (the whole process, a counting global allocator: these include the entry
+//! staging's channel messages and copies, which the host-only mode still does); host_orch per
+//! task; the image shipped.
+//!
+//! Not shown: Graph recording (not built yet), and the device run's own cost (see `scene`).
+//!
+//! Run: `cargo bench -p simpler-tests --bench bind`.
+
+use simpler_host::hbg::PHASES;
+use simpler_host::scenes;
+use simpler_host::{ChipArg, ChipWorker, HostTensor};
+use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::measure::{report, report_summary};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counts every heap allocation of the process.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARM: usize = 10;
+
+fn main() {
+    for case in ["Case1", "Case0"] {
+        let p = scenes::find("bgemm")
+            .expect("bgemm")
+            .prepare(case)
+            .expect("case");
+        let mut config = DeviceConfig::new(Topology::A2a3);
+        config.ring.heap_bytes = 256 << 20;
+        config.gm_bytes = 512 << 20;
+        let mut w = ChipWorker::init(config).expect("device");
+        let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+        let args = || -> Vec<ChipArg> { p.tensors.iter().cloned().map(ChipArg::Host).collect() };
+        // Cold.
+        w.run_hbg_with(h, &mut args(), &p.scalars, false)
+            .expect("cold bind");
+        let mut times = vec![Vec::with_capacity(WARM); PHASES.len()];
+        let mut faults = Vec::with_capacity(WARM);
+        let mut args_faults = Vec::with_capacity(WARM);
+        let mut allocs = Vec::with_capacity(WARM);
+        let mut image = 0;
+        let mut tasks = 0;
+        for _ in 0..WARM {
+            let mut a = args();
+            let before = ALLOCS.load(Ordering::Relaxed);
+            let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
+            allocs.push((ALLOCS.load(Ordering::Relaxed) - before) as f64);
+            for (i, ph) in bind.phases.iter().enumerate() {
+                times[i].push(ph.time.as_secs_f64() * 1e6);
+            }
+            // The control plane's phases (arena_build, host_orch, shared_mem); the entry
+            // staging (args) copies the inputs and faults in proportion to their size.
+            faults.push(bind.phases[1..4].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
+            args_faults.push(bind.phases[0].minflt as f64);
+            image = bind.image_bytes;
+            tasks = bind.tasks;
+        }
+        let name = format!("bgemm_{case}");
+        for (i, phase) in PHASES.iter().enumerate().take(4) {
+            report_summary(
+                "bind",
+                &format!("{name}_{phase}"),
+                &mut times[i].clone(),
+                "us",
+            );
+        }
+        let mut per_task: Vec<f64> = times[2].iter().map(|t| t * 1e3 / tasks as f64).collect();
+        report_summary(
+            "bind",
+            &format!("{name}_host_orch_per_task"),
+            &mut per_task,
+            "ns",
+        );
+        report_summary(
+            "bind",
+            &format!("{name}_minflt_per_warm_bind"),
+            &mut faults,
+            "faults",
+        );
+        report_summary(
+            "bind",
+            &format!("{name}_allocs_per_warm_bind"),
+            &mut allocs,
+            "allocs",
+        );
+        report("bind", &format!("{name}_image_bytes"), image as f64, "B");
+        report("bind", &format!("{name}_tasks"), tasks as f64, "tasks");
+        // Full binds: the device runs the shipped image; the golden must hold.
+        for _ in 0..3 {
+            let mut a = args();
+            let (run, _) = w.run_hbg(h, &mut a, &p.scalars).expect("full bind");
+            let tensors: Vec<HostTensor> = a
+                .into_iter()
+                .filter_map(|x| match x {
+                    ChipArg::Host(t) => Some(t),
+                    ChipArg::Device(_) => None,
+                })
+                .collect();
+            assert!((p.check)(&tensors).pass, "{case}: golden");
+            report(
+                "bind",
+                &format!("{name}_device_ms"),
+                run.outcome.device.as_secs_f64() * 1e3,
+                "ms",
+            );
+        }
+    }
+}
