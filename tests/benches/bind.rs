@@ -106,8 +106,14 @@ fn main() {
         );
         report_summary(
             "bind",
-            &format!("{name}_minflt_per_warm_bind"),
+            &format!("{name}_control_plane_minflt_per_warm_bind"),
             &mut faults,
+            "faults",
+        );
+        report_summary(
+            "bind",
+            &format!("{name}_args_minflt_per_warm_bind"),
+            &mut args_faults,
             "faults",
         );
         report_summary(
