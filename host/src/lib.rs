@@ -15,6 +15,8 @@ pub mod chip_worker;
 pub mod dag;
 // The host-built-graph runtime: the orchestration on the host into a mirror, shipped once.
 pub mod hbg;
+// Graph recording for hbg: a body recorded once into a Definition, on retained storage.
+pub mod record;
 // Level 3: chips and sub-workers in forked children, shared buffers, the import registry.
 pub mod l3;
 // The example scenes and their goldens.

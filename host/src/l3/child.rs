@@ -7,6 +7,10 @@
 //! a task, including a panic in a callable, becomes that task's error word and message; only
 //! a broken process ends the loop.
 
+// Without a device backend (no `sim` feature) chip children cannot start; the chip path
+// is compiled out and its data goes unread.
+#![cfg_attr(not(feature = "sim"), allow(unused_imports, dead_code))]
+
 use super::engine::LaneKind;
 use super::import::{view_offsets, ForkRanges, ImportContext, ImportRegistry, ImportedView};
 use super::mailbox::{
@@ -15,10 +19,12 @@ use super::mailbox::{
 use super::os;
 use super::worker::{ChipCallable, SubCallable};
 use simpler_core::blob::read_blob;
-use simpler_core::mailbox::{ControlCommand, ControlCopyRequest, MailboxState};
-use simpler_core::{
-    AccessMode, AddressSpace, ArgDirection, BackendKind, CanonicalIdentity, ValidTensor,
-};
+#[cfg(feature = "sim")]
+use simpler_core::mailbox::ControlCopyRequest;
+use simpler_core::mailbox::{ControlCommand, MailboxState};
+use simpler_core::CanonicalIdentity;
+#[cfg(feature = "sim")]
+use simpler_core::{AccessMode, AddressSpace, ArgDirection, BackendKind, ValidTensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
@@ -278,6 +284,7 @@ fn chip_arg(
 }
 
 /// Writes a staged result back into exactly the view's elements.
+#[cfg(feature = "sim")]
 fn scatter(t: &ValidTensor, v: &ImportedView, data: &[u8]) {
     let Some(region) = v.region else {
         return;
@@ -297,6 +304,7 @@ fn control(
     let mut cmd = [0u8; 8];
     mb.read(CONTROL_FRAME, 8, &mut cmd);
     let command = u64::from_le_bytes(cmd);
+    #[cfg_attr(not(feature = "sim"), allow(unused_variables))]
     let arg0 = mb.control_u64(CTRL_OFF_ARG0);
     if command == ControlCommand::ImportRelease as u64 {
         let slot = mb.control_slot();

@@ -124,7 +124,7 @@ fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
     TaskArg { tensor, tag }
 }
 
-fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+pub(crate) fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
     let (a, b, c) = match rt.args().tensors() {
         [a, b, c] => (*a, *b, *c),
         _ => return Err(rt.report_fatal(BAD_ENTRY)),

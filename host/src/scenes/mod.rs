@@ -70,6 +70,15 @@ pub fn find(name: &str) -> Option<&'static dyn Scene> {
     all().iter().copied().find(|s| s.name() == name)
 }
 
+/// A scene's orchestration function as a Graph body (its entry arguments are the boundary).
+pub fn body(name: &str) -> Option<crate::record::GraphBody> {
+    match name {
+        "vector_example" => Some(vector::orchestrate),
+        "bgemm" => Some(bgemm::orchestrate),
+        _ => None,
+    }
+}
+
 /// Compares `got` with `golden` element-wise: |got - golden| <= atol + rtol * |golden|.
 pub fn compare(got: &[f32], golden: &[f64], atol: f64, rtol: f64) -> Check {
     let mut max_diff = 0.0f64;

@@ -32,7 +32,7 @@ fn out() -> TaskArg {
     )
 }
 
-fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+pub(crate) fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
     let [a, b, f] = match rt.args().tensors() {
         [a, b, f] => [*a, *b, *f],
         _ => return Err(rt.report_fatal(1)),

@@ -1,0 +1,649 @@
+//! Graph recording for the hbg runtime: a body recorded once into a Graph Definition.
+//!
+//! A [`Recording`] is one recorder thread's retained storage. It records a body (an ordinary
+//! orchestration function whose boundary arrives as its entry arguments) by running it through
+//! a private copy of the runtime — an orchestrator, its TensorMap (the recording's hazard map)
+//! and a task ring whose heap lives in the virtual range at `1 << 63` — so the dependencies a
+//! Definition holds are computed by exactly the code that computes them for per-task
+//! submission. A submit hook turns every submitted task into a node: its kernels, its tensors
+//! (copied whole into the packed tensor region, each element written from a fresh value, so no
+//! field of a wider earlier tensor survives), each tensor's source (boundary exact, boundary
+//! view, an earlier node's output, the node's own output), its scalars and its producers. The
+//! Definition image is then built by `simpler_core::graph` into a retained buffer.
+//!
+//! Storage is stood up once (the runtime regions, the packed region sized at the node cap times
+//! the per-node tensor cap, every flat array at its cap) and reused: a recording resets
+//! `node_count` and the cursors, never the node slots, and every traversal is bounded by
+//! `node_count`. `storage_ready` is set only when every stand-up allocation succeeded. A
+//! recording past the node cap keeps running (the body finishes) but is unsupported, and gives
+//! back any array that grew past its cap at the next reset.
+//!
+//! Boundary scalars are captured by value at recording: arithmetic on them, and in this
+//! version every scalar, becomes static Definition data — a replay with different boundary
+//! scalar values would reuse the recorded ones (the reference's documented trap, here for all
+//! scalars until scalar provenance is tracked).
+
+use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads, NO_KERNEL};
+use simpler_aicpu::{Rt, RtError, SubmitHook, SubmittedTask};
+use simpler_core::deps::DepFlags;
+use simpler_core::gm::{Gm, GmFault};
+use simpler_core::graph::{
+    build_definition, definition_size, DefinitionBoundary, DefinitionError, DefinitionInput,
+    ExecutionStorageShape, RecordedNode, RecordedScalarSource, RecordedTensorSource,
+    TensorSourceKind, GRAPH_MAX_NODES, GRAPH_MAX_SCALAR_ARGS, GRAPH_MAX_TENSOR_ARGS,
+};
+use simpler_core::layout::Line;
+use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
+use simpler_core::orchestrator::{
+    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
+};
+use simpler_core::ring::{RingConfig, MAX_RINGS};
+use simpler_core::sched::{SchedConfig, SchedState};
+use simpler_core::scope::ScopeMode;
+use simpler_core::{CoreTaskArgs, OrchArgs, TaskId, TaskTensor, TensorArgType};
+use std::fmt;
+use std::sync::atomic::AtomicU32;
+
+/// A Graph body: an orchestration function whose entry arguments are its boundary.
+pub type GraphBody = fn(&mut Rt<'_, '_>) -> Result<(), RtError>;
+
+/// Where recorded outputs live: a virtual range no device heap reaches.
+pub const GRAPH_RECORD_VIRTUAL_BASE: u64 = 1 << 63;
+
+/// Task slots of the private ring: room past the node cap, so an overshooting body finishes.
+const RECORD_WINDOW: u32 = 2048;
+/// Dependency cells of the private ring.
+const RECORD_EDGES: u32 = 16_384;
+/// Virtual heap per ring.
+const RECORD_HEAP: u64 = 1 << 31;
+
+/// The deep copy of one invocation's boundary.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GraphBoundary {
+    /// Boundary tensors.
+    pub tensors: Vec<TaskTensor>,
+    /// Their tags.
+    pub tags: Vec<TensorArgType>,
+    /// Boundary scalars.
+    pub scalars: Vec<u64>,
+}
+
+/// Why a boundary cannot be recorded (the body then runs inline, on the ordinary path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Uncacheable {
+    /// No boundary tensor, or more than 128.
+    TensorCount(usize),
+    /// More than 64 boundary scalars.
+    ScalarCount(usize),
+    /// A boundary tensor is tagged OUTPUT (runtime-allocated).
+    OutputTag(usize),
+    /// Tags and tensors differ in number.
+    Mismatch,
+}
+
+impl GraphBoundary {
+    /// The cacheability gate: 1 to 128 tensors, at most 64 scalars, no OUTPUT tag.
+    pub fn cacheable(&self) -> Result<(), Uncacheable> {
+        let n = self.tensors.len();
+        if n == 0 || n > GRAPH_MAX_TENSOR_ARGS {
+            return Err(Uncacheable::TensorCount(n));
+        }
+        if self.scalars.len() > GRAPH_MAX_SCALAR_ARGS {
+            return Err(Uncacheable::ScalarCount(self.scalars.len()));
+        }
+        if self.tags.len() != n {
+            return Err(Uncacheable::Mismatch);
+        }
+        if let Some(i) = self.tags.iter().position(|&t| t == TensorArgType::Output) {
+            return Err(Uncacheable::OutputTag(i));
+        }
+        Ok(())
+    }
+
+    /// Whether `other` may replay a Definition recorded from `self`: equal counts and, per
+    /// tensor, equal size, rank, dtype, tag, shapes, strides and alias partition (addresses
+    /// may differ).
+    pub fn matches(&self, other: &GraphBoundary) -> bool {
+        if self.tensors.len() != other.tensors.len()
+            || self.tags != other.tags
+            || self.scalars.len() != other.scalars.len()
+        {
+            return false;
+        }
+        let alias = |b: &GraphBoundary, i: usize| {
+            let t = &b.tensors[i];
+            b.tensors[..i]
+                .iter()
+                .position(|u| u.buffer() == t.buffer())
+                .unwrap_or(i)
+        };
+        self.tensors
+            .iter()
+            .zip(&other.tensors)
+            .enumerate()
+            .all(|(i, (a, b))| {
+                a.buffer().size == b.buffer().size
+                    && a.ndims() == b.ndims()
+                    && a.dtype() == b.dtype()
+                    && a.shapes() == b.shapes()
+                    && a.strides() == b.strides()
+                    && a.start_offset() == b.start_offset()
+                    && alias(self, i) == alias(other, i)
+            })
+    }
+}
+
+/// Which stand-up allocation to fail (tests of the `storage_ready` rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StandUpPart {
+    /// The hazard map (the private orchestrator's region).
+    HazardMap,
+    /// The packed tensor region.
+    PackedRegion,
+}
+
+/// Why a recording failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordError {
+    /// The boundary is absent.
+    NoBoundary,
+    /// The boundary cannot be recorded.
+    Uncacheable(Uncacheable),
+    /// The storage could not be stood up (nothing was kept; the next recording retries).
+    StandUp(StandUpPart),
+    /// The body failed.
+    Body(RtError),
+    /// The recording is unsupported (it ran to the end but cannot become a Definition).
+    Unsupported(&'static str),
+    /// The Definition image was refused.
+    Definition(DefinitionError),
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoBoundary => f.write_str("the recording has no boundary"),
+            Self::Uncacheable(u) => write!(f, "boundary not cacheable: {u:?}"),
+            Self::StandUp(p) => write!(f, "recording storage could not be stood up ({p:?})"),
+            Self::Body(e) => write!(f, "the body failed: {e:?}"),
+            Self::Unsupported(why) => write!(f, "recording unsupported: {why}"),
+            Self::Definition(e) => write!(f, "definition refused: {e:?}"),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+struct Regions {
+    sched: Box<[Line]>,
+    orch: Box<[Line]>,
+    payloads: Box<[Line]>,
+}
+
+/// The flat arrays a recording fills; every traversal is bounded by `node_count`.
+#[derive(Default)]
+struct Arrays {
+    node_count: usize,
+    nodes: Vec<RecordedNode>,
+    /// The packed tensor region: `GRAPH_MAX_NODES * CORE_MAX_TENSOR_ARGS` tensors, allocated
+    /// once, never grown (addresses into it stay valid through a recording).
+    tensors: Vec<TaskTensor>,
+    tensor_cursor: usize,
+    sources: Vec<RecordedTensorSource>,
+    scalars: Vec<u64>,
+    scalar_sources: Vec<RecordedScalarSource>,
+    fanins: Vec<usize>,
+    /// Output windows `[start, end)` per node, in record order (sorted, disjoint).
+    outputs: Vec<(u64, u64)>,
+    /// Node index of each private task slot, per ring.
+    ids: [Vec<u32>; MAX_RINGS],
+    unsupported: Option<&'static str>,
+}
+
+/// One recorder's retained storage.
+pub struct Recording {
+    layout: OrchestratorLayout,
+    payloads_layout: PayloadsLayout,
+    regions: Option<Box<Regions>>,
+    arrays: Arrays,
+    args: Box<OrchArgs>,
+    scratch: Box<CoreTaskArgs>,
+    definition: Vec<u8>,
+    storage_ready: bool,
+    fail: Option<StandUpPart>,
+    recordings: u64,
+}
+
+impl Default for Recording {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn record_config() -> OrchestratorConfig {
+    let ring = RingConfig {
+        window: RECORD_WINDOW,
+        heap_bytes: RECORD_HEAP,
+        edges: RECORD_EDGES,
+    };
+    OrchestratorConfig {
+        sched: SchedConfig::uniform(ring),
+        map_buckets: 4096,
+        map_entries: 16_384,
+        heap_base: core::array::from_fn(|r| GRAPH_RECORD_VIRTUAL_BASE + r as u64 * RECORD_HEAP),
+    }
+}
+
+impl Recording {
+    /// Empty storage; nothing is allocated until the first recording.
+    pub fn new() -> Self {
+        let layout = OrchestratorLayout::new(record_config()).expect("a valid fixed layout");
+        let payloads_layout =
+            PayloadsLayout::new([RECORD_WINDOW; MAX_RINGS]).expect("a valid fixed layout");
+        Self {
+            layout,
+            payloads_layout,
+            regions: None,
+            arrays: Arrays::default(),
+            args: Box::default(),
+            scratch: Box::default(),
+            definition: Vec::new(),
+            storage_ready: false,
+            fail: None,
+            recordings: 0,
+        }
+    }
+
+    /// Makes the next stand-up fail at `part` (once).
+    pub fn inject_stand_up_failure(&mut self, part: StandUpPart) {
+        self.fail = Some(part);
+    }
+
+    /// Whether every stand-up allocation succeeded.
+    pub fn storage_ready(&self) -> bool {
+        self.storage_ready
+    }
+
+    /// Nodes of the last recording.
+    pub fn node_count(&self) -> usize {
+        self.arrays.node_count
+    }
+
+    /// Node slots kept from every recording so far (never cleared).
+    pub fn node_slots(&self) -> usize {
+        self.arrays.nodes.len()
+    }
+
+    /// Recordings made with this storage.
+    pub fn recordings(&self) -> u64 {
+        self.recordings
+    }
+
+    /// The packed tensor region's address and length (stable for the storage's life).
+    pub fn packed_region(&self) -> (usize, usize) {
+        (
+            self.arrays.tensors.as_ptr() as usize,
+            self.arrays.tensors.len(),
+        )
+    }
+
+    /// The tensors of node `i` of the last recording, from the packed region.
+    pub fn node_tensors(&self, i: usize) -> &[TaskTensor] {
+        if i >= self.arrays.node_count {
+            return &[];
+        }
+        let n = &self.arrays.nodes[i];
+        let at = n.tensor_offset as usize;
+        &self.arrays.tensors[at..at + n.tensor_count as usize]
+    }
+
+    fn stand_up(&mut self) -> Result<(), RecordError> {
+        let fail = self.fail.take();
+        // Both allocations, or neither: a failure drops everything stood up so far.
+        let region = |bytes: usize| bytemuck::zeroed_slice_box::<Line>(bytes.div_ceil(64));
+        if fail == Some(StandUpPart::HazardMap) {
+            self.drop_storage();
+            return Err(RecordError::StandUp(StandUpPart::HazardMap));
+        }
+        let regions = Box::new(Regions {
+            sched: region(self.layout.sched().size()),
+            orch: region(self.layout.size()),
+            payloads: region(self.payloads_layout.size()),
+        });
+        if fail == Some(StandUpPart::PackedRegion) {
+            drop(regions);
+            self.drop_storage();
+            return Err(RecordError::StandUp(StandUpPart::PackedRegion));
+        }
+        let cap = GRAPH_MAX_NODES * CORE_MAX_TENSOR_ARGS;
+        let a = &mut self.arrays;
+        a.tensors = vec![<TaskTensor as bytemuck::Zeroable>::zeroed(); cap];
+        a.nodes = Vec::with_capacity(GRAPH_MAX_NODES);
+        a.sources = Vec::with_capacity(cap);
+        a.scalars = Vec::with_capacity(GRAPH_MAX_NODES * CORE_MAX_SCALAR_ARGS);
+        a.scalar_sources = Vec::with_capacity(GRAPH_MAX_NODES * CORE_MAX_SCALAR_ARGS);
+        a.fanins = Vec::with_capacity(GRAPH_MAX_NODES * 4);
+        a.outputs = Vec::with_capacity(GRAPH_MAX_NODES);
+        a.ids = core::array::from_fn(|_| vec![u32::MAX; RECORD_WINDOW as usize]);
+        self.regions = Some(regions);
+        self.storage_ready = true;
+        Ok(())
+    }
+
+    fn drop_storage(&mut self) {
+        self.regions = None;
+        self.arrays = Arrays::default();
+        self.storage_ready = false;
+    }
+
+    /// Empties the storage for a new recording; an array grown past its cap-bound (by an
+    /// overshooting body) is given back.
+    fn reset(&mut self) {
+        let a = &mut self.arrays;
+        a.node_count = 0;
+        a.tensor_cursor = 0;
+        a.unsupported = None;
+        fn give_back<T>(v: &mut Vec<T>, cap: usize) {
+            v.clear();
+            if v.capacity() > cap {
+                v.shrink_to(cap);
+            }
+        }
+        let cap = GRAPH_MAX_NODES * CORE_MAX_TENSOR_ARGS;
+        let scalars = GRAPH_MAX_NODES * CORE_MAX_SCALAR_ARGS;
+        give_back(&mut a.sources, cap);
+        give_back(&mut a.scalars, scalars);
+        give_back(&mut a.scalar_sources, scalars);
+        give_back(&mut a.outputs, GRAPH_MAX_NODES);
+        // Node slots are never cleared (only `node_count` bounds them); the fanin array keeps
+        // its high-water mark by design.
+        a.fanins.clear();
+        if a.nodes.len() > GRAPH_MAX_NODES {
+            a.nodes.truncate(GRAPH_MAX_NODES);
+            a.nodes.shrink_to(GRAPH_MAX_NODES);
+        }
+    }
+
+    /// Records `body` over `boundary` under `full_key` and returns the Definition image.
+    pub fn record(
+        &mut self,
+        full_key: u64,
+        body: GraphBody,
+        boundary: Option<&GraphBoundary>,
+    ) -> Result<&[u8], RecordError> {
+        // Absence is checked before anything reads the boundary.
+        let boundary = boundary.ok_or(RecordError::NoBoundary)?;
+        boundary.cacheable().map_err(RecordError::Uncacheable)?;
+        if !self.storage_ready {
+            self.stand_up()?;
+        }
+        self.reset();
+        self.recordings += 1;
+        self.args.clear();
+        for t in &boundary.tensors {
+            self.args
+                .push_tensor(*t)
+                .map_err(|_| RecordError::Unsupported("boundary wider than an entry"))?;
+        }
+        for &s in &boundary.scalars {
+            self.args
+                .push_scalar(s)
+                .map_err(|_| RecordError::Unsupported("too many boundary scalars"))?;
+        }
+        let regions = self.regions.as_mut().expect("ready storage has regions");
+        let shared = SchedState::init(
+            bytemuck::cast_slice_mut(&mut regions.sched),
+            self.layout.sched(),
+        )
+        .map_err(|_| RecordError::Unsupported("recording state layout"))?;
+        let payloads = TaskPayloads::attach(
+            bytemuck::cast_slice_mut(&mut regions.payloads),
+            &self.payloads_layout,
+        )
+        .map_err(|_| RecordError::Unsupported("recording payload layout"))?;
+        let mut orch = Orchestrator::init(
+            bytemuck::cast_slice_mut(&mut regions.orch),
+            &self.layout,
+            &shared,
+        )
+        .map_err(|_| RecordError::Unsupported("recording orchestrator layout"))?;
+        let mut waiter = NoWait(false);
+        let abort = AtomicU32::new(0);
+        let mut sink = NodeSink {
+            arrays: &mut self.arrays,
+            payloads: &payloads,
+            scratch: &mut self.scratch,
+            boundary,
+        };
+        let result = {
+            let mut rt = Rt::new(&mut orch, &payloads, &mut waiter, &NoGm, &self.args, &abort)
+                .with_hook(&mut sink);
+            let r = rt.scope(ScopeMode::Auto, |rt| body(rt));
+            r.and_then(|()| rt.error().map_or(Ok(()), Err))
+        };
+        if let Some(why) = self.arrays.unsupported {
+            return Err(RecordError::Unsupported(why));
+        }
+        if let Err(e) = result {
+            return Err(if waiter.0 {
+                RecordError::Unsupported("the body does not fit the recording ring")
+            } else {
+                RecordError::Body(e)
+            });
+        }
+        let a = &self.arrays;
+        let input = DefinitionInput {
+            full_key,
+            unsupported: false,
+            node_count: a.node_count,
+            nodes: &a.nodes,
+            tensors: &a.tensors,
+            tensor_sources: &a.sources,
+            scalars: &a.scalars,
+            scalar_sources: &a.scalar_sources,
+            fanins: &a.fanins,
+            predicates: &[],
+            boundary: Some(DefinitionBoundary {
+                tensors: &boundary.tensors,
+                tags: &boundary.tags,
+                scalar_count: boundary.scalars.len(),
+            }),
+            storage: ExecutionStorageShape {
+                header_bytes: 64,
+                node_bytes: 256,
+            },
+        };
+        let size = definition_size(&input).map_err(RecordError::Definition)?;
+        if self.definition.len() < size {
+            self.definition.resize(size, 0);
+        }
+        let n = build_definition(&input, &mut self.definition[..size])
+            .map_err(RecordError::Definition)?;
+        Ok(&self.definition[..n])
+    }
+}
+
+struct NoWait(bool);
+
+impl Waiter for NoWait {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        self.0 = true;
+        Err(GaveUp)
+    }
+}
+
+struct NoGm;
+
+impl Gm for NoGm {
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
+        Err(GmFault {
+            addr,
+            len: dst.len() as u64,
+        })
+    }
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
+        Err(GmFault {
+            addr,
+            len: src.len() as u64,
+        })
+    }
+}
+
+/// Turns each submitted task of the body into a node.
+struct NodeSink<'s, 'p> {
+    arrays: &'s mut Arrays,
+    payloads: &'s TaskPayloads<'p>,
+    scratch: &'s mut CoreTaskArgs,
+    boundary: &'s GraphBoundary,
+}
+
+fn kernel_id(k: u32) -> i32 {
+    if k == NO_KERNEL {
+        -1
+    } else {
+        k as i32
+    }
+}
+
+impl NodeSink<'_, '_> {
+    fn classify(
+        &self,
+        node: usize,
+        own: (u64, u64),
+        t: &TaskTensor,
+    ) -> Option<RecordedTensorSource> {
+        let b = &self.boundary.tensors;
+        if let Some(i) = b.iter().position(|u| u == t) {
+            return Some(RecordedTensorSource {
+                kind: TensorSourceKind::BoundaryExact,
+                index: i,
+                packed_offset: 0,
+            });
+        }
+        if let Some(i) = b
+            .iter()
+            .position(|u| u.buffer() == t.buffer() && t.start_offset() >= u.start_offset())
+        {
+            return Some(RecordedTensorSource {
+                kind: TensorSourceKind::BoundaryView,
+                index: i,
+                packed_offset: t.start_offset() - b[i].start_offset(),
+            });
+        }
+        let addr = t.buffer().addr;
+        if addr >= own.0 && addr < own.1 {
+            return Some(RecordedTensorSource {
+                kind: TensorSourceKind::OwnOutput,
+                index: node,
+                packed_offset: addr - own.0,
+            });
+        }
+        let outs = &self.arrays.outputs[..node.min(self.arrays.outputs.len())];
+        let at = outs.partition_point(|&(start, _)| start <= addr);
+        let (start, end) = *outs.get(at.checked_sub(1)?)?;
+        (addr < end).then_some(RecordedTensorSource {
+            kind: TensorSourceKind::Internal,
+            index: at - 1,
+            packed_offset: addr - start,
+        })
+    }
+}
+
+impl SubmitHook for NodeSink<'_, '_> {
+    fn submitted(
+        &mut self,
+        task: &SubmittedTask<'_>,
+        fanin: &mut dyn Iterator<Item = (TaskId, DepFlags)>,
+    ) {
+        let node = self.arrays.node_count;
+        if node >= GRAPH_MAX_NODES {
+            // Keep running so the body finishes; the recording cannot become a Definition.
+            self.arrays.unsupported = Some("more than 1024 nodes");
+            return;
+        }
+        let ring = task.id.ring() as usize;
+        let local = task.id.local() as usize & (RECORD_WINDOW as usize - 1);
+        self.arrays.ids[ring][local] = node as u32;
+        // The node's own output window: the buffers its OUTPUT arguments were given.
+        let own = task
+            .args
+            .iter()
+            .filter(|a| a.tag == TensorArgType::Output)
+            .map(|a| {
+                (
+                    a.tensor.buffer().addr,
+                    a.tensor.buffer().addr + a.tensor.buffer().size,
+                )
+            })
+            .fold((u64::MAX, 0), |(s, e), (a, b)| (s.min(a), e.max(b)));
+        let own = if own.0 == u64::MAX { (0, 0) } else { own };
+        let tensor_offset = self.arrays.tensor_cursor;
+        let source_offset = self.arrays.sources.len();
+        for arg in task.args {
+            let Some(source) = self.classify(node, own, &arg.tensor) else {
+                self.arrays.unsupported = Some("a tensor is neither boundary nor internal");
+                continue;
+            };
+            // Written from a fresh value: nothing of an earlier, wider tensor survives.
+            let slot = &mut self.arrays.tensors[self.arrays.tensor_cursor];
+            *slot = bytemuck::Zeroable::zeroed();
+            *slot = arg.tensor;
+            self.arrays.tensor_cursor += 1;
+            self.arrays.sources.push(source);
+        }
+        self.payloads.read_args(task.id, self.scratch);
+        let scalar_offset = self.arrays.scalars.len();
+        for &s in self.scratch.scalars() {
+            self.arrays.scalars.push(s);
+            self.arrays
+                .scalar_sources
+                .push(RecordedScalarSource::Static);
+        }
+        let fanin_offset = self.arrays.fanins.len();
+        for (producer, _) in fanin {
+            let p = self.arrays.ids[producer.ring() as usize]
+                [producer.local() as usize & (RECORD_WINDOW as usize - 1)];
+            if (p as usize) < node && !self.arrays.fanins[fanin_offset..].contains(&(p as usize)) {
+                self.arrays.fanins.push(p as usize);
+            }
+        }
+        let k = task.kernels;
+        let mask = (k.aic != NO_KERNEL) as u8
+            | ((k.aiv0 != NO_KERNEL) as u8) << 1
+            | ((k.aiv1 != NO_KERNEL) as u8) << 2;
+        let subtasks = task.block_num as u32 * mask.count_ones();
+        if subtasks > i16::MAX as u32 {
+            self.arrays.unsupported = Some("subtasks do not fit i16");
+        }
+        let output_size = own.1.saturating_sub(own.0);
+        self.arrays.outputs.push(if own.1 > own.0 {
+            own
+        } else {
+            let at = self.arrays.outputs.last().map_or(0, |o| o.1);
+            (at, at)
+        });
+        let rec = RecordedNode {
+            kernel_ids: [kernel_id(k.aic), kernel_id(k.aiv0), kernel_id(k.aiv1)],
+            active_mask: mask,
+            task_attrs: 0,
+            logical_block_num: task.block_num as i16,
+            total_required_subtasks: subtasks.min(i16::MAX as u32) as i16,
+            total_output_size: output_size,
+            tensor_offset: tensor_offset as u32,
+            tensor_count: (self.arrays.tensor_cursor - tensor_offset) as u32,
+            tensor_source_offset: source_offset as u32,
+            scalar_offset: scalar_offset as u32,
+            scalar_count: (self.arrays.scalars.len() - scalar_offset) as u32,
+            fanin_offset: fanin_offset as u32,
+            fanin_count: (self.arrays.fanins.len() - fanin_offset) as u32,
+            predicate_index: None,
+        };
+        // Node slots persist: overwrite the slot if it exists, else add one.
+        if node < self.arrays.nodes.len() {
+            self.arrays.nodes[node] = rec;
+        } else {
+            self.arrays.nodes.push(rec);
+        }
+        self.arrays.node_count += 1;
+    }
+}
