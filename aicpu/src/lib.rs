@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// Graph execution: an outer GRAPH task expanded into its Definition's internal nodes.
+pub mod graph_exec;
 // Per-slot task payloads written at submit and read at dispatch.
 pub mod payloads;
 // The hardware primitives the AICPU program needs.
@@ -25,6 +27,6 @@ pub mod trace;
 pub use payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
 pub use platform::Platform;
 pub use run::{RunError, RunOutcome};
-pub use runtime::{Rt, RtError, SubmitHook, SubmittedTask};
+pub use runtime::{GraphBody, GraphRef, GraphSink, Rt, RtError, SubmitHook, SubmittedTask};
 pub use scheduler::{CoreSlot, OwnedCore, SchedError, Scheduler};
 pub use trace::{EventKind, TraceEvent};

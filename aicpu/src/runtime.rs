@@ -90,6 +90,41 @@ pub trait SubmitHook {
     );
 }
 
+/// A Graph body: an orchestration function whose entry arguments are its boundary.
+pub type GraphBody = fn(&mut Rt<'_, '_>) -> Result<(), RtError>;
+
+/// A recorded Graph the device can expand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphRef {
+    /// The Definition image's device address.
+    pub definition: u64,
+    /// Heap its internal outputs need.
+    pub required_heap: u64,
+}
+
+/// Where Graph submissions go on a host-built run (hbg). Without one (the device runtime, or
+/// a body being recorded), a Graph's body runs inline on the ordinary path.
+pub trait GraphSink {
+    /// The Definition of `full_key` for this boundary, recorded now if it is new; `None`
+    /// runs the body inline (a boundary that does not match the recorded one, a full cache,
+    /// an unsupported recording).
+    fn definition(
+        &mut self,
+        full_key: u64,
+        body: GraphBody,
+        boundary: &[TaskArg],
+        scalars: &[u64],
+    ) -> Option<GraphRef>;
+    /// Stages this invocation's boundary tensors for the device; their device address.
+    fn stage_boundary(&mut self, boundary: &[TaskArg]) -> Option<u64>;
+}
+
+/// The fatal code of a Graph boundary wider than an entry (256 tensors, 128 scalars).
+pub const GRAPH_BOUNDARY_TOO_WIDE: u32 = 0x6772_0001;
+
+/// Boundary tensors a Graph task carries itself (one argument is its heap block).
+pub const GRAPH_TASK_MAX_BOUNDARY: usize = simpler_core::limits::CORE_MAX_TENSOR_ARGS - 1;
+
 /// The orchestration function's handle on the runtime.
 pub struct Rt<'r, 'a> {
     orch: &'r mut Orchestrator<'a>,
@@ -100,6 +135,7 @@ pub struct Rt<'r, 'a> {
     abort: &'r AtomicU32,
     error: Option<RtError>,
     hook: Option<&'r mut dyn SubmitHook>,
+    graphs: Option<&'r mut dyn GraphSink>,
 }
 
 impl<'r, 'a> Rt<'r, 'a> {
@@ -121,7 +157,121 @@ impl<'r, 'a> Rt<'r, 'a> {
             abort,
             error: None,
             hook: None,
+            graphs: None,
         }
+    }
+
+    /// Sends Graph submissions to `graphs` (hbg) instead of running their bodies inline.
+    pub fn with_graphs(mut self, graphs: &'r mut dyn GraphSink) -> Self {
+        self.graphs = Some(graphs);
+        self
+    }
+
+    /// Submits a Graph: `body` over `boundary` (its tensors with their tags) and `scalars`,
+    /// keyed by `key`, or by the body's identity when `key` is 0. On a host-built run with a
+    /// recorded (or now recorded) Definition this adds one outer task that the device expands
+    /// into the body's nodes; otherwise — no Graph sink, an uncacheable boundary (empty, more
+    /// than the task's room, an OUTPUT tag), a refused recording — the body runs inline, here,
+    /// with `boundary` as its entry. Returns the outer task, or `None` when it ran inline.
+    pub fn submit_graph(
+        &mut self,
+        key: u64,
+        body: GraphBody,
+        boundary: &mut [TaskArg],
+        scalars: &[u64],
+    ) -> Result<Option<TaskId>, RtError> {
+        self.check()?;
+        let full_key = if key == 0 { body as usize as u64 } else { key };
+        let cacheable = !boundary.is_empty()
+            && boundary.len() <= GRAPH_TASK_MAX_BOUNDARY
+            && scalars.len() <= simpler_core::graph::GRAPH_MAX_SCALAR_ARGS
+            && boundary
+                .iter()
+                .all(|a| a.tag != simpler_core::TensorArgType::Output);
+        if cacheable {
+            if let Some(sink) = self.graphs.as_deref_mut() {
+                let staged = sink
+                    .definition(full_key, body, boundary, scalars)
+                    .and_then(|g| sink.stage_boundary(boundary).map(|at| (g, at)));
+                if let Some((g, at)) = staged {
+                    if let Some(id) = self.submit_outer(g, at, boundary)? {
+                        return Ok(Some(id));
+                    }
+                }
+            }
+        }
+        self.run_inline(body, boundary, scalars)?;
+        Ok(None)
+    }
+
+    fn submit_outer(
+        &mut self,
+        g: GraphRef,
+        boundary_at: u64,
+        boundary: &[TaskArg],
+    ) -> Result<Option<TaskId>, RtError> {
+        let Ok(heap_len) = u32::try_from(g.required_heap.max(1)) else {
+            return Ok(None);
+        };
+        let Ok(heap) = TaskTensor::create_info(&[heap_len], simpler_core::DataType::Uint8) else {
+            return Ok(None);
+        };
+        let mut args = [TaskArg {
+            tensor: heap,
+            tag: simpler_core::TensorArgType::Output,
+        }; simpler_core::limits::CORE_MAX_TENSOR_ARGS];
+        args[..boundary.len()].copy_from_slice(boundary);
+        let n = boundary.len() + 1;
+        let scalars = [
+            crate::graph_exec::GRAPH_MAGIC,
+            g.definition,
+            boundary_at,
+            boundary.len() as u64,
+        ];
+        self.submit(MixedKernels::NONE, 1, &mut args[..n], &scalars, &[])
+            .map(Some)
+    }
+
+    /// Runs `body` here with `boundary` as its entry, submitting through this runtime.
+    fn run_inline(
+        &mut self,
+        body: GraphBody,
+        boundary: &[TaskArg],
+        scalars: &[u64],
+    ) -> Result<(), RtError> {
+        let mut args = OrchArgs::default();
+        for a in boundary {
+            if args.push_tensor(a.tensor).is_err() {
+                return Err(self.fail(RtError::Fatal(GRAPH_BOUNDARY_TOO_WIDE)));
+            }
+        }
+        for &v in scalars {
+            if args.push_scalar(v).is_err() {
+                return Err(self.fail(RtError::Fatal(GRAPH_BOUNDARY_TOO_WIDE)));
+            }
+        }
+        let mut inner = Rt {
+            orch: &mut *self.orch,
+            payloads: self.payloads,
+            waiter: &mut *self.waiter,
+            gm: self.gm,
+            args: &args,
+            abort: self.abort,
+            error: self.error,
+            hook: match self.hook.as_deref_mut() {
+                Some(h) => Some(h),
+                None => None,
+            },
+            graphs: match self.graphs.as_deref_mut() {
+                Some(g) => Some(g),
+                None => None,
+            },
+        };
+        let r = body(&mut inner);
+        if let Some(e) = inner.error {
+            self.error.get_or_insert(e);
+        }
+        r
     }
 
     /// Shows every submitted task to `hook`.

@@ -6,11 +6,14 @@
 //! then DUMMY tasks, then dispatch with MIX before AIC and AIV so a cluster is not broken up
 //! while a MIX task waits, and idle cores only (a core runs one task at a time).
 
+use crate::graph_exec::{node_kernel, Expansion, GraphExecError, Submission, MAX_EXPANSIONS};
 use crate::payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
 use crate::platform::Platform;
 use simpler_core::cores::{ActiveMask, ResourceShape};
+use simpler_core::gm::Gm;
 use simpler_core::handshake::{next_token, FIN_BIT, NO_ERROR};
 use simpler_core::sched::SchedState;
+use simpler_core::CoreTaskArgs;
 use simpler_core::TaskId;
 
 /// Most cores one scheduler thread can own (36 clusters of 3 cores).
@@ -84,6 +87,13 @@ pub enum SchedError {
         /// The task.
         task: TaskId,
     },
+    /// A Graph could not be expanded.
+    Graph {
+        /// The outer task.
+        task: TaskId,
+        /// Why.
+        error: GraphExecError,
+    },
 }
 
 /// When a timed pass started, finished handling completions, and ended (platform cycles).
@@ -121,6 +131,8 @@ pub struct Scheduler {
     pub pop_hits: u64,
     timed: bool,
     last_pass: PassTimes,
+    /// Graphs this thread is expanding.
+    expansions: [Option<Expansion>; MAX_EXPANSIONS],
 }
 
 impl Scheduler {
@@ -140,6 +152,7 @@ impl Scheduler {
             pop_hits: 0,
             timed: false,
             last_pass: PassTimes::default(),
+            expansions: [const { None }; MAX_EXPANSIONS],
         }
     }
 
@@ -165,6 +178,7 @@ impl Scheduler {
             c.running = None;
         }
         self.partial = [None; 3];
+        self.expansions = [const { None }; MAX_EXPANSIONS];
     }
 
     /// One pass: completions, dummy tasks, dispatch. Returns whether anything happened.
@@ -173,25 +187,38 @@ impl Scheduler {
         platform: &mut impl Platform,
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
     ) -> Result<bool, SchedError> {
         let timed = self.timed;
         let start = if timed { platform.cycles() } else { 0 };
-        let mut progress = self.poll_completions(platform, shared)?;
+        let mut progress = self.poll_completions(platform, shared, gm)?;
         let completed = if timed { platform.cycles() } else { 0 };
         self.loops += 1;
         for _ in 0..8 {
+            // A kernel-less task may be a Graph to expand: take one only with a slot free
+            // (another thread, or this one after a Graph finishes, takes the rest).
+            if self.expansions.iter().all(Option::is_some) {
+                break;
+            }
             self.pops += 1;
             let Some(task) = shared.pop_ready(ResourceShape::Dummy) else {
                 break;
             };
             self.pop_hits += 1;
+            progress = true;
+            let mut args = CoreTaskArgs::default();
+            payloads.read_args(task, &mut args);
+            if let Some(sub) = Submission::of(&args) {
+                self.start_graph(task, sub, gm, shared)?;
+                continue;
+            }
             shared.complete(task);
             self.completed += 1;
-            progress = true;
         }
         for shape in [ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv] {
             progress |= self.dispatch_shape(shape, platform, shared, payloads)?;
         }
+        progress |= self.dispatch_graphs(platform, shared, gm)?;
         if timed {
             self.last_pass = PassTimes {
                 start,
@@ -217,6 +244,7 @@ impl Scheduler {
         &mut self,
         platform: &mut impl Platform,
         shared: &SchedState<'_>,
+        gm: &dyn Gm,
     ) -> Result<bool, SchedError> {
         let mut progress = false;
         for i in 0..self.count {
@@ -240,8 +268,138 @@ impl Scheduler {
                     detail,
                 });
             }
-            if shared.complete_subtask(task) {
+            if let Some((slot, node)) = Expansion::decode(task) {
+                self.finish_internal(slot, node, false, gm, shared)?;
+            } else if shared.complete_subtask(task) {
                 self.completed += 1;
+            }
+        }
+        Ok(progress)
+    }
+
+    /// Takes on an outer GRAPH task.
+    fn start_graph(
+        &mut self,
+        task: TaskId,
+        sub: Submission,
+        gm: &dyn Gm,
+        shared: &SchedState<'_>,
+    ) -> Result<(), SchedError> {
+        let err = |error| SchedError::Graph { task, error };
+        let slot = self
+            .expansions
+            .iter()
+            .position(Option::is_none)
+            .ok_or(err(GraphExecError::Capacity))?;
+        let e = Expansion::start(task, sub, gm).map_err(err)?;
+        self.expansions[slot] = Some(e);
+        let _ = shared;
+        Ok(())
+    }
+
+    /// A subtask of internal node `node` finished (or, with `whole`, a kernel-less node).
+    fn finish_internal(
+        &mut self,
+        slot: usize,
+        node: usize,
+        whole: bool,
+        gm: &dyn Gm,
+        shared: &SchedState<'_>,
+    ) -> Result<(), SchedError> {
+        let Some(e) = self.expansions[slot].as_mut() else {
+            return Ok(());
+        };
+        let outer = e.outer;
+        let err = |error| SchedError::Graph { task: outer, error };
+        let done = if whole {
+            e.finish_node(gm, node)
+        } else {
+            e.finish_subtask(gm, node)
+        }
+        .map_err(err)?;
+        if done {
+            self.expansions[slot] = None;
+            shared.complete(outer);
+            self.completed += 1;
+        }
+        Ok(())
+    }
+
+    /// Places ready internal nodes of every expansion on idle cores.
+    fn dispatch_graphs(
+        &mut self,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+        gm: &dyn Gm,
+    ) -> Result<bool, SchedError> {
+        let mut progress = false;
+        for slot in 0..MAX_EXPANSIONS {
+            while let Some(e) = self.expansions[slot].as_ref() {
+                let Some(i) = e.front() else {
+                    break;
+                };
+                let outer = e.outer;
+                let err = |error| SchedError::Graph { task: outer, error };
+                let node = e.node(gm, i).map_err(err)?;
+                let kernels = [0, 1, 2].map(|s| node_kernel(&node, s));
+                let mask = ActiveMask::from_bits_truncate(
+                    (kernels[0] != NO_KERNEL) as u8
+                        | ((kernels[1] != NO_KERNEL) as u8) << 1
+                        | ((kernels[2] != NO_KERNEL) as u8) << 2,
+                );
+                if mask.is_empty() {
+                    self.expansions[slot].as_mut().map(Expansion::pop_front);
+                    self.finish_internal(slot, i, true, gm, shared)?;
+                    progress = true;
+                    continue;
+                }
+                let normalized = mask.normalized();
+                let shape = normalized.shape();
+                let cores = match shape {
+                    ResourceShape::Aic => (0..self.count)
+                        .find(|&c| self.idle(c) && self.cores[c].slot == CoreSlot::Aic)
+                        .map(|c| [c, usize::MAX, usize::MAX]),
+                    ResourceShape::Aiv => (0..self.count)
+                        .find(|&c| self.idle(c) && self.cores[c].slot != CoreSlot::Aic)
+                        .map(|c| [c, usize::MAX, usize::MAX]),
+                    _ => self.idle_cluster(normalized),
+                };
+                let Some(cores) = cores else {
+                    break;
+                };
+                let block_num = node.logical_block_num.max(1) as u16;
+                let e = self.expansions[slot].as_mut().expect("checked above");
+                let block = e.next_block;
+                let id = Expansion::id(slot, i);
+                for &c in cores.iter().filter(|&&c| c != usize::MAX) {
+                    let core_slot = self.cores[c].slot;
+                    let kernel = if shape == ResourceShape::Aiv {
+                        if kernels[1] != NO_KERNEL {
+                            kernels[1]
+                        } else {
+                            kernels[2]
+                        }
+                    } else {
+                        kernels[core_slot.index()]
+                    };
+                    let core = &mut self.cores[c];
+                    let token = next_token(core.token);
+                    let payload = platform.payload_mut(core.core, token & 1);
+                    payload.kernel_id = kernel;
+                    payload.block_idx = block as u32;
+                    payload.block_num = block_num as u32;
+                    payload.sub_block = (core.slot == CoreSlot::Aiv1) as u32;
+                    e.args(gm, i, &mut payload.args).map_err(err)?;
+                    platform.write_task(core.core, token);
+                    core.token = token;
+                    core.running = Some(id);
+                    self.dispatched += 1;
+                }
+                e.next_block += 1;
+                if e.next_block >= block_num {
+                    e.pop_front();
+                }
+                progress = true;
             }
         }
         Ok(progress)

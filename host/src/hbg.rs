@@ -12,6 +12,7 @@
 //! | `host_orch` | run the orchestration function on this thread into the mirror (it may read
 //! the entry tensors through their host copies; writing device memory from the host refuses) |
 //! | `shared_mem` | measure the live prefix and export it into the retained image buffers |
+//! | `graph_upload` | copy the bind's Definitions and Graph boundaries to the device |
 //! | `device_run` | ship the images (one copy each), import, run the schedulers |
 //! | `copy_back` | copy OUT and INOUT tensors back |
 //!
@@ -21,25 +22,30 @@
 //! bind and kept by the `ChipWorker` until it is finalized.
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
+use crate::record::{GraphBoundary, Recording};
 use crate::transport::{HostImage, RunOptions};
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
-use simpler_aicpu::{Rt, RtError, RunError};
+use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
 use simpler_core::gm::{Gm, GmFault};
+use simpler_core::graph::GraphDefinitionHeader;
 use simpler_core::image::{ImageError, Writer};
 use simpler_core::layout::Line;
+use simpler_core::orchestrator::TaskArg;
 use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 /// The named phases of a bind.
-pub const PHASES: [&str; 6] = [
+pub const PHASES: [&str; 7] = [
     "args",
     "arena_build",
     "host_orch",
     "shared_mem",
+    "graph_upload",
     "device_run",
     "copy_back",
 ];
@@ -57,7 +63,9 @@ pub struct Phase {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
     /// Per phase.
-    pub phases: [Phase; 6],
+    pub phases: [Phase; 7],
+    /// Graph submissions that recorded a Definition, replayed one, or ran inline.
+    pub graphs: [u64; 3],
     /// Tasks the host built.
     pub tasks: u64,
     /// Bytes shipped: the shared state's live image plus the payloads'.
@@ -96,6 +104,111 @@ impl fmt::Display for HbgError {
     }
 }
 
+/// Device memory a bind reserves for its Definitions and Graph boundaries.
+const GRAPH_STAGING_BYTES: u64 = 8 << 20;
+/// Definitions one bind may hold.
+const MAX_DEFINITIONS: usize = simpler_core::graph::GRAPH_MAX_DEFINITIONS;
+
+struct Cached {
+    boundary: GraphBoundary,
+    graph: GraphRef,
+}
+
+/// The Graph state a mirror keeps across binds: the recorder's storage, the per-bind
+/// Definition cache, and the staging buffer of the Definitions and boundaries to upload.
+#[derive(Default)]
+struct Graphs {
+    recording: Recording,
+    cache: HashMap<u64, Cached>,
+    staging: Vec<u8>,
+    scratch: GraphBoundary,
+    recorded: u64,
+    replayed: u64,
+    inline: u64,
+}
+
+/// The orchestration's Graph sink during a bind: records on a miss (on this thread), replays
+/// on a hit, stages Definitions and boundaries for `graph_upload`.
+struct BindGraphs<'g> {
+    g: &'g mut Graphs,
+    base: u64,
+}
+
+impl BindGraphs<'_> {
+    fn place(&mut self, bytes: &[u8]) -> Option<u64> {
+        let at = self.g.staging.len().div_ceil(8) * 8;
+        let end = at + bytes.len();
+        if end as u64 > GRAPH_STAGING_BYTES {
+            return None;
+        }
+        self.g.staging.resize(at, 0);
+        self.g.staging.extend_from_slice(bytes);
+        Some(self.base + at as u64)
+    }
+}
+
+impl GraphSink for BindGraphs<'_> {
+    fn definition(
+        &mut self,
+        full_key: u64,
+        body: GraphBody,
+        boundary: &[TaskArg],
+        scalars: &[u64],
+    ) -> Option<GraphRef> {
+        let b = &mut self.g.scratch;
+        b.tensors.clear();
+        b.tags.clear();
+        b.scalars.clear();
+        b.tensors.extend(boundary.iter().map(|a| a.tensor));
+        b.tags.extend(boundary.iter().map(|a| a.tag));
+        b.scalars.extend_from_slice(scalars);
+        if let Some(c) = self.g.cache.get(&full_key) {
+            if c.boundary.matches(&self.g.scratch) {
+                self.g.replayed += 1;
+                return Some(c.graph);
+            }
+            // A different shape under a recorded key never reuses its heap layout.
+            log::warn!("graph {full_key:#x}: boundary differs from the recorded one; inline");
+            self.g.inline += 1;
+            return None;
+        }
+        if self.g.cache.len() >= MAX_DEFINITIONS {
+            self.g.inline += 1;
+            return None;
+        }
+        let boundary = self.g.scratch.clone();
+        let image = match self.g.recording.record(full_key, body, Some(&boundary)) {
+            Ok(image) => image.to_vec(),
+            Err(e) => {
+                log::warn!("graph {full_key:#x}: {e}; inline");
+                self.g.inline += 1;
+                return None;
+            }
+        };
+        let header: GraphDefinitionHeader =
+            bytemuck::pod_read_unaligned(&image[..core::mem::size_of::<GraphDefinitionHeader>()]);
+        let definition = self.place(&image)?;
+        let graph = GraphRef {
+            definition,
+            required_heap: header.required_heap,
+        };
+        self.g.cache.insert(full_key, Cached { boundary, graph });
+        self.g.recorded += 1;
+        Some(graph)
+    }
+
+    fn stage_boundary(&mut self, boundary: &[TaskArg]) -> Option<u64> {
+        let mut bytes = [0u8; 128 * simpler_core::limits::CORE_MAX_TENSOR_ARGS];
+        let n = boundary
+            .len()
+            .min(simpler_core::limits::CORE_MAX_TENSOR_ARGS);
+        for (i, a) in boundary[..n].iter().enumerate() {
+            bytes[i * 128..(i + 1) * 128].copy_from_slice(bytemuck::bytes_of(&a.tensor));
+        }
+        self.place(&bytes[..n * 128])
+    }
+}
+
 /// The retained host mirror of one chip's shared memory.
 pub(crate) struct Mirror {
     layout: OrchestratorLayout,
@@ -105,6 +218,7 @@ pub(crate) struct Mirror {
     payloads: Box<[Line]>,
     sched_image: Vec<u8>,
     payload_image: Vec<u8>,
+    graphs: Graphs,
 }
 
 impl Mirror {
@@ -118,6 +232,7 @@ impl Mirror {
             payloads_layout,
             sched_image: Vec::new(),
             payload_image: Vec::new(),
+            graphs: Graphs::default(),
         }
     }
 }
@@ -216,6 +331,13 @@ impl ChipWorker {
         let mut report = BindReport::default();
         let clock = Clock::start();
         let (orch_args, staged) = self.prepare(handle, args, scalars)?;
+        // Device memory for this bind's Definitions and Graph boundaries.
+        let staging_base =
+            self.device
+                .alloc(GRAPH_STAGING_BYTES)?
+                .ok_or(WorkerError::OutOfDeviceMemory {
+                    bytes: GRAPH_STAGING_BYTES,
+                })?;
         report.phases[0] = clock.stop();
 
         let clock = Clock::start();
@@ -242,6 +364,7 @@ impl ChipWorker {
         report.phases[1] = clock.stop();
 
         let clock = Clock::start();
+        let graph_counts;
         let mut waiter = NoWait { blocked: None };
         let abort = AtomicU32::new(0);
         let result = {
@@ -255,6 +378,17 @@ impl ChipWorker {
                     })
                     .collect(),
             };
+            mirror.graphs.cache.clear();
+            mirror.graphs.staging.clear();
+            graph_counts = (
+                mirror.graphs.recorded,
+                mirror.graphs.replayed,
+                mirror.graphs.inline,
+            );
+            let mut sink = BindGraphs {
+                g: &mut mirror.graphs,
+                base: staging_base,
+            };
             let mut rt = Rt::new(
                 &mut orch,
                 &payloads,
@@ -262,7 +396,8 @@ impl ChipWorker {
                 &views,
                 &orch_args,
                 &abort,
-            );
+            )
+            .with_graphs(&mut sink);
             let r = rt.scope(ScopeMode::Auto, |rt| (callable.orch)(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
@@ -294,7 +429,25 @@ impl ChipWorker {
         let p = w.len();
         report.tasks = usage.tasks.iter().map(|&t| t as u64).sum();
         report.image_bytes = n + p;
+        report.graphs = [
+            mirror.graphs.recorded - graph_counts.0,
+            mirror.graphs.replayed - graph_counts.1,
+            mirror.graphs.inline - graph_counts.2,
+        ];
         report.phases[3] = clock.stop();
+
+        let clock = Clock::start();
+        if run_device && !mirror.graphs.staging.is_empty() {
+            let ok = self
+                .device
+                .copy_to_device(staging_base, mirror.graphs.staging.clone())?;
+            if !ok {
+                return Err(WorkerError::OutOfDeviceMemory {
+                    bytes: mirror.graphs.staging.len() as u64,
+                });
+            }
+        }
+        report.phases[4] = clock.stop();
 
         if !run_device {
             let outcome = simpler_aicpu::RunOutcome {
@@ -322,14 +475,14 @@ impl ChipWorker {
         let outcome =
             self.device
                 .run_prebuilt(callable.kernels.clone(), image, RunOptions::default())?;
-        report.phases[4] = clock.stop();
+        report.phases[5] = clock.stop();
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
 
         let clock = Clock::start();
         self.copy_back(args, &staged)?;
-        report.phases[5] = clock.stop();
+        report.phases[6] = clock.stop();
         let run = RunReport {
             outcome,
             host: start.elapsed(),

@@ -24,7 +24,7 @@
 //! scalars until scalar provenance is tracked).
 
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads, NO_KERNEL};
-use simpler_aicpu::{Rt, RtError, SubmitHook, SubmittedTask};
+use simpler_aicpu::{GraphRef, GraphSink, Rt, RtError, SubmitHook, SubmittedTask};
 use simpler_core::deps::DepFlags;
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::graph::{
@@ -34,6 +34,7 @@ use simpler_core::graph::{
 };
 use simpler_core::layout::Line;
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
+use simpler_core::orchestrator::TaskArg;
 use simpler_core::orchestrator::{
     Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
 };
@@ -44,8 +45,7 @@ use simpler_core::{CoreTaskArgs, OrchArgs, TaskId, TaskTensor, TensorArgType};
 use std::fmt;
 use std::sync::atomic::AtomicU32;
 
-/// A Graph body: an orchestration function whose entry arguments are its boundary.
-pub type GraphBody = fn(&mut Rt<'_, '_>) -> Result<(), RtError>;
+pub use simpler_aicpu::GraphBody;
 
 /// Where recorded outputs live: a virtual range no device heap reaches.
 pub const GRAPH_RECORD_VIRTUAL_BASE: u64 = 1 << 63;
@@ -101,8 +101,8 @@ impl GraphBoundary {
     }
 
     /// Whether `other` may replay a Definition recorded from `self`: equal counts and, per
-    /// tensor, equal size, rank, dtype, tag, shapes, strides and alias partition (addresses
-    /// may differ).
+    /// tensor, equal buffer size, rank, dtype, tag, shapes, strides and alias partition
+    /// (addresses and view offsets may differ: a replay rebinds them).
     pub fn matches(&self, other: &GraphBoundary) -> bool {
         if self.tensors.len() != other.tensors.len()
             || self.tags != other.tags
@@ -127,7 +127,6 @@ impl GraphBoundary {
                     && a.dtype() == b.dtype()
                     && a.shapes() == b.shapes()
                     && a.strides() == b.strides()
-                    && a.start_offset() == b.start_offset()
                     && alias(self, i) == alias(other, i)
             })
     }
@@ -408,6 +407,7 @@ impl Recording {
         )
         .map_err(|_| RecordError::Unsupported("recording orchestrator layout"))?;
         let mut waiter = NoWait(false);
+        let mut nested = Nested(false);
         let abort = AtomicU32::new(0);
         let mut sink = NodeSink {
             arrays: &mut self.arrays,
@@ -417,10 +417,15 @@ impl Recording {
         };
         let result = {
             let mut rt = Rt::new(&mut orch, &payloads, &mut waiter, &NoGm, &self.args, &abort)
-                .with_hook(&mut sink);
+                .with_hook(&mut sink)
+                .with_graphs(&mut nested);
             let r = rt.scope(ScopeMode::Auto, |rt| body(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
+        if nested.0 {
+            // The nested body ran inline into this recording; it cannot be replayed as one.
+            return Err(RecordError::Unsupported("a Graph nested inside the body"));
+        }
         if let Some(why) = self.arrays.unsupported {
             return Err(RecordError::Unsupported(why));
         }
@@ -460,6 +465,20 @@ impl Recording {
         let n = build_definition(&input, &mut self.definition[..size])
             .map_err(RecordError::Definition)?;
         Ok(&self.definition[..n])
+    }
+}
+
+/// The Graph sink of a body being recorded: a nested Graph marks the recording unsupported
+/// (and runs inline, so the body still finishes).
+struct Nested(bool);
+
+impl GraphSink for Nested {
+    fn definition(&mut self, _: u64, _: GraphBody, _: &[TaskArg], _: &[u64]) -> Option<GraphRef> {
+        self.0 = true;
+        None
+    }
+    fn stage_boundary(&mut self, _: &[TaskArg]) -> Option<u64> {
+        None
     }
 }
 

@@ -920,7 +920,7 @@ fn scheduler_main(
             }
             let seen = state.wake.generation();
             let completed0 = sched.completed;
-            let stepped = sched.step(&mut platform, shared, payloads);
+            let stepped = sched.step(&mut platform, shared, payloads, gm);
             if epoch.is_some() && matches!(stepped, Ok(true)) {
                 let pass = sched.last_pass();
                 for (kind, start_ns, end_ns) in [

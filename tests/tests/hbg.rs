@@ -92,3 +92,36 @@ fn bgemm_case0_on_hbg() {
     let mut w = ChipWorker::init(config).expect("device");
     run_scene(&mut w, "bgemm", "Case0", 1);
 }
+
+#[test]
+fn a_graph_recorded_once_replays_on_the_device() {
+    let mut w = worker();
+    let p = scenes::find("graph_vector")
+        .unwrap()
+        .prepare("default")
+        .unwrap();
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    for round in 0..3 {
+        let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
+        let tensors: Vec<HostTensor> = args
+            .into_iter()
+            .map(|a| match a {
+                ChipArg::Host(t) => t,
+                ChipArg::Device(_) => unreachable!(),
+            })
+            .collect();
+        let check = (p.check)(&tensors);
+        assert!(check.pass, "round {round}: max diff {}", check.max_diff);
+        // One Definition recorded, seven replays, nothing inline; one ring task per
+        // invocation (the body's nodes take no ring slots).
+        assert_eq!(bind.graphs, [1, 7, 0], "round {round}");
+        assert_eq!(run.outcome.tasks, 8);
+        assert_eq!(bind.tasks, 8);
+    }
+    // The same scene on tmr runs every body inline: 40 tasks, and the same golden.
+    let mut tensors = p.tensors.clone();
+    let report = w.run(h, &mut tensors, &p.scalars).expect("tmr");
+    assert_eq!(report.outcome.tasks, 40);
+    assert!((p.check)(&tensors).pass);
+}

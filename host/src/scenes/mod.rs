@@ -10,6 +10,7 @@ use simpler_aicore::KernelFn;
 use simpler_core::ArgDirection;
 
 pub mod bgemm;
+pub mod graph;
 pub mod l3;
 pub mod paged_attention;
 pub mod vector;
@@ -62,6 +63,7 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &vector::VectorExample,
         &paged_attention::PagedAttention,
         &bgemm::Bgemm,
+        &graph::GraphVector,
     ]
 }
 
