@@ -122,7 +122,8 @@ pub trait GraphSink {
 /// The fatal code of a Graph boundary wider than an entry (256 tensors, 128 scalars).
 pub const GRAPH_BOUNDARY_TOO_WIDE: u32 = 0x6772_0001;
 
-/// Boundary tensors a Graph task carries itself (one argument is its heap block).
+/// Boundary tensors a Graph's outer task carries itself (one argument is its heap block);
+/// readers beyond them ride on prelude tasks, writers may not exceed them.
 pub const GRAPH_TASK_MAX_BOUNDARY: usize = simpler_core::limits::CORE_MAX_TENSOR_ARGS - 1;
 
 /// The orchestration function's handle on the runtime.
@@ -183,7 +184,7 @@ impl<'r, 'a> Rt<'r, 'a> {
         self.check()?;
         let full_key = if key == 0 { body as usize as u64 } else { key };
         let cacheable = !boundary.is_empty()
-            && boundary.len() <= GRAPH_TASK_MAX_BOUNDARY
+            && boundary.len() <= simpler_core::graph::GRAPH_MAX_TENSOR_ARGS
             && scalars.len() <= simpler_core::graph::GRAPH_MAX_SCALAR_ARGS
             && boundary
                 .iter()
@@ -204,32 +205,82 @@ impl<'r, 'a> Rt<'r, 'a> {
         Ok(None)
     }
 
+    /// Submits the outer task of one Graph invocation. It carries the boundary's writers,
+    /// as many of its readers as fit, and its heap block; readers past the task's room are
+    /// carried by kernel-less prelude tasks it waits for, so every boundary tensor orders the
+    /// Graph as an argument would.
     fn submit_outer(
         &mut self,
         g: GraphRef,
         boundary_at: u64,
         boundary: &[TaskArg],
     ) -> Result<Option<TaskId>, RtError> {
+        use simpler_core::TensorArgType as Tag;
+        const ROOM: usize = simpler_core::limits::CORE_MAX_TENSOR_ARGS;
         let Ok(heap_len) = u32::try_from(g.required_heap.max(1)) else {
             return Ok(None);
         };
         let Ok(heap) = TaskTensor::create_info(&[heap_len], simpler_core::DataType::Uint8) else {
             return Ok(None);
         };
+        let writes = |a: &TaskArg| a.tag != Tag::Input;
+        let writers = boundary.iter().filter(|a| writes(a)).count();
+        if writers > GRAPH_TASK_MAX_BOUNDARY {
+            return Ok(None);
+        }
         let mut args = [TaskArg {
             tensor: heap,
-            tag: simpler_core::TensorArgType::Output,
-        }; simpler_core::limits::CORE_MAX_TENSOR_ARGS];
-        args[..boundary.len()].copy_from_slice(boundary);
-        let n = boundary.len() + 1;
+            tag: Tag::Output,
+        }; ROOM];
+        let mut n = 0;
+        for a in boundary.iter().filter(|a| writes(a)) {
+            args[n] = *a;
+            n += 1;
+        }
+        let mut readers = boundary.iter().filter(|a| !writes(a));
+        for a in readers.by_ref().take(GRAPH_TASK_MAX_BOUNDARY - n) {
+            args[n] = *a;
+            n += 1;
+        }
+        let mut deps = [ExplicitDep::on(TaskId::INVALID); 4];
+        let mut nd = 0;
+        let mut prelude = [TaskArg {
+            tensor: heap,
+            tag: Tag::Input,
+        }; ROOM];
+        loop {
+            let mut m = 0;
+            for a in readers.by_ref().take(ROOM) {
+                prelude[m] = *a;
+                m += 1;
+            }
+            if m == 0 {
+                break;
+            }
+            if nd == deps.len() {
+                return Ok(None);
+            }
+            deps[nd] = ExplicitDep::on(self.submit_dummy(&mut prelude[..m], &[])?);
+            nd += 1;
+        }
+        args[n] = TaskArg {
+            tensor: heap,
+            tag: Tag::Output,
+        };
         let scalars = [
             crate::graph_exec::GRAPH_MAGIC,
             g.definition,
             boundary_at,
             boundary.len() as u64,
         ];
-        self.submit(MixedKernels::NONE, 1, &mut args[..n], &scalars, &[])
-            .map(Some)
+        self.submit(
+            MixedKernels::NONE,
+            1,
+            &mut args[..n + 1],
+            &scalars,
+            &deps[..nd],
+        )
+        .map(Some)
     }
 
     /// Runs `body` here with `boundary` as its entry, submitting through this runtime.
