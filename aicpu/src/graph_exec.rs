@@ -1,10 +1,11 @@
 //! Graph execution on the AICPU: an outer GRAPH task expands into the internal nodes of its
 //! Definition, which take no ring slots.
 //!
-//! An outer task is a kernel-less task whose first scalars are [`GRAPH_MAGIC`], the
-//! Definition's GM address, the submission's GM address (the invocation's boundary tensors,
-//! 128 bytes each) and the boundary's tensor count; its last tensor argument is the block of
-//! heap its internal outputs live in (`required_heap` bytes). When the outer task becomes
+//! An outer task is a kernel-less task whose scalars are [`GRAPH_MAGIC`], the Definition's GM
+//! address, the submission's GM address (the invocation's boundary tensors, 128 bytes each),
+//! the boundary's tensor count and the GM address of the heap block its internal outputs live
+//! in (`required_heap` bytes; the host reserves it once the recording is done and patches the
+//! Definition's and the heap's addresses into the task before the image ships). When the outer task becomes
 //! ready, the scheduler thread that pops it takes it on: it reads the Definition's header,
 //! counts each node's producers from the fanin CSR and queues the roots; it dispatches ready
 //! nodes to its own idle cores, materializing each node's tensors from their recorded sources
@@ -63,15 +64,14 @@ impl Submission {
     /// Reads a submission from an outer task's arguments; `None` if it is not a GRAPH task.
     pub fn of(args: &CoreTaskArgs) -> Option<Self> {
         let s = args.scalars();
-        if s.len() < 4 || s[0] != GRAPH_MAGIC {
+        if s.len() < 5 || s[0] != GRAPH_MAGIC {
             return None;
         }
-        let heap = args.tensors().last()?.buffer().addr;
         Some(Self {
             definition: s[1],
             boundary: s[2],
             boundary_count: s[3] as u32,
-            heap,
+            heap: s[4],
         })
     }
 }

@@ -159,6 +159,21 @@ impl<'a> TaskPayloads<'a> {
         }
     }
 
+    /// Overwrites scalar `index` of `task`'s record (the host patches a Graph's outer task
+    /// once its Definition is placed); false if the task has no such scalar.
+    pub fn patch_scalar(&self, task: TaskId, index: usize, value: u64) -> bool {
+        let Some(rec) = self.record(task) else {
+            return false;
+        };
+        let ns = ((rec[2].load(Ordering::Relaxed) >> 32) as usize).min(CORE_MAX_SCALAR_ARGS);
+        if index >= ns {
+            return false;
+        }
+        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS + index;
+        rec[at].store(value, Ordering::Relaxed);
+        true
+    }
+
     /// The kernels and block count of `task`.
     pub fn kernels(&self, task: TaskId) -> (MixedKernels, u16) {
         let Some(rec) = self.record(task) else {

@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use simpler_core::cores::ActiveMask;
 use simpler_core::deps::ExplicitDep;
 use simpler_core::gm::{Gm, GmFault};
-use simpler_core::limits::CORE_MAX_SCALAR_ARGS;
+use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::orchestrator::{Orchestrator, SubmitError, Task, TaskArg, Waiter};
 use simpler_core::scope::{ScopeError, ScopeMode};
 use simpler_core::slot::SlotStatus;
@@ -93,21 +93,21 @@ pub trait SubmitHook {
 /// A Graph body: an orchestration function whose entry arguments are its boundary.
 pub type GraphBody = fn(&mut Rt<'_, '_>) -> Result<(), RtError>;
 
-/// A recorded Graph the device can expand.
+/// A Graph the sink accepted: the outer task is submitted with placeholders that the sink
+/// patches (Definition and heap addresses, scalars 1 and 4) once the recording is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphRef {
-    /// The Definition image's device address.
-    pub definition: u64,
-    /// Heap its internal outputs need.
-    pub required_heap: u64,
+    /// The boundary's device address (scalar 2).
+    pub boundary: u64,
 }
 
 /// Where Graph submissions go on a host-built run (hbg). Without one (the device runtime, or
 /// a body being recorded), a Graph's body runs inline on the ordinary path.
 pub trait GraphSink {
-    /// The Definition of `full_key` for this boundary, recorded now if it is new; `None`
-    /// runs the body inline (a boundary that does not match the recorded one, a full cache,
-    /// an unsupported recording).
+    /// Accepts an invocation of `full_key` over this boundary (starting its recording if the
+    /// key is new, comparing with the recorded boundary otherwise) and stages the boundary for
+    /// the device; `None` runs the body inline (a boundary that does not match, too many
+    /// Definitions, no room to stage).
     fn definition(
         &mut self,
         full_key: u64,
@@ -115,16 +115,12 @@ pub trait GraphSink {
         boundary: &[TaskArg],
         scalars: &[u64],
     ) -> Option<GraphRef>;
-    /// Stages this invocation's boundary tensors for the device; their device address.
-    fn stage_boundary(&mut self, boundary: &[TaskArg]) -> Option<u64>;
+    /// The outer task of the invocation `definition` last accepted.
+    fn submitted(&mut self, outer: TaskId);
 }
 
 /// The fatal code of a Graph boundary wider than an entry (256 tensors, 128 scalars).
 pub const GRAPH_BOUNDARY_TOO_WIDE: u32 = 0x6772_0001;
-
-/// Boundary tensors a Graph's outer task carries itself (one argument is its heap block);
-/// readers beyond them ride on prelude tasks, writers may not exceed them.
-pub const GRAPH_TASK_MAX_BOUNDARY: usize = simpler_core::limits::CORE_MAX_TENSOR_ARGS - 1;
 
 /// The orchestration function's handle on the runtime.
 pub struct Rt<'r, 'a> {
@@ -190,14 +186,16 @@ impl<'r, 'a> Rt<'r, 'a> {
                 .iter()
                 .all(|a| a.tag != simpler_core::TensorArgType::Output);
         if cacheable {
-            if let Some(sink) = self.graphs.as_deref_mut() {
-                let staged = sink
-                    .definition(full_key, body, boundary, scalars)
-                    .and_then(|g| sink.stage_boundary(boundary).map(|at| (g, at)));
-                if let Some((g, at)) = staged {
-                    if let Some(id) = self.submit_outer(g, at, boundary)? {
-                        return Ok(Some(id));
+            if let Some(g) = self
+                .graphs
+                .as_deref_mut()
+                .and_then(|sink| sink.definition(full_key, body, boundary, scalars))
+            {
+                if let Some(id) = self.submit_outer(g, boundary)? {
+                    if let Some(sink) = self.graphs.as_deref_mut() {
+                        sink.submitted(id);
                     }
+                    return Ok(Some(id));
                 }
             }
         }
@@ -205,32 +203,29 @@ impl<'r, 'a> Rt<'r, 'a> {
         Ok(None)
     }
 
-    /// Submits the outer task of one Graph invocation. It carries the boundary's writers,
-    /// as many of its readers as fit, and its heap block; readers past the task's room are
-    /// carried by kernel-less prelude tasks it waits for, so every boundary tensor orders the
-    /// Graph as an argument would.
+    /// Submits the outer task of one Graph invocation. It carries the boundary's writers and
+    /// as many of its readers as fit; readers past the task's room are carried by kernel-less
+    /// prelude tasks it waits for, so every boundary tensor orders the Graph as an argument
+    /// would. Its heap block lives outside the ring (the sink reserves and patches it).
     fn submit_outer(
         &mut self,
         g: GraphRef,
-        boundary_at: u64,
         boundary: &[TaskArg],
     ) -> Result<Option<TaskId>, RtError> {
         use simpler_core::TensorArgType as Tag;
         const ROOM: usize = simpler_core::limits::CORE_MAX_TENSOR_ARGS;
-        let Ok(heap_len) = u32::try_from(g.required_heap.max(1)) else {
-            return Ok(None);
-        };
-        let Ok(heap) = TaskTensor::create_info(&[heap_len], simpler_core::DataType::Uint8) else {
+        // Fills the unused argument slots (never submitted).
+        let Ok(filler) = TaskTensor::create_info(&[1], simpler_core::DataType::Uint8) else {
             return Ok(None);
         };
         let writes = |a: &TaskArg| a.tag != Tag::Input;
         let writers = boundary.iter().filter(|a| writes(a)).count();
-        if writers > GRAPH_TASK_MAX_BOUNDARY {
+        if writers > CORE_MAX_TENSOR_ARGS {
             return Ok(None);
         }
         let mut args = [TaskArg {
-            tensor: heap,
-            tag: Tag::Output,
+            tensor: filler,
+            tag: Tag::Input,
         }; ROOM];
         let mut n = 0;
         for a in boundary.iter().filter(|a| writes(a)) {
@@ -238,14 +233,14 @@ impl<'r, 'a> Rt<'r, 'a> {
             n += 1;
         }
         let mut readers = boundary.iter().filter(|a| !writes(a));
-        for a in readers.by_ref().take(GRAPH_TASK_MAX_BOUNDARY - n) {
+        for a in readers.by_ref().take(CORE_MAX_TENSOR_ARGS - n) {
             args[n] = *a;
             n += 1;
         }
         let mut deps = [ExplicitDep::on(TaskId::INVALID); 4];
         let mut nd = 0;
         let mut prelude = [TaskArg {
-            tensor: heap,
+            tensor: filler,
             tag: Tag::Input,
         }; ROOM];
         loop {
@@ -263,24 +258,17 @@ impl<'r, 'a> Rt<'r, 'a> {
             deps[nd] = ExplicitDep::on(self.submit_dummy(&mut prelude[..m], &[])?);
             nd += 1;
         }
-        args[n] = TaskArg {
-            tensor: heap,
-            tag: Tag::Output,
-        };
+        // The Definition's and the heap block's addresses (scalars 1 and 4) are patched in by
+        // the sink once the recording is done.
         let scalars = [
             crate::graph_exec::GRAPH_MAGIC,
-            g.definition,
-            boundary_at,
+            0,
+            g.boundary,
             boundary.len() as u64,
+            0,
         ];
-        self.submit(
-            MixedKernels::NONE,
-            1,
-            &mut args[..n + 1],
-            &scalars,
-            &deps[..nd],
-        )
-        .map(Some)
+        self.submit(MixedKernels::NONE, 1, &mut args[..n], &scalars, &deps[..nd])
+            .map(Some)
     }
 
     /// Runs `body` here with `boundary` as its entry, submitting through this runtime.

@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `args` | stage the entry tensors in GM, adopt the chip entry |
 //! | `arena_build` | format the mirror: shared state, payload records, orchestrator (host-only) |
+//! | `graph_commit` | wait for the recordings, place each Definition, reserve each Graph's heap
+//! block and patch both into its outer task, in submission order |
 //! | `host_orch` | run the orchestration function on this thread into the mirror (it may read
 //! the entry tensors through their host copies; writing device memory from the host refuses) |
 //! | `shared_mem` | measure the live prefix and export it into the retained image buffers |
@@ -22,7 +24,7 @@
 //! bind and kept by the `ChipWorker` until it is finalized.
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
-use crate::record::{GraphBoundary, Recording};
+use crate::record::{GraphBoundary, Inflight, InflightStatus, RecorderPool};
 use crate::transport::{HostImage, RunOptions};
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
@@ -34,16 +36,18 @@ use simpler_core::orchestrator::TaskArg;
 use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
-use std::collections::HashMap;
+use simpler_core::TaskId;
 use std::fmt;
 use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The named phases of a bind.
-pub const PHASES: [&str; 7] = [
+pub const PHASES: [&str; 8] = [
     "args",
     "arena_build",
     "host_orch",
+    "graph_commit",
     "shared_mem",
     "graph_upload",
     "device_run",
@@ -63,7 +67,7 @@ pub struct Phase {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
     /// Per phase.
-    pub phases: [Phase; 7],
+    pub phases: [Phase; 8],
     /// Graph submissions that recorded a Definition, replayed one, or ran inline.
     pub graphs: [u64; 3],
     /// Tasks the host built.
@@ -73,9 +77,10 @@ pub struct BindReport {
 }
 
 impl BindReport {
-    /// The control plane: `host_orch` + `shared_mem` (the host's cost to produce the image).
+    /// The control plane: `host_orch` + `graph_commit` + `shared_mem` (the host's cost to
+    /// produce the image).
     pub fn control_plane(&self) -> Duration {
-        self.phases[2].time + self.phases[3].time
+        self.phases[2].time + self.phases[3].time + self.phases[4].time
     }
 }
 
@@ -89,6 +94,14 @@ pub enum HbgError {
     Orchestration(RtError),
     /// The image could not be measured or written.
     Image(ImageError),
+    /// A Graph's recording failed after its outer task was submitted: the bind is refused
+    /// as invalid arguments (the reference's run status -5).
+    GraphFailed {
+        /// The Graph's key.
+        key: u64,
+        /// Why its recording failed.
+        reason: String,
+    },
 }
 
 impl fmt::Display for HbgError {
@@ -100,6 +113,10 @@ impl fmt::Display for HbgError {
             ),
             Self::Orchestration(e) => write!(f, "host orchestration failed: {e:?}"),
             Self::Image(e) => write!(f, "live image: {e:?}"),
+            Self::GraphFailed { key, reason } => write!(
+                f,
+                "invalid arguments: the recording of graph {key:#x} failed after its outer task was submitted: {reason}"
+            ),
         }
     }
 }
@@ -108,43 +125,45 @@ impl fmt::Display for HbgError {
 const GRAPH_STAGING_BYTES: u64 = 8 << 20;
 /// Definitions one bind may hold.
 const MAX_DEFINITIONS: usize = simpler_core::graph::GRAPH_MAX_DEFINITIONS;
+/// Alignment of each Graph invocation's heap block.
+const GRAPH_HEAP_ALIGN: u64 = 1024;
 
-struct Cached {
-    boundary: GraphBoundary,
-    graph: GraphRef,
-}
-
-/// The Graph state a mirror keeps across binds: the recorder's storage, the per-bind
-/// Definition cache, and the staging buffer of the Definitions and boundaries to upload.
+/// The Graph state a mirror keeps across binds: the recorder pool (started at the first
+/// hbg bind, alive until the worker is finalized), the in-flight entries (reused), the
+/// outer tasks to patch, and the staging buffer of Definitions and boundaries.
 #[derive(Default)]
 struct Graphs {
-    recording: Recording,
-    cache: HashMap<u64, Cached>,
+    pool: Option<RecorderPool>,
+    entries: Vec<Arc<Inflight>>,
+    used: usize,
+    keys: Vec<(u64, usize)>,
+    shells: Vec<(TaskId, usize)>,
+    placed: Vec<u64>,
     staging: Vec<u8>,
     scratch: GraphBoundary,
-    recorded: u64,
-    replayed: u64,
-    inline: u64,
+    pending: usize,
+    binds: u64,
+    counts: [u64; 3],
 }
 
-/// The orchestration's Graph sink during a bind: records on a miss (on this thread), replays
-/// on a hit, stages Definitions and boundaries for `graph_upload`.
+/// The orchestration's Graph sink during a bind: a new key starts a recording on the pool
+/// (the body runs on a recorder thread while the orchestration goes on); a known key with a
+/// matching boundary adds one more outer task; the boundary of every accepted invocation is
+/// staged for `graph_upload`.
 struct BindGraphs<'g> {
     g: &'g mut Graphs,
     base: u64,
 }
 
-impl BindGraphs<'_> {
-    fn place(&mut self, bytes: &[u8]) -> Option<u64> {
-        let at = self.g.staging.len().div_ceil(8) * 8;
-        let end = at + bytes.len();
-        if end as u64 > GRAPH_STAGING_BYTES {
-            return None;
-        }
-        self.g.staging.resize(at, 0);
-        self.g.staging.extend_from_slice(bytes);
-        Some(self.base + at as u64)
+fn place(staging: &mut Vec<u8>, base: u64, bytes: &[u8]) -> Option<u64> {
+    let at = staging.len().div_ceil(8) * 8;
+    let end = at + bytes.len();
+    if end as u64 > GRAPH_STAGING_BYTES {
+        return None;
     }
+    staging.resize(at, 0);
+    staging.extend_from_slice(bytes);
+    Some(base + at as u64)
 }
 
 impl GraphSink for BindGraphs<'_> {
@@ -155,57 +174,69 @@ impl GraphSink for BindGraphs<'_> {
         boundary: &[TaskArg],
         scalars: &[u64],
     ) -> Option<GraphRef> {
-        let b = &mut self.g.scratch;
+        let g = &mut *self.g;
+        let b = &mut g.scratch;
         b.tensors.clear();
         b.tags.clear();
         b.scalars.clear();
         b.tensors.extend(boundary.iter().map(|a| a.tensor));
         b.tags.extend(boundary.iter().map(|a| a.tag));
         b.scalars.extend_from_slice(scalars);
-        if let Some(c) = self.g.cache.get(&full_key) {
-            if c.boundary.matches(&self.g.scratch) {
-                self.g.replayed += 1;
-                return Some(c.graph);
+        let known = g.keys.iter().find(|(k, _)| *k == full_key).map(|&(_, e)| e);
+        let entry = match known {
+            Some(e) => {
+                // Compared with the first invocation's boundary, on the entry, under its lock.
+                let same = g.entries[e]
+                    .lock()
+                    .boundary
+                    .as_ref()
+                    .is_some_and(|first| first.matches(&g.scratch));
+                if !same {
+                    log::warn!(
+                        "graph {full_key:#x}: boundary differs from the recorded one; inline"
+                    );
+                    g.counts[2] += 1;
+                    return None;
+                }
+                e
             }
-            // A different shape under a recorded key never reuses its heap layout.
-            log::warn!("graph {full_key:#x}: boundary differs from the recorded one; inline");
-            self.g.inline += 1;
-            return None;
-        }
-        if self.g.cache.len() >= MAX_DEFINITIONS {
-            self.g.inline += 1;
-            return None;
-        }
-        let boundary = self.g.scratch.clone();
-        let image = match self.g.recording.record(full_key, body, Some(&boundary)) {
-            Ok(image) => image.to_vec(),
-            Err(e) => {
-                log::warn!("graph {full_key:#x}: {e}; inline");
-                self.g.inline += 1;
-                return None;
+            None => {
+                if g.used >= MAX_DEFINITIONS {
+                    g.counts[2] += 1;
+                    return None;
+                }
+                if g.entries.len() <= g.used {
+                    g.entries.push(Arc::new(Inflight::default()));
+                }
+                g.used
             }
         };
-        let header: GraphDefinitionHeader =
-            bytemuck::pod_read_unaligned(&image[..core::mem::size_of::<GraphDefinitionHeader>()]);
-        let definition = self.place(&image)?;
-        let graph = GraphRef {
-            definition,
-            required_heap: header.required_heap,
-        };
-        self.g.cache.insert(full_key, Cached { boundary, graph });
-        self.g.recorded += 1;
-        Some(graph)
+        // Stage the boundary first: without room the body runs inline and nothing is begun.
+        let mut at = None;
+        for (i, t) in g.scratch.tensors.iter().enumerate() {
+            let p = place(&mut g.staging, self.base, bytemuck::bytes_of(t))?;
+            if i == 0 {
+                at = Some(p);
+            }
+        }
+        if known.is_none() {
+            g.entries[entry].begin(full_key, &g.scratch);
+            g.pool
+                .as_mut()
+                .expect("the pool starts with the mirror")
+                .submit(g.entries[entry].clone(), body);
+            g.keys.push((full_key, entry));
+            g.used += 1;
+            g.counts[0] += 1;
+        } else {
+            g.counts[1] += 1;
+        }
+        g.pending = entry;
+        at.map(|boundary| GraphRef { boundary })
     }
 
-    fn stage_boundary(&mut self, boundary: &[TaskArg]) -> Option<u64> {
-        let mut bytes = [0u8; 128 * simpler_core::limits::CORE_MAX_TENSOR_ARGS];
-        let n = boundary
-            .len()
-            .min(simpler_core::limits::CORE_MAX_TENSOR_ARGS);
-        for (i, a) in boundary[..n].iter().enumerate() {
-            bytes[i * 128..(i + 1) * 128].copy_from_slice(bytemuck::bytes_of(&a.tensor));
-        }
-        self.place(&bytes[..n * 128])
+    fn submitted(&mut self, outer: TaskId) {
+        self.g.shells.push((outer, self.g.pending));
     }
 }
 
@@ -232,7 +263,10 @@ impl Mirror {
             payloads_layout,
             sched_image: Vec::new(),
             payload_image: Vec::new(),
-            graphs: Graphs::default(),
+            graphs: Graphs {
+                pool: Some(RecorderPool::start()),
+                ..Graphs::default()
+            },
         }
     }
 }
@@ -364,7 +398,19 @@ impl ChipWorker {
         report.phases[1] = clock.stop();
 
         let clock = Clock::start();
-        let graph_counts;
+        let graph_counts = mirror.graphs.counts;
+        {
+            let g = &mut mirror.graphs;
+            g.staging.clear();
+            g.keys.clear();
+            g.shells.clear();
+            g.used = 0;
+            g.binds += 1;
+            let bind = g.binds;
+            if let Some(pool) = g.pool.as_mut() {
+                pool.rotate(bind);
+            }
+        }
         let mut waiter = NoWait { blocked: None };
         let abort = AtomicU32::new(0);
         let result = {
@@ -378,13 +424,6 @@ impl ChipWorker {
                     })
                     .collect(),
             };
-            mirror.graphs.cache.clear();
-            mirror.graphs.staging.clear();
-            graph_counts = (
-                mirror.graphs.recorded,
-                mirror.graphs.replayed,
-                mirror.graphs.inline,
-            );
             let mut sink = BindGraphs {
                 g: &mut mirror.graphs,
                 base: staging_base,
@@ -402,6 +441,10 @@ impl ChipWorker {
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
         report.phases[2] = clock.stop();
+        let clock = Clock::start();
+        // Commit even when the orchestration failed: no recording may outlive its bind.
+        let committed = commit(&mut mirror.graphs, &payloads, &*self.device, staging_base);
+        report.phases[3] = clock.stop();
         if let Err(e) = result {
             return Err(WorkerError::Hbg(if waiter.blocked.is_some() {
                 HbgError::GraphTooLarge(e)
@@ -409,6 +452,7 @@ impl ChipWorker {
                 HbgError::Orchestration(e)
             }));
         }
+        committed?;
 
         let clock = Clock::start();
         let edges = orch.edges_recorded();
@@ -430,11 +474,11 @@ impl ChipWorker {
         report.tasks = usage.tasks.iter().map(|&t| t as u64).sum();
         report.image_bytes = n + p;
         report.graphs = [
-            mirror.graphs.recorded - graph_counts.0,
-            mirror.graphs.replayed - graph_counts.1,
-            mirror.graphs.inline - graph_counts.2,
+            mirror.graphs.counts[0] - graph_counts[0],
+            mirror.graphs.counts[1] - graph_counts[1],
+            mirror.graphs.counts[2] - graph_counts[2],
         ];
-        report.phases[3] = clock.stop();
+        report.phases[4] = clock.stop();
 
         let clock = Clock::start();
         if run_device && !mirror.graphs.staging.is_empty() {
@@ -447,7 +491,7 @@ impl ChipWorker {
                 });
             }
         }
-        report.phases[4] = clock.stop();
+        report.phases[5] = clock.stop();
 
         if !run_device {
             let outcome = simpler_aicpu::RunOutcome {
@@ -475,20 +519,81 @@ impl ChipWorker {
         let outcome =
             self.device
                 .run_prebuilt(callable.kernels.clone(), image, RunOptions::default())?;
-        report.phases[5] = clock.stop();
+        report.phases[6] = clock.stop();
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
 
         let clock = Clock::start();
         self.copy_back(args, &staged)?;
-        report.phases[6] = clock.stop();
+        report.phases[7] = clock.stop();
         let run = RunReport {
             outcome,
             host: start.elapsed(),
         };
         Ok((run, report))
     }
+}
+
+/// `graph_commit`: waits for every recording of the bind, places each Definition once, and
+/// patches each outer task, in submission order, with its Definition's address and a heap
+/// block of its own. A failed recording fails the bind (its outer tasks are already in the
+/// graph, so there is no inline fallback).
+fn commit(
+    g: &mut Graphs,
+    payloads: &TaskPayloads<'_>,
+    device: &dyn crate::transport::DeviceTransport,
+    staging_base: u64,
+) -> Result<(), WorkerError> {
+    g.placed.clear();
+    let mut failure = None;
+    for e in 0..g.used {
+        let entry = &g.entries[e];
+        if entry.wait() == InflightStatus::Failed && failure.is_none() {
+            let inner = entry.lock();
+            failure = Some(HbgError::GraphFailed {
+                key: inner.full_key,
+                reason: inner
+                    .error
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string),
+            });
+        }
+    }
+    if let Some(f) = failure {
+        return Err(WorkerError::Hbg(f));
+    }
+    let mut heaps = 0u64;
+    let mut required = [0u64; MAX_DEFINITIONS];
+    for (e, need) in required.iter_mut().enumerate().take(g.used) {
+        let inner = g.entries[e].lock();
+        let header: GraphDefinitionHeader = bytemuck::pod_read_unaligned(
+            &inner.image[..core::mem::size_of::<GraphDefinitionHeader>()],
+        );
+        *need = header.required_heap.max(1).div_ceil(GRAPH_HEAP_ALIGN) * GRAPH_HEAP_ALIGN;
+        let at = place(&mut g.staging, staging_base, &inner.image).ok_or(
+            WorkerError::OutOfDeviceMemory {
+                bytes: inner.image.len() as u64,
+            },
+        )?;
+        g.placed.push(at);
+    }
+    for &(_, e) in &g.shells {
+        heaps += required[e];
+    }
+    if g.shells.is_empty() {
+        return Ok(());
+    }
+    let heap_base = device
+        .alloc(heaps)?
+        .ok_or(WorkerError::OutOfDeviceMemory { bytes: heaps })?;
+    let mut at = heap_base;
+    for &(shell, e) in &g.shells {
+        payloads.patch_scalar(shell, 1, g.placed[e]);
+        payloads.patch_scalar(shell, 4, at);
+        at += required[e];
+    }
+    Ok(())
 }
 
 /// Grows `buf` to at least `len` bytes and keeps it (the retained image buffers).
@@ -511,6 +616,7 @@ impl From<HbgError> for RunError {
         match e {
             HbgError::GraphTooLarge(e) | HbgError::Orchestration(e) => RunError::Orchestration(e),
             HbgError::Image(e) => RunError::Image(e),
+            HbgError::GraphFailed { .. } => RunError::Orchestration(RtError::Fatal(5)),
         }
     }
 }

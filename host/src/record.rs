@@ -477,9 +477,7 @@ impl GraphSink for Nested {
         self.0 = true;
         None
     }
-    fn stage_boundary(&mut self, _: &[TaskArg]) -> Option<u64> {
-        None
-    }
+    fn submitted(&mut self, _: TaskId) {}
 }
 
 struct NoWait(bool);
@@ -664,5 +662,308 @@ impl SubmitHook for NodeSink<'_, '_> {
             self.arrays.nodes.push(rec);
         }
         self.arrays.node_count += 1;
+    }
+}
+
+/// Where an in-flight recording is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InflightStatus {
+    /// A recorder thread is on it (or will be).
+    Recording = 0,
+    /// The Definition is ready.
+    Ready = 1,
+    /// The recording failed.
+    Failed = 2,
+}
+
+/// One key being recorded during a bind. The submitting thread creates it (with the deep copy
+/// of the first invocation's boundary, which lives here and never in recorder storage) and
+/// compares later same-key submissions against that boundary under the lock; the recorder
+/// thread reads the boundary, fills the result and publishes the status. Entries are reused
+/// across binds, so a steady-state bind allocates nothing for them.
+pub struct Inflight {
+    status: std::sync::atomic::AtomicU8,
+    inner: std::sync::Mutex<InflightInner>,
+    cv: std::sync::Condvar,
+}
+
+/// The entry's locked part.
+#[derive(Default)]
+pub struct InflightInner {
+    /// The key.
+    pub full_key: u64,
+    /// The first invocation's boundary.
+    pub boundary: Option<GraphBoundary>,
+    /// The Definition image, once ready.
+    pub image: Vec<u8>,
+    /// Why it failed.
+    pub error: Option<RecordError>,
+    /// Which recorder thread recorded it.
+    pub recorder: usize,
+}
+
+impl Default for Inflight {
+    fn default() -> Self {
+        Self {
+            status: std::sync::atomic::AtomicU8::new(InflightStatus::Ready as u8),
+            inner: std::sync::Mutex::new(InflightInner::default()),
+            cv: std::sync::Condvar::new(),
+        }
+    }
+}
+
+impl Inflight {
+    /// The status, read without the lock.
+    pub fn status(&self) -> InflightStatus {
+        match self.status.load(std::sync::atomic::Ordering::Acquire) {
+            0 => InflightStatus::Recording,
+            1 => InflightStatus::Ready,
+            _ => InflightStatus::Failed,
+        }
+    }
+
+    /// The locked part.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, InflightInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Prepares the entry for a new key: copies `boundary` into its retained storage.
+    pub fn begin(&self, full_key: u64, boundary: &GraphBoundary) {
+        let mut inner = self.lock();
+        inner.full_key = full_key;
+        let b = inner.boundary.get_or_insert_with(GraphBoundary::default);
+        b.tensors.clear();
+        b.tensors.extend_from_slice(&boundary.tensors);
+        b.tags.clear();
+        b.tags.extend_from_slice(&boundary.tags);
+        b.scalars.clear();
+        b.scalars.extend_from_slice(&boundary.scalars);
+        inner.error = None;
+        inner.image.clear();
+        self.status.store(
+            InflightStatus::Recording as u8,
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
+    /// Waits until the recording is done.
+    pub fn wait(&self) -> InflightStatus {
+        let mut inner = self.lock();
+        while self.status() == InflightStatus::Recording {
+            inner = self.cv.wait(inner).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(inner);
+        self.status()
+    }
+
+    fn finish(&self, recorder: usize, result: Result<&[u8], RecordError>) {
+        let mut inner = self.lock();
+        inner.recorder = recorder;
+        let status = match result {
+            Ok(image) => {
+                inner.image.clear();
+                inner.image.extend_from_slice(image);
+                InflightStatus::Ready
+            }
+            Err(e) => {
+                inner.error = Some(e);
+                InflightStatus::Failed
+            }
+        };
+        self.status
+            .store(status as u8, std::sync::atomic::Ordering::Release);
+        drop(inner);
+        self.cv.notify_all();
+    }
+}
+
+/// Recorder threads at start.
+pub const RECORDERS_AT_START: usize = 8;
+/// Recorder threads at most.
+pub const RECORDERS_MAX: usize = 16;
+
+struct Job {
+    entry: std::sync::Arc<Inflight>,
+    body: GraphBody,
+}
+
+struct Worker {
+    jobs: std::collections::VecDeque<Job>,
+    busy: bool,
+    recorded: Vec<u64>,
+    inject: Option<StandUpPart>,
+}
+
+struct PoolState {
+    workers: Vec<Worker>,
+    stop: bool,
+    next: usize,
+}
+
+struct PoolShared {
+    state: std::sync::Mutex<PoolState>,
+    cv: std::sync::Condvar,
+}
+
+/// The recorder pool: 8 threads started with it, growing to 16, alive until it is dropped.
+/// Jobs go to workers in a rotating order that advances by one per bind ([`Self::rotate`]), so
+/// over two binds of the same bodies every thread records a second, different body and its
+/// retained storage is reused by another body. Each thread owns its [`Recording`].
+pub struct RecorderPool {
+    shared: std::sync::Arc<PoolShared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl RecorderPool {
+    /// Starts [`RECORDERS_AT_START`] threads.
+    pub fn start() -> Self {
+        let shared = std::sync::Arc::new(PoolShared {
+            state: std::sync::Mutex::new(PoolState {
+                workers: Vec::with_capacity(RECORDERS_MAX),
+                stop: false,
+                next: 0,
+            }),
+            cv: std::sync::Condvar::new(),
+        });
+        let mut pool = Self {
+            shared,
+            threads: Vec::with_capacity(RECORDERS_MAX),
+        };
+        for _ in 0..RECORDERS_AT_START {
+            pool.spawn();
+        }
+        pool
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn spawn(&mut self) -> bool {
+        let index = {
+            let mut st = self.lock();
+            if st.workers.len() >= RECORDERS_MAX {
+                return false;
+            }
+            st.workers.push(Worker {
+                jobs: std::collections::VecDeque::with_capacity(GRAPH_MAX_NODES / 64),
+                busy: false,
+                recorded: Vec::with_capacity(64),
+                inject: None,
+            });
+            st.workers.len() - 1
+        };
+        let shared = self.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("simpler-recorder-{index}"))
+            .spawn(move || recorder_main(index, &shared));
+        match spawned {
+            Ok(h) => {
+                self.threads.push(h);
+                true
+            }
+            Err(_) => {
+                self.lock().workers.pop();
+                false
+            }
+        }
+    }
+
+    /// Recorder threads running.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Queues the recording of `entry` (begun by the caller) with `body`. A busy target
+    /// grows the pool (up to 16 threads) rather than queueing behind it.
+    pub fn submit(&mut self, entry: std::sync::Arc<Inflight>, body: GraphBody) {
+        let target = {
+            let st = self.lock();
+            let n = st.workers.len();
+            let t = st.next % n;
+            (t, st.workers[t].busy || !st.workers[t].jobs.is_empty())
+        };
+        let worker = if target.1 && self.spawn() {
+            self.threads.len() - 1
+        } else {
+            target.0
+        };
+        let mut st = self.lock();
+        st.next = st.next.wrapping_add(1);
+        st.workers[worker].jobs.push_back(Job { entry, body });
+        drop(st);
+        self.shared.cv.notify_all();
+    }
+
+    /// Advances the rotation by one (the next bind's first job goes to the next thread).
+    pub fn rotate(&mut self, bind: u64) {
+        let mut st = self.lock();
+        let n = st.workers.len().max(1);
+        st.next = (bind as usize) % n;
+    }
+
+    /// Makes the next stand-up of every thread that has not stood its storage up yet fail at
+    /// `part` (tests of the `storage_ready` rule).
+    pub fn inject_stand_up_failure(&mut self, part: StandUpPart) {
+        let mut st = self.lock();
+        for w in st.workers.iter_mut() {
+            w.inject = Some(part);
+        }
+    }
+
+    /// The keys each thread has recorded, in order.
+    pub fn recorded_by_thread(&self) -> Vec<Vec<u64>> {
+        self.lock()
+            .workers
+            .iter()
+            .map(|w| w.recorded.clone())
+            .collect()
+    }
+}
+
+impl Drop for RecorderPool {
+    fn drop(&mut self) {
+        self.lock().stop = true;
+        self.shared.cv.notify_all();
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn recorder_main(index: usize, shared: &PoolShared) {
+    // This thread's retained storage, reused by every body it records.
+    let mut recording = Recording::new();
+    loop {
+        let job = {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if let Some(job) = st.workers[index].jobs.pop_front() {
+                    st.workers[index].busy = true;
+                    if let Some(part) = st.workers[index].inject.take() {
+                        if !recording.storage_ready() {
+                            recording.inject_stand_up_failure(part);
+                        }
+                    }
+                    break job;
+                }
+                if st.stop {
+                    return;
+                }
+                st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let (key, boundary) = {
+            let inner = job.entry.lock();
+            (inner.full_key, inner.boundary.clone())
+        };
+        let result = match boundary.as_ref() {
+            Some(b) => recording.record(key, job.body, Some(b)),
+            None => Err(RecordError::NoBoundary),
+        };
+        job.entry.finish(index, result);
+        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.workers[index].busy = false;
+        st.workers[index].recorded.push(key);
     }
 }

@@ -83,13 +83,13 @@ fn main() {
             }
             // The control plane's phases (arena_build, host_orch, shared_mem); the entry
             // staging (args) copies the inputs and faults in proportion to their size.
-            faults.push(bind.phases[1..4].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
+            faults.push(bind.phases[1..5].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
             args_faults.push(bind.phases[0].minflt as f64);
             image = bind.image_bytes;
             tasks = bind.tasks;
         }
         let name = format!("bgemm_{case}");
-        for (i, phase) in PHASES.iter().enumerate().take(4) {
+        for (i, phase) in PHASES.iter().enumerate().take(5) {
             report_summary(
                 "bind",
                 &format!("{name}_{phase}"),
