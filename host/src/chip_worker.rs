@@ -279,6 +279,8 @@ pub struct ChipWorker {
     pub(crate) callables: Vec<Callable>,
     /// The hbg runtime's retained host mirror (built at the first host-built run).
     pub(crate) hbg: Option<Box<crate::hbg::Mirror>>,
+    /// The Graph recorder pool, started when the first callable is registered.
+    pub(crate) recorders: Option<crate::record::RecorderPool>,
     /// Live persistent allocations: start → bytes.
     persistent: BTreeMap<u64, u64>,
 }
@@ -297,6 +299,7 @@ impl ChipWorker {
             device,
             callables: Vec::new(),
             hbg: None,
+            recorders: None,
             persistent: BTreeMap::new(),
         }
     }
@@ -392,6 +395,10 @@ impl ChipWorker {
         kernels: Vec<KernelFn>,
         signature: Vec<ArgDirection>,
     ) -> CallableHandle {
+        // Recorder threads park from registration on, so a bind's first Graph does not pay
+        // for starting them.
+        self.recorders
+            .get_or_insert_with(crate::record::RecorderPool::start);
         self.callables.push(Callable {
             orch,
             kernels: kernels.into(),

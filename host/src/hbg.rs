@@ -128,17 +128,18 @@ const MAX_DEFINITIONS: usize = simpler_core::graph::GRAPH_MAX_DEFINITIONS;
 /// Alignment of each Graph invocation's heap block.
 const GRAPH_HEAP_ALIGN: u64 = 1024;
 
-/// The Graph state a mirror keeps across binds: the recorder pool (started at the first
-/// hbg bind, alive until the worker is finalized), the in-flight entries (reused), the
-/// outer tasks to patch, and the staging buffer of Definitions and boundaries.
+/// The Graph state a mirror keeps across binds: the in-flight entries (reused), the outer
+/// tasks to patch, and the staging buffer of Definitions and boundaries. (The recorder pool
+/// belongs to the `ChipWorker`: started at callable registration, alive until finalize.)
 #[derive(Default)]
-struct Graphs {
-    pool: Option<RecorderPool>,
+pub(crate) struct Graphs {
     entries: Vec<Arc<Inflight>>,
     used: usize,
     keys: Vec<(u64, usize)>,
     shells: Vec<(TaskId, usize)>,
     placed: Vec<u64>,
+    /// The last commit: (key, heap block) per outer task, in submission order.
+    committed: Vec<(u64, u64)>,
     staging: Vec<u8>,
     scratch: GraphBoundary,
     pending: usize,
@@ -152,6 +153,7 @@ struct Graphs {
 /// staged for `graph_upload`.
 struct BindGraphs<'g> {
     g: &'g mut Graphs,
+    pool: &'g mut RecorderPool,
     base: u64,
 }
 
@@ -221,10 +223,7 @@ impl GraphSink for BindGraphs<'_> {
         }
         if known.is_none() {
             g.entries[entry].begin(full_key, &g.scratch);
-            g.pool
-                .as_mut()
-                .expect("the pool starts with the mirror")
-                .submit(g.entries[entry].clone(), body);
+            self.pool.submit(g.entries[entry].clone(), body);
             g.keys.push((full_key, entry));
             g.used += 1;
             g.counts[0] += 1;
@@ -263,10 +262,7 @@ impl Mirror {
             payloads_layout,
             sched_image: Vec::new(),
             payload_image: Vec::new(),
-            graphs: Graphs {
-                pool: Some(RecorderPool::start()),
-                ..Graphs::default()
-            },
+            graphs: Graphs::default(),
         }
     }
 }
@@ -339,6 +335,35 @@ impl Clock {
 }
 
 impl ChipWorker {
+    /// The keys each recorder thread recorded, in order (for tests of storage reuse).
+    pub fn recorder_history(&self) -> Vec<Vec<u64>> {
+        self.recorders
+            .as_ref()
+            .map(RecorderPool::recorded_by_thread)
+            .unwrap_or_default()
+    }
+
+    /// Recorder threads running.
+    pub fn recorder_threads(&self) -> usize {
+        self.recorders.as_ref().map_or(0, RecorderPool::threads)
+    }
+
+    /// Makes the next stand-up of every recorder whose storage is not up yet fail at `part`.
+    pub fn inject_recorder_stand_up_failure(&mut self, part: crate::record::StandUpPart) {
+        self.recorders
+            .get_or_insert_with(RecorderPool::start)
+            .inject_stand_up_failure(part);
+    }
+
+    /// The last bind's commit: per outer task in submission order, its Graph's key and the
+    /// device address of its heap block.
+    pub fn last_graph_commit(&self) -> Vec<(u64, u64)> {
+        self.hbg
+            .as_ref()
+            .map(|m| m.graphs.committed.clone())
+            .unwrap_or_default()
+    }
+
     /// Runs `handle` on the hbg runtime: the orchestration runs here, on the host, into the
     /// retained mirror; the device receives the compact live image and only schedules.
     /// OUT and INOUT tensors receive the results, as with [`ChipWorker::run_args`].
@@ -407,9 +432,9 @@ impl ChipWorker {
             g.used = 0;
             g.binds += 1;
             let bind = g.binds;
-            if let Some(pool) = g.pool.as_mut() {
-                pool.rotate(bind);
-            }
+            self.recorders
+                .get_or_insert_with(RecorderPool::start)
+                .rotate(bind);
         }
         let mut waiter = NoWait { blocked: None };
         let abort = AtomicU32::new(0);
@@ -426,6 +451,7 @@ impl ChipWorker {
             };
             let mut sink = BindGraphs {
                 g: &mut mirror.graphs,
+                pool: self.recorders.as_mut().expect("started above"),
                 base: staging_base,
             };
             let mut rt = Rt::new(
@@ -588,9 +614,11 @@ fn commit(
         .alloc(heaps)?
         .ok_or(WorkerError::OutOfDeviceMemory { bytes: heaps })?;
     let mut at = heap_base;
+    g.committed.clear();
     for &(shell, e) in &g.shells {
         payloads.patch_scalar(shell, 1, g.placed[e]);
         payloads.patch_scalar(shell, 4, at);
+        g.committed.push((g.keys[e].0, at));
         at += required[e];
     }
     Ok(())

@@ -932,8 +932,10 @@ impl Drop for RecorderPool {
 }
 
 fn recorder_main(index: usize, shared: &PoolShared) {
-    // This thread's retained storage, reused by every body it records.
+    // This thread's retained storage, reused by every body it records, and its copy of the
+    // boundary it records against (retained too: a warm recording allocates nothing).
     let mut recording = Recording::new();
+    let mut boundary = GraphBoundary::default();
     loop {
         let job = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -953,17 +955,31 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                 st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let (key, boundary) = {
+        let (key, present) = {
             let inner = job.entry.lock();
-            (inner.full_key, inner.boundary.clone())
+            if let Some(b) = inner.boundary.as_ref() {
+                boundary.tensors.clear();
+                boundary.tensors.extend_from_slice(&b.tensors);
+                boundary.tags.clear();
+                boundary.tags.extend_from_slice(&b.tags);
+                boundary.scalars.clear();
+                boundary.scalars.extend_from_slice(&b.scalars);
+            }
+            (inner.full_key, inner.boundary.is_some())
         };
-        let result = match boundary.as_ref() {
-            Some(b) => recording.record(key, job.body, Some(b)),
-            None => Err(RecordError::NoBoundary),
+        // Absence is checked before any use of the boundary.
+        let result = if present {
+            recording.record(key, job.body, Some(&boundary))
+        } else {
+            Err(RecordError::NoBoundary)
         };
         job.entry.finish(index, result);
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         st.workers[index].busy = false;
-        st.workers[index].recorded.push(key);
+        let recorded = &mut st.workers[index].recorded;
+        if recorded.len() == recorded.capacity() {
+            recorded.remove(0);
+        }
+        recorded.push(key);
     }
 }

@@ -1,0 +1,238 @@
+//! Graphs on the hbg runtime with the recorder pool: eight bodies recorded once per bind on
+//! recorder threads, replayed, committed in submission order; storage reuse across binds;
+//! failures after an outer task was submitted.
+
+use simpler_aicore::kernels;
+use simpler_aicpu::{GraphBody, Rt, RtError};
+use simpler_core::orchestrator::TaskArg;
+use simpler_core::{ArgDirection, TaskTensor, TensorArgType};
+use simpler_host::hbg::HbgError;
+use simpler_host::record::StandUpPart;
+use simpler_host::{ChipArg, ChipWorker, HostTensor, WorkerError};
+use simpler_sim::{DeviceConfig, Topology};
+use std::sync::Arc;
+
+const ADD_SCALAR: u32 = 0;
+const N: u32 = 256;
+/// Bodies, and invocations of each per bind.
+const BODIES: usize = 8;
+const REPS: u32 = 2;
+
+/// Body k: y = x + (k + 1), then y = y + (k + 1) again (two nodes, the second after the
+/// first: a write-after-write on y and a read of it).
+macro_rules! bodies {
+    ($($name:ident = $k:expr),*) => {
+        $(fn $name(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+            let [x, y] = match rt.args().tensors() {
+                [x, y] => [*x, *y],
+                _ => return Err(rt.report_fatal(1)),
+            };
+            let s = (($k + 1) as f32).to_bits() as u64;
+            let mut first = [
+                TaskArg { tensor: x, tag: TensorArgType::Input },
+                TaskArg { tensor: y, tag: TensorArgType::OutputExisting },
+            ];
+            rt.submit_aiv(ADD_SCALAR, &mut first, &[s])?;
+            let mut second = [
+                TaskArg { tensor: y, tag: TensorArgType::Input },
+                TaskArg { tensor: y, tag: TensorArgType::OutputExisting },
+            ];
+            rt.submit_aiv(ADD_SCALAR, &mut second, &[s])?;
+            Ok(())
+        })*
+    };
+}
+
+bodies!(
+    b0 = 0,
+    b1 = 1,
+    b2 = 2,
+    b3 = 3,
+    b4 = 4,
+    b5 = 5,
+    b6 = 6,
+    b7 = 7
+);
+const ALL: [GraphBody; BODIES] = [b0, b1, b2, b3, b4, b5, b6, b7];
+
+/// A body with a Graph inside: its recording is unsupported.
+fn nested(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let [x, y] = match rt.args().tensors() {
+        [x, y] => [*x, *y],
+        _ => return Err(rt.report_fatal(1)),
+    };
+    let mut inner = [
+        TaskArg {
+            tensor: x,
+            tag: TensorArgType::Input,
+        },
+        TaskArg {
+            tensor: y,
+            tag: TensorArgType::OutputExisting,
+        },
+    ];
+    rt.submit_graph(0, b0, &mut inner, &[])?;
+    Ok(())
+}
+
+fn views(rt: &Rt<'_, '_>, k: usize, rep: u32) -> Result<[TaskArg; 2], RtError> {
+    let [x, y] = match rt.args().tensors() {
+        [x, y] => [*x, *y],
+        _ => return Err(RtError::Fatal(2)),
+    };
+    let row = k as u32 * REPS + rep;
+    let v = |t: TaskTensor| t.view(&[1, N], &[row, 0]).map_err(|_| RtError::Fatal(3));
+    Ok([
+        TaskArg {
+            tensor: v(x)?,
+            tag: TensorArgType::Input,
+        },
+        TaskArg {
+            tensor: v(y)?,
+            tag: TensorArgType::OutputExisting,
+        },
+    ])
+}
+
+/// Every body, twice, in the order b0 b0 b1 b1 ... b7 b7.
+fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    for (k, body) in ALL.iter().enumerate() {
+        for rep in 0..REPS {
+            let mut b = views(rt, k, rep)?;
+            rt.submit_graph(0, *body, &mut b, &[])?;
+        }
+    }
+    Ok(())
+}
+
+/// b0 as usual, then a body with a nested Graph.
+fn orchestrate_nested(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let mut b = views(rt, 0, 0)?;
+    rt.submit_graph(0, b0, &mut b, &[])?;
+    let mut b = views(rt, 1, 0)?;
+    rt.submit_graph(0, nested, &mut b, &[])?;
+    Ok(())
+}
+
+struct Fixture {
+    w: ChipWorker,
+    h: simpler_host::CallableHandle,
+    x: Vec<f32>,
+}
+
+fn fixture(orch: fn(&mut Rt<'_, '_>) -> Result<(), RtError>) -> Fixture {
+    let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
+    let h = w.register_callable(
+        Arc::new(orch),
+        vec![kernels::add_scalar],
+        vec![ArgDirection::In, ArgDirection::Out],
+    );
+    let rows = (BODIES as u32 * REPS) as usize;
+    let x = (0..rows * N as usize)
+        .map(|i| (i % 97) as f32 * 0.5)
+        .collect();
+    Fixture { w, h, x }
+}
+
+fn args(f: &Fixture) -> Vec<ChipArg> {
+    let rows = BODIES as u32 * REPS;
+    vec![
+        ChipArg::Host(HostTensor::f32(&f.x, &[rows, N], ArgDirection::In)),
+        ChipArg::Host(HostTensor::f32(
+            &vec![-1.0; f.x.len()],
+            &[rows, N],
+            ArgDirection::Out,
+        )),
+    ]
+}
+
+fn output(a: Vec<ChipArg>) -> Vec<f32> {
+    match a.into_iter().nth(1) {
+        Some(ChipArg::Host(t)) => t.to_f32(),
+        _ => unreachable!("host tensors only"),
+    }
+}
+
+#[test]
+fn eight_bodies_record_on_the_pool_replay_and_reuse_every_thread_over_rounds() {
+    let mut f = fixture(orchestrate);
+    assert_eq!(
+        f.w.recorder_threads(),
+        8,
+        "started at callable registration"
+    );
+    let row = N as usize;
+    for round in 0..4 {
+        let mut a = args(&f);
+        let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
+        assert_eq!(bind.graphs, [8, 8, 0], "round {round}");
+        let y = output(a);
+        for (i, (&got, &x)) in y.iter().zip(&f.x).enumerate() {
+            let k = (i / row) / REPS as usize;
+            let want = x + 2.0 * (k as f32 + 1.0);
+            assert_eq!(got, want, "round {round}, element {i}");
+        }
+        // Committed in submission order: keys follow the submissions, heap blocks ascend.
+        let commit = f.w.last_graph_commit();
+        let keys: Vec<u64> = ALL
+            .iter()
+            .flat_map(|b| [*b as usize as u64; REPS as usize])
+            .collect();
+        assert_eq!(commit.iter().map(|c| c.0).collect::<Vec<_>>(), keys);
+        assert!(commit.windows(2).all(|w| w[0].1 < w[1].1));
+    }
+    // Every recorder thread recorded at least two different bodies: its storage was reused.
+    let history = f.w.recorder_history();
+    assert_eq!(history.len(), 8);
+    for (t, keys) in history.iter().enumerate() {
+        let mut distinct = keys.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() >= 2, "thread {t} recorded {keys:?}");
+    }
+}
+
+#[test]
+fn a_stand_up_failure_fails_the_bind_as_invalid_arguments_and_the_next_bind_succeeds() {
+    for part in [StandUpPart::HazardMap, StandUpPart::PackedRegion] {
+        let mut f = fixture(orchestrate);
+        f.w.inject_recorder_stand_up_failure(part);
+        let mut a = args(&f);
+        let err = f.w.run_hbg(f.h, &mut a, &[]).expect_err("stand-up fails");
+        assert!(
+            matches!(&err, WorkerError::Hbg(HbgError::GraphFailed { reason, .. }) if reason.contains("stood up")),
+            "{err}"
+        );
+        assert!(err.to_string().contains("invalid arguments"));
+        let mut a = args(&f);
+        let (_, bind) =
+            f.w.run_hbg(f.h, &mut a, &[])
+                .expect("the next bind stands up");
+        assert_eq!(bind.graphs, [8, 8, 0]);
+    }
+}
+
+#[test]
+fn a_graph_nested_in_a_recorded_body_fails_the_bind() {
+    let mut f = fixture(orchestrate_nested);
+    let mut a = args(&f);
+    let err = f.w.run_hbg(f.h, &mut a, &[]).expect_err("nested");
+    assert!(
+        matches!(&err, WorkerError::Hbg(HbgError::GraphFailed { reason, .. }) if reason.contains("nested")),
+        "{err}"
+    );
+    // On tmr (no recording) the nested body simply runs inline.
+    let mut tensors = vec![
+        HostTensor::f32(&f.x, &[BODIES as u32 * REPS, N], ArgDirection::In),
+        HostTensor::f32(
+            &vec![-1.0; f.x.len()],
+            &[BODIES as u32 * REPS, N],
+            ArgDirection::Out,
+        ),
+    ];
+    f.w.run(f.h, &mut tensors, &[]).expect("tmr");
+    let y = tensors[1].to_f32();
+    assert_eq!(y[0], f.x[0] + 2.0);
+    let row1 = (REPS as usize) * N as usize;
+    assert_eq!(y[row1], f.x[row1] + 2.0, "the nested b0 ran inline");
+}
