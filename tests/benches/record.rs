@@ -1,0 +1,93 @@
+//! `record`: Graph recording on one thread's retained storage.
+//!
+//! Workload: the bgemm Case1 orchestration (128 nodes) and the vector_example one (5 nodes)
+//! recorded as Graph bodies over made-up boundaries, alternately, on one `Recording` (the
+//! storage a recorder thread keeps): 2 warm-up rounds, then 41 samples of each. Printed: ns
+//! per recorded node and us per Definition (the whole recording: reset, the body through the
+//! private runtime, classification, the Definition image), median and minimum; the image size.
+//!
+//! Not shown: the pool's hand-off (see `bind`), and bodies wider than these.
+//!
+//! Run: `cargo bench -p simpler-tests --bench record`.
+
+use simpler_core::{AddressSpace, ArgDirection, ChipTensor, TaskTensor, TensorArgType};
+use simpler_host::record::{GraphBoundary, Recording};
+use simpler_host::scenes;
+use simpler_tests::measure::{report, report_summary};
+use std::time::Instant;
+
+const SAMPLES: usize = 41;
+
+fn boundary(name: &str, case: &str) -> GraphBoundary {
+    let p = scenes::find(name).unwrap().prepare(case).unwrap();
+    let mut b = GraphBoundary::default();
+    for (i, (t, dir)) in p.tensors.iter().zip(&p.signature).enumerate() {
+        let c = ChipTensor::contiguous(
+            0x1000_0000 * (i as u64 + 1),
+            &t.shapes,
+            t.dtype,
+            AddressSpace::Device,
+        );
+        b.tensors.push(TaskTensor::adopt(&c).unwrap());
+        b.tags.push(match dir {
+            ArgDirection::In => TensorArgType::Input,
+            _ => TensorArgType::OutputExisting,
+        });
+    }
+    b.scalars = p.scalars.clone();
+    b
+}
+
+fn main() {
+    let arms = [
+        (
+            "bgemm_case1",
+            scenes::body("bgemm").unwrap(),
+            boundary("bgemm", "Case1"),
+        ),
+        (
+            "vector",
+            scenes::body("vector_example").unwrap(),
+            boundary("vector_example", "default"),
+        ),
+    ];
+    let mut r = Recording::new();
+    let mut per_node = vec![Vec::with_capacity(SAMPLES); arms.len()];
+    let mut per_def = vec![Vec::with_capacity(SAMPLES); arms.len()];
+    let mut bytes = vec![0usize; arms.len()];
+    for round in 0..SAMPLES + 2 {
+        for (i, (_, body, b)) in arms.iter().enumerate() {
+            let start = Instant::now();
+            let n = r
+                .record(i as u64 + 1, *body, Some(b))
+                .expect("record")
+                .len();
+            let t = start.elapsed().as_secs_f64();
+            if round >= 2 {
+                per_node[i].push(t * 1e9 / r.node_count() as f64);
+                per_def[i].push(t * 1e6);
+                bytes[i] = n;
+            }
+        }
+    }
+    for (i, (name, _, _)) in arms.iter().enumerate() {
+        report_summary(
+            "record",
+            &format!("{name}_per_node"),
+            &mut per_node[i],
+            "ns",
+        );
+        report_summary(
+            "record",
+            &format!("{name}_per_definition"),
+            &mut per_def[i],
+            "us",
+        );
+        report(
+            "record",
+            &format!("{name}_definition_bytes"),
+            bytes[i] as f64,
+            "B",
+        );
+    }
+}
