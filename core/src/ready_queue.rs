@@ -253,6 +253,34 @@ impl<'a> ReadyQueue<'a> {
         })
     }
 
+    /// Carves a queue out of `region` keeping its bytes: a region an earlier `init` formatted
+    /// (the caller resets what it used, [`Self::reset_prefix`]).
+    pub fn attach(region: &'a mut [u8], layout: &ReadyQueueLayout) -> Result<Self, LayoutError> {
+        let mut carver = Carver::new(region, &layout.layout)?;
+        let [header] = carver.atomic_as_is(layout.header)? else {
+            return Err(LayoutError::SpanOutOfOrder {
+                offset: layout.header.offset(),
+            });
+        };
+        let slots = carver.atomic_as_is(layout.slots)?;
+        Ok(Self {
+            header,
+            slots,
+            mask: slots.len().wrapping_sub(1),
+        })
+    }
+
+    /// Returns a queue that saw `pushed` pushes since it was formatted (and at most as many
+    /// pops) to its formatted state, touching only those cells.
+    pub fn reset_prefix(&self, pushed: u64) {
+        self.header.enqueue_pos.0.store(0, Ordering::Relaxed);
+        self.header.dequeue_pos.0.store(0, Ordering::Relaxed);
+        let n = (pushed as usize).min(self.slots.len());
+        for (position, slot) in (0u64..).zip(&self.slots[..n]) {
+            slot.sequence.store(position, Ordering::Release);
+        }
+    }
+
     /// Number of slots.
     pub fn capacity(&self) -> usize {
         self.slots.len()

@@ -158,6 +158,70 @@ impl<'a> SchedState<'a> {
         })
     }
 
+    /// Carves the shared state out of `region` keeping its bytes: a region an earlier `init`
+    /// formatted with the same layout. The caller returns what it used to the formatted state
+    /// with [`Self::reset_prefix`] before use.
+    pub fn attach_region(
+        region: &'a mut [u8],
+        layout: &SchedStateLayout,
+    ) -> Result<Self, LayoutError> {
+        let mut c = Carver::new(region, &layout.layout)?;
+        let flows = c.atomic_as_is(layout.flows)?;
+        let [s0, s1, s2, s3] = layout.slots;
+        let slots = [
+            c.atomic_as_is(s0)?,
+            c.atomic_as_is(s1)?,
+            c.atomic_as_is(s2)?,
+            c.atomic_as_is(s3)?,
+        ];
+        let [e0, e1, e2, e3] = layout.edges;
+        let edges = [
+            c.atomic_as_is(e0)?,
+            c.atomic_as_is(e1)?,
+            c.atomic_as_is(e2)?,
+            c.atomic_as_is(e3)?,
+        ];
+        let [q0, q1, q2, q3] = layout.queues;
+        let queues = [
+            ReadyQueue::attach(c.region(q0)?, &layout.queue)?,
+            ReadyQueue::attach(c.region(q1)?, &layout.queue)?,
+            ReadyQueue::attach(c.region(q2)?, &layout.queue)?,
+            ReadyQueue::attach(c.region(q3)?, &layout.queue)?,
+        ];
+        Ok(Self {
+            config: layout.config,
+            flows,
+            slots,
+            edges,
+            queues,
+        })
+    }
+
+    /// Returns the parts a state built with no scheduler running used (`usage`, from
+    /// [`Self::usage`]) to their formatted state: the watermarks, the claimed slots (as
+    /// [`Self::reset`] does them) and the queued cells. Cost proportional to what was used.
+    pub fn reset_prefix(&self, usage: &crate::image::Usage) {
+        for flow in self.flows {
+            flow.current_task_index.store(0, Ordering::Relaxed);
+            flow.last_task_alive.store(0, Ordering::Relaxed);
+            flow.advance_lock.store(0, Ordering::Relaxed);
+            flow.advance_pending.store(0, Ordering::Relaxed);
+        }
+        for (r, slots) in self.slots.iter().enumerate() {
+            let n = (usage.tasks[r] as usize).min(slots.len());
+            for slot in &slots[..n] {
+                slot.status
+                    .store(SlotStatus::Free as u32, Ordering::Relaxed);
+                slot.fanout_lock.store(0, Ordering::Relaxed);
+                slot.task_id.store(u64::MAX, Ordering::Relaxed);
+                slot.seen_epoch.store(0, Ordering::Relaxed);
+            }
+        }
+        for (q, queue) in self.queues.iter().enumerate() {
+            queue.reset_prefix(usage.queued[q]);
+        }
+    }
+
     /// Returns every slot, watermark and queue to its initial state, as after `init`. Only
     /// while no other thread uses the state (between runs). After a run that ended cleanly
     /// only the watermarks move; after an aborted one every slot is cleared.

@@ -211,6 +211,8 @@ pub struct Recording {
     storage_ready: bool,
     fail: Option<StandUpPart>,
     recordings: u64,
+    /// What the last recording used of the private state (reset before the next one).
+    last_usage: Option<simpler_core::image::Usage>,
 }
 
 impl Default for Recording {
@@ -250,6 +252,7 @@ impl Recording {
             storage_ready: false,
             fail: None,
             recordings: 0,
+            last_usage: None,
         }
     }
 
@@ -330,6 +333,7 @@ impl Recording {
     }
 
     fn drop_storage(&mut self) {
+        self.last_usage = None;
         self.regions = None;
         self.arrays = Arrays::default();
         self.storage_ready = false;
@@ -422,6 +426,8 @@ impl Recording {
             let r = rt.scope(ScopeMode::Auto, |rt| body(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
+        // Unmeasurable (never, with no scheduler running) means a full format next time.
+        self.last_usage = shared.usage(orch.edges_used()).ok();
         if nested.0 {
             // The nested body ran inline into this recording; it cannot be replayed as one.
             return Err(RecordError::Unsupported("a Graph nested inside the body"));
