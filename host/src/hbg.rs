@@ -249,6 +249,8 @@ pub(crate) struct Mirror {
     sched_image: Vec<u8>,
     payload_image: Vec<u8>,
     graphs: Graphs,
+    /// What the last bind used of the shared state (cleared at the next bind).
+    last_usage: Option<simpler_core::image::Usage>,
 }
 
 impl Mirror {
@@ -263,6 +265,7 @@ impl Mirror {
             sched_image: Vec::new(),
             payload_image: Vec::new(),
             graphs: Graphs::default(),
+            last_usage: None,
         }
     }
 }
@@ -408,8 +411,18 @@ impl ChipWorker {
         let mirror = self.hbg.as_mut().expect("made above");
         let layout = mirror.layout;
         let payloads_layout = mirror.payloads_layout;
-        let shared = SchedState::init(bytemuck::cast_slice_mut(&mut mirror.sched), layout.sched())
-            .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
+        // The first bind formats the mirror's shared state; later binds attach to it and clear
+        // only what the previous bind used (its watermarks, claimed slots, queued cells):
+        // slots are initialized when claimed.
+        let sched = bytemuck::cast_slice_mut(&mut mirror.sched);
+        let shared = match mirror.last_usage.take() {
+            Some(used) => SchedState::attach_region(sched, layout.sched()).map(|s| {
+                s.reset_prefix(&used);
+                s
+            }),
+            None => SchedState::init(sched, layout.sched()),
+        }
+        .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
         // The payload records (70 MB at the defaults) are written whole at claim: attached as
         // they are, never formatted, so a bind touches only the records it writes.
         let payloads = TaskPayloads::attach(
@@ -485,6 +498,7 @@ impl ChipWorker {
         let usage = shared
             .usage(orch.edges_used())
             .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
+        mirror.last_usage = Some(usage);
         let sched_len = SchedState::image_size(&usage);
         grow(&mut mirror.sched_image, sched_len);
         let n = shared
