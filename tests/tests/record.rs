@@ -123,3 +123,126 @@ fn an_uncacheable_boundary_is_refused() {
         Err(RecordError::Uncacheable(_))
     ));
 }
+
+#[test]
+fn a_definitions_edges_are_the_per_task_submissions_edges() {
+    // The same body submitted task by task on tmr, with the DAG recorded at submit.
+    let (body, b, p) = scene("bgemm", "Case1");
+    let mut w =
+        simpler_host::ChipWorker::init(simpler_sim::DeviceConfig::new(simpler_sim::Topology::A2a3))
+            .expect("device");
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let dag = std::sync::Arc::new(std::sync::Mutex::new(simpler_host::dag::DagRecorder::new()));
+    let mut tensors = p.tensors.clone();
+    w.run_with_hook(h, &mut tensors, &p.scalars, Some(dag.clone()))
+        .expect("tmr run");
+    let dag = dag.lock().unwrap();
+    let mut want: Vec<(usize, usize)> = dag
+        .edges()
+        .iter()
+        .filter(|e| e.wait)
+        .map(|e| (e.from, e.to))
+        .collect();
+    want.sort_unstable();
+    // The recorded Definition's fanin lists.
+    let mut r = Recording::new();
+    let image = r.record(3, body, Some(&b)).unwrap().to_vec();
+    let view = DefinitionView::parse(&image).unwrap();
+    assert_eq!(view.task_count(), dag.tasks().len());
+    let mut got: Vec<(usize, usize)> = (0..view.task_count())
+        .flat_map(|i| view.fanin(i).unwrap().map(move |p| (p as usize, i)))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    assert!(!got.is_empty());
+}
+
+/// A body of 1100 kernel-less nodes: past the node cap.
+fn too_long(rt: &mut simpler_aicpu::Rt<'_, '_>) -> Result<(), simpler_aicpu::RtError> {
+    for _ in 0..1100 {
+        rt.submit_dummy(&mut [], &[])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn an_overshooting_body_finishes_unsupported_and_the_next_recording_is_fresh() {
+    let (short, sb, _) = scene("vector_example", "default");
+    let mut fresh = Recording::new();
+    let want = fresh.record(1, short, Some(&sb)).unwrap().to_vec();
+    let mut r = Recording::new();
+    assert_eq!(
+        r.record(9, too_long, Some(&sb)).unwrap_err(),
+        RecordError::Unsupported("more than 1024 nodes")
+    );
+    // The body ran to its end: every node up to the cap was recorded.
+    assert_eq!(r.node_count(), 1024);
+    assert!(r.node_slots() <= 1024, "node slots stay within the cap");
+    let got = r.record(1, short, Some(&sb)).unwrap().to_vec();
+    assert_eq!(got, want);
+}
+
+/// A body whose one node takes a 5-D view of its boundary tensor.
+fn wide(rt: &mut simpler_aicpu::Rt<'_, '_>) -> Result<(), simpler_aicpu::RtError> {
+    let t = rt.args().tensors()[0];
+    let v = t
+        .view(&[1, 1, 1, 1, 4], &[0, 0, 0, 0, 0])
+        .map_err(|_| simpler_aicpu::RtError::Fatal(1))?;
+    let mut a = [simpler_core::orchestrator::TaskArg {
+        tensor: v,
+        tag: TensorArgType::Input,
+    }];
+    rt.submit_dummy(&mut a, &[])?;
+    Ok(())
+}
+
+/// The same with a 1-D view.
+fn narrow(rt: &mut simpler_aicpu::Rt<'_, '_>) -> Result<(), simpler_aicpu::RtError> {
+    let t = rt.args().tensors()[1];
+    let mut a = [simpler_core::orchestrator::TaskArg {
+        tensor: t,
+        tag: TensorArgType::Input,
+    }];
+    rt.submit_dummy(&mut a, &[])?;
+    Ok(())
+}
+
+#[test]
+fn a_narrow_tensor_recorded_after_a_wide_one_inherits_no_stale_strides() {
+    let mut b = GraphBoundary::default();
+    let five = ChipTensor::contiguous(
+        0x1000_0000,
+        &[2, 2, 2, 2, 4],
+        simpler_core::DataType::Float32,
+        AddressSpace::Device,
+    );
+    let one = ChipTensor::contiguous(
+        0x2000_0000,
+        &[64],
+        simpler_core::DataType::Float32,
+        AddressSpace::Device,
+    );
+    b.tensors = vec![
+        TaskTensor::adopt(&five).unwrap(),
+        TaskTensor::adopt(&one).unwrap(),
+    ];
+    b.tags = vec![TensorArgType::Input, TensorArgType::Input];
+    let mut r = Recording::new();
+    r.record(1, wide, Some(&b)).unwrap();
+    assert_eq!(r.node_tensors(0)[0].ndims(), 5);
+    r.record(2, narrow, Some(&b)).unwrap();
+    let t = r.node_tensors(0)[0];
+    assert_eq!(t.ndims(), 1);
+    // The packed slot was written from a fresh value: every stride past rank 1 is zero.
+    let bytes = bytemuck::bytes_of(&t);
+    let strides: Vec<u32> = bytes[72..92]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(&strides[1..], &[0, 0, 0, 0]);
+    let mut fresh = Recording::new();
+    assert_eq!(
+        fresh.record(2, narrow, Some(&b)).unwrap(),
+        r.record(2, narrow, Some(&b)).unwrap()
+    );
+}
