@@ -416,10 +416,9 @@ impl ChipWorker {
         // slots are initialized when claimed.
         let sched = bytemuck::cast_slice_mut(&mut mirror.sched);
         let shared = match mirror.last_usage.take() {
-            Some(used) => SchedState::attach_region(sched, layout.sched()).map(|s| {
-                s.reset_prefix(&used);
-                s
-            }),
+            Some(used) => {
+                SchedState::attach_region(sched, layout.sched()).inspect(|s| s.reset_prefix(&used))
+            }
             None => SchedState::init(sched, layout.sched()),
         }
         .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;

@@ -394,10 +394,14 @@ impl Recording {
                 .map_err(|_| RecordError::Unsupported("too many boundary scalars"))?;
         }
         let regions = self.regions.as_mut().expect("ready storage has regions");
-        let shared = SchedState::init(
-            bytemuck::cast_slice_mut(&mut regions.sched),
-            self.layout.sched(),
-        )
+        // The first recording formats the private state; later ones attach to it and return
+        // only what the previous one used to the formatted state.
+        let sched = bytemuck::cast_slice_mut(&mut regions.sched);
+        let shared = match self.last_usage.take() {
+            Some(used) => SchedState::attach_region(sched, self.layout.sched())
+                .inspect(|s| s.reset_prefix(&used)),
+            None => SchedState::init(sched, self.layout.sched()),
+        }
         .map_err(|_| RecordError::Unsupported("recording state layout"))?;
         let payloads = TaskPayloads::attach(
             bytemuck::cast_slice_mut(&mut regions.payloads),
