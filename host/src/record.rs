@@ -319,7 +319,8 @@ impl Recording {
         }
         let cap = GRAPH_MAX_NODES * CORE_MAX_TENSOR_ARGS;
         let a = &mut self.arrays;
-        a.tensors = vec![<TaskTensor as bytemuck::Zeroable>::zeroed(); cap];
+        // Zeroed pages from the allocator: a page is touched only when a body writes it.
+        a.tensors = bytemuck::zeroed_vec(cap);
         a.nodes = Vec::with_capacity(GRAPH_MAX_NODES);
         a.sources = Vec::with_capacity(cap);
         a.scalars = Vec::with_capacity(GRAPH_MAX_NODES * CORE_MAX_SCALAR_ARGS);
