@@ -10,6 +10,7 @@ use simpler_aicore::KernelFn;
 use simpler_core::ArgDirection;
 
 pub mod bgemm;
+pub mod dsv4;
 pub mod graph;
 pub mod l3;
 pub mod paged_attention;
@@ -64,6 +65,7 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &paged_attention::PagedAttention,
         &bgemm::Bgemm,
         &graph::GraphVector,
+        &dsv4::Dsv4Shaped,
     ]
 }
 
