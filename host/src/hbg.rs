@@ -214,9 +214,15 @@ impl GraphSink for BindGraphs<'_> {
             }
         };
         // Stage the boundary first: without room the body runs inline and nothing is begun.
+        let mark = g.staging.len();
         let mut at = None;
         for (i, t) in g.scratch.tensors.iter().enumerate() {
-            let p = place(&mut g.staging, self.base, bytemuck::bytes_of(t))?;
+            let Some(p) = place(&mut g.staging, self.base, bytemuck::bytes_of(t)) else {
+                // No room: nothing half-staged stays, and the body runs inline.
+                g.staging.truncate(mark);
+                g.counts[2] += 1;
+                return None;
+            };
             if i == 0 {
                 at = Some(p);
             }

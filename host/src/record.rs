@@ -100,13 +100,16 @@ impl GraphBoundary {
         Ok(())
     }
 
-    /// Whether `other` may replay a Definition recorded from `self`: equal counts and, per
-    /// tensor, equal buffer size, rank, dtype, tag, shapes, strides and alias partition
-    /// (addresses and view offsets may differ: a replay rebinds them).
+    /// Whether `other` may replay a Definition recorded from `self`: equal counts, equal
+    /// scalar values and, per tensor, equal buffer size, rank, dtype, tag, shapes, strides,
+    /// alias partition and offset from its alias representative (addresses and the
+    /// representatives' offsets may differ: a replay rebinds them).
     pub fn matches(&self, other: &GraphBoundary) -> bool {
+        // Scalars are recorded by value (static Definition data): a replay with other values
+        // would silently reuse the recorded ones, so it does not match and runs inline.
         if self.tensors.len() != other.tensors.len()
             || self.tags != other.tags
-            || self.scalars.len() != other.scalars.len()
+            || self.scalars != other.scalars
         {
             return false;
         }
@@ -122,12 +125,19 @@ impl GraphBoundary {
             .zip(&other.tensors)
             .enumerate()
             .all(|(i, (a, b))| {
+                let (ra, rb) = (alias(self, i), alias(other, i));
+                // Views of one buffer keep their distance: a recorded sub-view of the first
+                // is rebased on it.
+                let distance = |bd: &GraphBoundary, r: usize, t: &TaskTensor| {
+                    t.start_offset().wrapping_sub(bd.tensors[r].start_offset())
+                };
                 a.buffer().size == b.buffer().size
                     && a.ndims() == b.ndims()
                     && a.dtype() == b.dtype()
                     && a.shapes() == b.shapes()
                     && a.strides() == b.strides()
-                    && alias(self, i) == alias(other, i)
+                    && ra == rb
+                    && distance(self, ra, a) == distance(other, rb, b)
             })
     }
 }
@@ -619,7 +629,13 @@ impl SubmitHook for NodeSink<'_, '_> {
             self.arrays.tensor_cursor += 1;
             self.arrays.sources.push(source);
         }
-        self.payloads.read_args(task.id, self.scratch);
+        // An allocation task writes no payload record: it has no scalars (reading its slot
+        // would pick up an earlier recording's).
+        if task.alloc {
+            self.scratch.clear();
+        } else {
+            self.payloads.read_args(task.id, self.scratch);
+        }
         let scalar_offset = self.arrays.scalars.len();
         for &s in self.scratch.scalars() {
             self.arrays.scalars.push(s);

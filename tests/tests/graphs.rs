@@ -236,3 +236,120 @@ fn a_graph_nested_in_a_recorded_body_fails_the_bind() {
     let row1 = (REPS as usize) * N as usize;
     assert_eq!(y[row1], f.x[row1] + 2.0, "the nested b0 ran inline");
 }
+
+/// Copies row 1 of boundary tensor 1 (a [2, 16, 16] view) into boundary tensor 2.
+fn copy_second_row(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let [_, rows, out] = match rt.args().tensors() {
+        [a, b, c] => [*a, *b, *c],
+        _ => return Err(rt.report_fatal(1)),
+    };
+    let sub = rows
+        .view(&[1, 16, 16], &[1, 0, 0])
+        .map_err(|_| RtError::Fatal(2))?;
+    let mut a = [
+        TaskArg {
+            tensor: sub,
+            tag: TensorArgType::Input,
+        },
+        TaskArg {
+            tensor: out,
+            tag: TensorArgType::OutputExisting,
+        },
+    ];
+    rt.submit_aiv(ADD_SCALAR, &mut a, &[0])?;
+    Ok(())
+}
+
+/// Two invocations whose boundary holds two views of one buffer at different distances.
+fn orchestrate_aliased(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let [a, f] = match rt.args().tensors() {
+        [a, f] => [*a, *f],
+        _ => return Err(rt.report_fatal(1)),
+    };
+    for inv in 0..2u32 {
+        let v = |t: TaskTensor, s: &[u32], o: &[u32]| t.view(s, o).map_err(|_| RtError::Fatal(3));
+        let mut boundary = [
+            TaskArg {
+                tensor: v(a, &[1, 16, 16], &[0, 0, 0])?,
+                tag: TensorArgType::Input,
+            },
+            TaskArg {
+                tensor: v(a, &[2, 16, 16], &[inv + 1, 0, 0])?,
+                tag: TensorArgType::Input,
+            },
+            TaskArg {
+                tensor: v(f, &[1, 16, 16], &[inv, 0, 0])?,
+                tag: TensorArgType::OutputExisting,
+            },
+        ];
+        rt.submit_graph(0, copy_second_row, &mut boundary, &[])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_replay_whose_aliased_views_are_spaced_differently_runs_inline_and_stays_right() {
+    // Regression: the two boundary views of `a` are 1 row apart in the first invocation and
+    // 2 in the second; replaying the first's Definition would read the wrong row.
+    let a: Vec<f32> = (0..4 * 256).map(|i| (i / 256) as f32).collect();
+    let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
+    let h = w.register_callable(
+        Arc::new(orchestrate_aliased),
+        vec![kernels::add_scalar],
+        vec![ArgDirection::In, ArgDirection::Out],
+    );
+    let mut args = vec![
+        ChipArg::Host(HostTensor::f32(&a, &[4, 16, 16], ArgDirection::In)),
+        ChipArg::Host(HostTensor::f32(
+            &[0.0; 512],
+            &[2, 16, 16],
+            ArgDirection::Out,
+        )),
+    ];
+    let (_, bind) = w.run_hbg(h, &mut args, &[]).expect("bind");
+    assert_eq!(bind.graphs, [1, 0, 1]);
+    let y = output(args);
+    // Invocation k copies row k + 2 of `a`, whose every element is k + 2.
+    assert!(y[..256].iter().all(|&v| v == 2.0), "{:?}", &y[..4]);
+    assert!(y[256..].iter().all(|&v| v == 3.0), "{:?}", &y[256..260]);
+}
+
+#[test]
+fn a_replay_with_other_scalar_values_runs_inline_and_stays_right() {
+    // Scalars are recorded by value: a replay with a different value must not reuse them.
+    fn add_k(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+        let [x, y] = match rt.args().tensors() {
+            [x, y] => [*x, *y],
+            _ => return Err(rt.report_fatal(1)),
+        };
+        let s = rt.args().scalars()[0];
+        let mut a = [
+            TaskArg {
+                tensor: x,
+                tag: TensorArgType::Input,
+            },
+            TaskArg {
+                tensor: y,
+                tag: TensorArgType::OutputExisting,
+            },
+        ];
+        rt.submit_aiv(ADD_SCALAR, &mut a, &[s])?;
+        Ok(())
+    }
+    fn orch(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+        for (k, value) in [(0usize, 1.0f32), (1, 1.0), (2, 5.0)] {
+            let mut b = views(rt, k, 0)?;
+            rt.submit_graph(0, add_k, &mut b, &[value.to_bits() as u64])?;
+        }
+        Ok(())
+    }
+    let mut f = fixture(orch);
+    let mut a = args(&f);
+    let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
+    assert_eq!(bind.graphs, [1, 1, 1], "recorded, replayed, inline");
+    let y = output(a);
+    let row = (REPS * N) as usize;
+    assert_eq!(y[0], f.x[0] + 1.0);
+    assert_eq!(y[row], f.x[row] + 1.0);
+    assert_eq!(y[2 * row], f.x[2 * row] + 5.0);
+}

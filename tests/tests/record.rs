@@ -246,3 +246,55 @@ fn a_narrow_tensor_recorded_after_a_wide_one_inherits_no_stale_strides() {
         r.record(2, narrow, Some(&b)).unwrap()
     );
 }
+
+/// First task: a dummy with three scalars.
+fn scalars_first(rt: &mut simpler_aicpu::Rt<'_, '_>) -> Result<(), simpler_aicpu::RtError> {
+    let t = rt.args().tensors()[0];
+    let mut a = [simpler_core::orchestrator::TaskArg {
+        tensor: t,
+        tag: TensorArgType::Input,
+    }];
+    rt.submit(
+        simpler_aicpu::MixedKernels::NONE,
+        1,
+        &mut a,
+        &[7, 8, 9],
+        &[],
+    )?;
+    Ok(())
+}
+
+/// First task: an allocation (which writes no payload record).
+fn alloc_first(rt: &mut simpler_aicpu::Rt<'_, '_>) -> Result<(), simpler_aicpu::RtError> {
+    let info = TaskTensor::create_info(&[64], simpler_core::DataType::Float32)
+        .map_err(|_| simpler_aicpu::RtError::Fatal(1))?;
+    let mut out = [simpler_core::orchestrator::TaskArg {
+        tensor: info,
+        tag: TensorArgType::Output,
+    }];
+    rt.alloc_tensors(&mut out)?;
+    Ok(())
+}
+
+#[test]
+fn an_allocation_node_has_no_scalars_whatever_was_recorded_before() {
+    let one = ChipTensor::contiguous(
+        0x2000_0000,
+        &[64],
+        simpler_core::DataType::Float32,
+        AddressSpace::Device,
+    );
+    let b = GraphBoundary {
+        tensors: vec![TaskTensor::adopt(&one).unwrap()],
+        tags: vec![TensorArgType::Input],
+        scalars: vec![],
+    };
+    let mut fresh = Recording::new();
+    let want = fresh.record(5, alloc_first, Some(&b)).unwrap().to_vec();
+    let mut r = Recording::new();
+    r.record(4, scalars_first, Some(&b)).unwrap();
+    let got = r.record(5, alloc_first, Some(&b)).unwrap().to_vec();
+    assert_eq!(got, want);
+    let view = DefinitionView::parse(&got).unwrap();
+    assert_eq!(view.node(0).unwrap().scalar_count, 0);
+}
