@@ -1,5 +1,6 @@
-//! `bind`: the hbg runtime's bind, phase by phase, on bgemm Case1 (128 tasks) and Case0
-//! (1000 tasks), a2a3sim, 8 clusters.
+//! `bind`: the hbg runtime's bind, phase by phase, on bgemm Case1 (128 tasks), bgemm Case0
+//! (1000 tasks) and the dsv4-shaped scene (8 Graph Definitions of 1679 recorded nodes, 66
+//! Graph submissions and 63 ordinary ones per bind), a2a3sim, 8 clusters.
 //!
 //! Each case: one cold bind, then 10 warm binds in host-only mode (the orchestration runs into
 //! the retained mirror and the image is built; the device run is skipped, so the figures are
@@ -53,9 +54,13 @@ static GLOBAL: Counting = Counting;
 const WARM: usize = 10;
 
 fn main() {
-    for case in ["Case1", "Case0"] {
-        let p = scenes::find("bgemm")
-            .expect("bgemm")
+    for (scene, case) in [
+        ("bgemm", "Case1"),
+        ("bgemm", "Case0"),
+        ("dsv4_shaped", "default"),
+    ] {
+        let p = scenes::find(scene)
+            .expect("scene")
             .prepare(case)
             .expect("case");
         let mut config = DeviceConfig::new(Topology::A2a3);
@@ -73,6 +78,7 @@ fn main() {
         let mut allocs = Vec::with_capacity(WARM);
         let mut image = 0;
         let mut tasks = 0;
+        let mut graphs = [0u64; 3];
         for _ in 0..WARM {
             let mut a = args();
             let before = ALLOCS.load(Ordering::Relaxed);
@@ -81,15 +87,20 @@ fn main() {
             for (i, ph) in bind.phases.iter().enumerate() {
                 times[i].push(ph.time.as_secs_f64() * 1e6);
             }
-            // The control plane's phases (arena_build, host_orch, shared_mem); the entry
+            // The control plane's phases (arena_build, host_orch, graph_commit, shared_mem); the entry
             // staging (args) copies the inputs and faults in proportion to their size.
             faults.push(bind.phases[1..5].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
             args_faults.push(bind.phases[0].minflt as f64);
             image = bind.image_bytes;
             tasks = bind.tasks;
+            graphs = bind.graphs;
         }
-        let name = format!("bgemm_{case}");
-        for (i, phase) in PHASES.iter().enumerate().take(5) {
+        let name = if scene == "bgemm" {
+            format!("bgemm_{case}")
+        } else {
+            scene.to_string()
+        };
+        for (i, phase) in PHASES.iter().enumerate().take(6) {
             report_summary(
                 "bind",
                 &format!("{name}_{phase}"),
@@ -124,6 +135,24 @@ fn main() {
         );
         report("bind", &format!("{name}_image_bytes"), image as f64, "B");
         report("bind", &format!("{name}_tasks"), tasks as f64, "tasks");
+        report(
+            "bind",
+            &format!("{name}_graphs_recorded"),
+            graphs[0] as f64,
+            "graphs",
+        );
+        report(
+            "bind",
+            &format!("{name}_graphs_replayed"),
+            graphs[1] as f64,
+            "graphs",
+        );
+        report(
+            "bind",
+            &format!("{name}_graphs_inline"),
+            graphs[2] as f64,
+            "graphs",
+        );
         // Full binds: the device runs the shipped image; the golden must hold.
         for _ in 0..3 {
             let mut a = args();
@@ -135,7 +164,7 @@ fn main() {
                     ChipArg::Device(_) => None,
                 })
                 .collect();
-            assert!((p.check)(&tensors).pass, "{case}: golden");
+            assert!((p.check)(&tensors).pass, "{scene} {case}: golden");
             report(
                 "bind",
                 &format!("{name}_device_ms"),
