@@ -825,6 +825,10 @@ struct PoolState {
     workers: Vec<Worker>,
     stop: bool,
     next: usize,
+    /// Recordings running now, and how many may run at once (one per CPU: more threads only
+    /// take turns on the CPUs the orchestration also needs; measured in the `bind` benchmark).
+    running: usize,
+    limit: usize,
 }
 
 struct PoolShared {
@@ -849,6 +853,10 @@ impl RecorderPool {
                 workers: Vec::with_capacity(RECORDERS_MAX),
                 stop: false,
                 next: 0,
+                running: 0,
+                limit: std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .max(1),
             }),
             cv: std::sync::Condvar::new(),
         });
@@ -967,7 +975,12 @@ fn recorder_main(index: usize, shared: &PoolShared) {
         let job = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             loop {
-                if let Some(job) = st.workers[index].jobs.pop_front() {
+                if st.running < st.limit && !st.workers[index].jobs.is_empty() {
+                    let job = st.workers[index]
+                        .jobs
+                        .pop_front()
+                        .expect("checked non-empty");
+                    st.running += 1;
                     st.workers[index].busy = true;
                     if let Some(part) = st.workers[index].inject.take() {
                         if !recording.storage_ready() {
@@ -1002,7 +1015,10 @@ fn recorder_main(index: usize, shared: &PoolShared) {
         };
         job.entry.finish(index, result);
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.running -= 1;
         st.workers[index].busy = false;
+        // A permit is free: wake the threads waiting for one.
+        shared.cv.notify_all();
         let recorded = &mut st.workers[index].recorded;
         if recorded.len() == recorded.capacity() {
             recorded.remove(0);
