@@ -24,6 +24,7 @@
 //! bind and kept by the `ChipWorker` until it is finalized.
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
+use crate::l3::os::Mapping;
 use crate::record::{GraphBoundary, Inflight, InflightStatus, RecorderPool};
 use crate::transport::{HostImage, RunOptions};
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
@@ -31,7 +32,6 @@ use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::graph::GraphDefinitionHeader;
 use simpler_core::image::{ImageError, Writer};
-use simpler_core::layout::Line;
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
 use simpler_core::sched::SchedState;
@@ -94,6 +94,8 @@ pub enum HbgError {
     Orchestration(RtError),
     /// The image could not be measured or written.
     Image(ImageError),
+    /// The host mirror could not be mapped.
+    Mirror(String),
     /// A Graph's recording failed after its outer task was submitted: the bind is refused
     /// as invalid arguments (the reference's run status -5).
     GraphFailed {
@@ -113,6 +115,7 @@ impl fmt::Display for HbgError {
             ),
             Self::Orchestration(e) => write!(f, "host orchestration failed: {e:?}"),
             Self::Image(e) => write!(f, "live image: {e:?}"),
+            Self::Mirror(e) => write!(f, "host mirror: {e}"),
             Self::GraphFailed { key, reason } => write!(
                 f,
                 "invalid arguments: the recording of graph {key:#x} failed after its outer task was submitted: {reason}"
@@ -249,9 +252,9 @@ impl GraphSink for BindGraphs<'_> {
 pub(crate) struct Mirror {
     layout: OrchestratorLayout,
     payloads_layout: PayloadsLayout,
-    sched: Box<[Line]>,
-    orch: Box<[Line]>,
-    payloads: Box<[Line]>,
+    sched: Mapping,
+    orch: Mapping,
+    payloads: Mapping,
     sched_image: Vec<u8>,
     payload_image: Vec<u8>,
     graphs: Graphs,
@@ -260,19 +263,24 @@ pub(crate) struct Mirror {
 }
 
 impl Mirror {
-    fn new(layout: OrchestratorLayout, payloads_layout: PayloadsLayout) -> Self {
-        let region = |bytes: usize| bytemuck::zeroed_slice_box::<Line>(bytes.div_ceil(64));
-        Self {
-            sched: region(layout.sched().size()),
-            orch: region(layout.size()),
-            payloads: region(payloads_layout.size()),
+    /// The regions are page-aligned mappings of zero pages: a page is touched only when a
+    /// bind writes it (an aligned heap allocation would be zeroed eagerly: tens of ms for the
+    /// 70 MB of payload records at the defaults).
+    fn new(layout: OrchestratorLayout, payloads_layout: PayloadsLayout) -> Result<Self, HbgError> {
+        let region = |bytes: usize| {
+            Mapping::anon_private(bytes.max(1)).map_err(|e| HbgError::Mirror(e.to_string()))
+        };
+        Ok(Self {
+            sched: region(layout.sched().size())?,
+            orch: region(layout.size())?,
+            payloads: region(payloads_layout.size())?,
             layout,
             payloads_layout,
             sched_image: Vec::new(),
             payload_image: Vec::new(),
             graphs: Graphs::default(),
             last_usage: None,
-        }
+        })
     }
 }
 
@@ -411,7 +419,8 @@ impl ChipWorker {
         let clock = Clock::start();
         if self.hbg.is_none() {
             let (layout, payloads_layout) = self.device.layouts()?;
-            self.hbg = Some(Box::new(Mirror::new(layout, payloads_layout)));
+            let mirror = Mirror::new(layout, payloads_layout).map_err(WorkerError::Hbg)?;
+            self.hbg = Some(Box::new(mirror));
         }
         let callable = &self.callables[handle.0];
         let mirror = self.hbg.as_mut().expect("made above");
@@ -420,7 +429,7 @@ impl ChipWorker {
         // The first bind formats the mirror's shared state; later binds attach to it and clear
         // only what the previous bind used (its watermarks, claimed slots, queued cells):
         // slots are initialized when claimed.
-        let sched = bytemuck::cast_slice_mut(&mut mirror.sched);
+        let sched = mirror.sched.bytes_mut();
         let shared = match mirror.last_usage.take() {
             Some(used) => {
                 SchedState::attach_region(sched, layout.sched()).inspect(|s| s.reset_prefix(&used))
@@ -430,14 +439,10 @@ impl ChipWorker {
         .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
         // The payload records (70 MB at the defaults) are written whole at claim: attached as
         // they are, never formatted, so a bind touches only the records it writes.
-        let payloads = TaskPayloads::attach(
-            bytemuck::cast_slice_mut(&mut mirror.payloads),
-            &payloads_layout,
-        )
-        .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
-        let mut orch =
-            Orchestrator::init(bytemuck::cast_slice_mut(&mut mirror.orch), &layout, &shared)
-                .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
+        let payloads = TaskPayloads::attach(mirror.payloads.bytes_mut(), &payloads_layout)
+            .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
+        let mut orch = Orchestrator::init(mirror.orch.bytes_mut(), &layout, &shared)
+            .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
         report.phases[1] = clock.stop();
 
         let clock = Clock::start();
@@ -663,6 +668,7 @@ impl From<HbgError> for RunError {
         match e {
             HbgError::GraphTooLarge(e) | HbgError::Orchestration(e) => RunError::Orchestration(e),
             HbgError::Image(e) => RunError::Image(e),
+            HbgError::Mirror(_) => RunError::Orchestration(RtError::Fatal(5)),
             HbgError::GraphFailed { .. } => RunError::Orchestration(RtError::Fatal(5)),
         }
     }

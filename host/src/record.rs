@@ -23,6 +23,7 @@
 //! scalar values would reuse the recorded ones (the reference's documented trap, here for all
 //! scalars until scalar provenance is tracked).
 
+use crate::l3::os::Mapping;
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads, NO_KERNEL};
 use simpler_aicpu::{GraphRef, GraphSink, Rt, RtError, SubmitHook, SubmittedTask};
 use simpler_core::deps::DepFlags;
@@ -32,7 +33,6 @@ use simpler_core::graph::{
     ExecutionStorageShape, RecordedNode, RecordedScalarSource, RecordedTensorSource,
     TensorSourceKind, GRAPH_MAX_NODES, GRAPH_MAX_SCALAR_ARGS, GRAPH_MAX_TENSOR_ARGS,
 };
-use simpler_core::layout::Line;
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::orchestrator::{
@@ -183,10 +183,12 @@ impl fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
+/// The private runtime's memory: page-aligned mappings of zero pages, touched only where a
+/// recording writes (an aligned heap allocation would be zeroed eagerly, 20 ms for these 40 MB).
 struct Regions {
-    sched: Box<[Line]>,
-    orch: Box<[Line]>,
-    payloads: Box<[Line]>,
+    sched: Mapping,
+    orch: Mapping,
+    payloads: Mapping,
 }
 
 /// The flat arrays a recording fills; every traversal is bounded by `node_count`.
@@ -312,15 +314,25 @@ impl Recording {
     fn stand_up(&mut self) -> Result<(), RecordError> {
         let fail = self.fail.take();
         // Both allocations, or neither: a failure drops everything stood up so far.
-        let region = |bytes: usize| bytemuck::zeroed_slice_box::<Line>(bytes.div_ceil(64));
-        if fail == Some(StandUpPart::HazardMap) {
+        let region = |bytes: usize| Mapping::anon_private(bytes.max(1));
+        let hazard = match (fail, region(self.layout.size())) {
+            (Some(StandUpPart::HazardMap), _) | (_, Err(_)) => {
+                self.drop_storage();
+                return Err(RecordError::StandUp(StandUpPart::HazardMap));
+            }
+            (_, Ok(m)) => m,
+        };
+        let (Ok(sched), Ok(payloads)) = (
+            region(self.layout.sched().size()),
+            region(self.payloads_layout.size()),
+        ) else {
             self.drop_storage();
-            return Err(RecordError::StandUp(StandUpPart::HazardMap));
-        }
+            return Err(RecordError::StandUp(StandUpPart::PackedRegion));
+        };
         let regions = Box::new(Regions {
-            sched: region(self.layout.sched().size()),
-            orch: region(self.layout.size()),
-            payloads: region(self.payloads_layout.size()),
+            sched,
+            orch: hazard,
+            payloads,
         });
         if fail == Some(StandUpPart::PackedRegion) {
             drop(regions);
@@ -407,24 +419,17 @@ impl Recording {
         let regions = self.regions.as_mut().expect("ready storage has regions");
         // The first recording formats the private state; later ones attach to it and return
         // only what the previous one used to the formatted state.
-        let sched = bytemuck::cast_slice_mut(&mut regions.sched);
+        let sched = regions.sched.bytes_mut();
         let shared = match self.last_usage.take() {
             Some(used) => SchedState::attach_region(sched, self.layout.sched())
                 .inspect(|s| s.reset_prefix(&used)),
             None => SchedState::init(sched, self.layout.sched()),
         }
         .map_err(|_| RecordError::Unsupported("recording state layout"))?;
-        let payloads = TaskPayloads::attach(
-            bytemuck::cast_slice_mut(&mut regions.payloads),
-            &self.payloads_layout,
-        )
-        .map_err(|_| RecordError::Unsupported("recording payload layout"))?;
-        let mut orch = Orchestrator::init(
-            bytemuck::cast_slice_mut(&mut regions.orch),
-            &self.layout,
-            &shared,
-        )
-        .map_err(|_| RecordError::Unsupported("recording orchestrator layout"))?;
+        let payloads = TaskPayloads::attach(regions.payloads.bytes_mut(), &self.payloads_layout)
+            .map_err(|_| RecordError::Unsupported("recording payload layout"))?;
+        let mut orch = Orchestrator::init(regions.orch.bytes_mut(), &self.layout, &shared)
+            .map_err(|_| RecordError::Unsupported("recording orchestrator layout"))?;
         let mut waiter = NoWait(false);
         let mut nested = Nested(false);
         let abort = AtomicU32::new(0);

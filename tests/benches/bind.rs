@@ -1,6 +1,8 @@
 //! `bind`: the hbg runtime's bind, phase by phase, on bgemm Case1 (128 tasks), bgemm Case0
 //! (1000 tasks) and the dsv4-shaped scene (8 Graph Definitions of 1679 recorded nodes, 66
-//! Graph submissions and 63 ordinary ones per bind), a2a3sim, 8 clusters.
+//! Graph submissions and 63 ordinary ones per bind), and graph_vector (one Graph body, eight
+//! invocations; its orchestration and body allocate nothing, so its allocation count is the
+//! runtime's and the staging's), a2a3sim, 8 clusters.
 //!
 //! Each case: one cold bind, then 10 warm binds in host-only mode (the orchestration runs into
 //! the retained mirror and the image is built; the device run is skipped, so the figures are
@@ -57,6 +59,7 @@ fn main() {
     for (scene, case) in [
         ("bgemm", "Case1"),
         ("bgemm", "Case0"),
+        ("graph_vector", "default"),
         ("dsv4_shaped", "default"),
     ] {
         let p = scenes::find(scene)

@@ -51,6 +51,22 @@ fn main() {
             boundary("vector_example", "default"),
         ),
     ];
+    // The first recording on fresh storage stands it up.
+    let mut cold = Vec::with_capacity(5);
+    for _ in 0..5 {
+        let mut fresh = Recording::new();
+        let start = Instant::now();
+        fresh
+            .record(1, arms[1].1, Some(&arms[1].2))
+            .expect("record");
+        cold.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    report_summary(
+        "record",
+        "cold_stand_up_and_first_definition",
+        &mut cold,
+        "us",
+    );
     let mut r = Recording::new();
     let mut per_node = vec![Vec::with_capacity(SAMPLES); arms.len()];
     let mut per_def = vec![Vec::with_capacity(SAMPLES); arms.len()];

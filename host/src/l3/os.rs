@@ -105,6 +105,13 @@ impl Mapping {
         Some(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast()) })
     }
 
+    /// The whole mapping as bytes the caller owns exclusively (to carve typed state out of).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the whole live mapping; `&mut self` makes this the only reference to it for
+        // the borrow's duration; `u8` has no validity invariant.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
     /// `len` bytes at `offset`, borrowed from the mapping. Another process may write them;
     /// the mailbox protocol reads them only after the state word says the writer is done.
     pub fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
