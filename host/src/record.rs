@@ -555,18 +555,26 @@ impl NodeSink<'_, '_> {
         own: (u64, u64),
         t: &TaskTensor,
     ) -> Option<RecordedTensorSource> {
+        // One pass over the boundary, comparing the 16-byte buffer handle first: exact if a
+        // tensor of the same buffer equals it, else a view of the first one it starts after.
         let b = &self.boundary.tensors;
-        if let Some(i) = b.iter().position(|u| u == t) {
-            return Some(RecordedTensorSource {
-                kind: TensorSourceKind::BoundaryExact,
-                index: i,
-                packed_offset: 0,
-            });
+        let mut view = None;
+        for (i, u) in b.iter().enumerate() {
+            if u.buffer() != t.buffer() {
+                continue;
+            }
+            if u == t {
+                return Some(RecordedTensorSource {
+                    kind: TensorSourceKind::BoundaryExact,
+                    index: i,
+                    packed_offset: 0,
+                });
+            }
+            if view.is_none() && t.start_offset() >= u.start_offset() {
+                view = Some(i);
+            }
         }
-        if let Some(i) = b
-            .iter()
-            .position(|u| u.buffer() == t.buffer() && t.start_offset() >= u.start_offset())
-        {
+        if let Some(i) = view {
             return Some(RecordedTensorSource {
                 kind: TensorSourceKind::BoundaryView,
                 index: i,
