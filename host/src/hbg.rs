@@ -59,6 +59,8 @@ pub const PHASES: [&str; 8] = [
 pub struct Phase {
     /// Wall time.
     pub time: Duration,
+    /// CPU time the binding thread used in it (wall time minus waiting and preemption).
+    pub cpu: Duration,
     /// Minor page faults the binding thread took in it.
     pub minflt: u64,
 }
@@ -331,14 +333,17 @@ impl Gm for HostViews<'_> {
 /// Times one phase on this thread: wall clock and minor faults over the same span.
 struct Clock {
     start: Instant,
+    cpu: Duration,
     faults: u64,
 }
 
 impl Clock {
     fn start() -> Self {
         let faults = crate::l3::os::minor_faults();
+        let cpu = crate::l3::os::thread_cpu_time();
         Self {
             start: Instant::now(),
+            cpu,
             faults,
         }
     }
@@ -346,6 +351,7 @@ impl Clock {
         let time = self.start.elapsed();
         Phase {
             time,
+            cpu: crate::l3::os::thread_cpu_time().saturating_sub(self.cpu),
             minflt: crate::l3::os::minor_faults().saturating_sub(self.faults),
         }
     }

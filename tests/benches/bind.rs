@@ -77,6 +77,7 @@ fn main() {
             .expect("cold bind");
         let mut times = vec![Vec::with_capacity(WARM); PHASES.len()];
         let mut faults = Vec::with_capacity(WARM);
+        let mut cpu_orch = Vec::with_capacity(WARM);
         let mut args_faults = Vec::with_capacity(WARM);
         let mut allocs = Vec::with_capacity(WARM);
         let mut image = 0;
@@ -90,6 +91,7 @@ fn main() {
             for (i, ph) in bind.phases.iter().enumerate() {
                 times[i].push(ph.time.as_secs_f64() * 1e6);
             }
+            cpu_orch.push(bind.phases[2].cpu.as_secs_f64() * 1e6);
             // The control plane's phases (arena_build, host_orch, graph_commit, shared_mem); the entry
             // staging (args) copies the inputs and faults in proportion to their size.
             faults.push(bind.phases[1..5].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
@@ -111,6 +113,13 @@ fn main() {
                 "us",
             );
         }
+        let mut orch_cpu: Vec<f64> = cpu_orch.clone();
+        report_summary(
+            "bind",
+            &format!("{name}_host_orch_cpu"),
+            &mut orch_cpu,
+            "us",
+        );
         let mut per_task: Vec<f64> = times[2].iter().map(|t| t * 1e3 / tasks as f64).collect();
         report_summary(
             "bind",

@@ -421,3 +421,16 @@ pub fn minor_faults() -> u64 {
     }
     ru.ru_minflt as u64
 }
+
+/// CPU time this thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; the clock id is a constant the kernel knows.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
