@@ -276,23 +276,29 @@ fn run_hbg(
             binds.len() - 1
         );
         println!(
-            "{:<12} {:>10} {:>10} {:>10} {:>10}",
-            "phase", "min us", "median us", "max us", "minflt med"
+            "{:<12} {:>10} {:>10} {:>10} {:>12} {:>10}",
+            "phase", "min us", "median us", "max us", "cpu med us", "minflt med"
         );
         for (i, name) in PHASES.iter().enumerate() {
             let mut t: Vec<f64> = binds[1..]
                 .iter()
                 .map(|b| b.phases[i].time.as_secs_f64() * 1e6)
                 .collect();
+            let mut c: Vec<f64> = binds[1..]
+                .iter()
+                .map(|b| b.phases[i].cpu.as_secs_f64() * 1e6)
+                .collect();
             let mut f: Vec<u64> = binds[1..].iter().map(|b| b.phases[i].minflt).collect();
             t.sort_by(f64::total_cmp);
+            c.sort_by(f64::total_cmp);
             f.sort_unstable();
             println!(
-                "{:<12} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+                "{:<12} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>10}",
                 name,
                 t[0],
                 t[t.len() / 2],
                 t[t.len() - 1],
+                c[c.len() / 2],
                 f[f.len() / 2]
             );
         }
