@@ -846,7 +846,8 @@ struct PoolState {
 
 struct PoolShared {
     state: std::sync::Mutex<PoolState>,
-    cv: std::sync::Condvar,
+    /// One per thread slot: a submit wakes only the thread it queued a job for.
+    cvs: Vec<std::sync::Condvar>,
 }
 
 /// The recorder pool: 8 threads started with it, growing to 16, alive until it is dropped.
@@ -871,7 +872,9 @@ impl RecorderPool {
                     .map_or(1, |n| n.get())
                     .max(1),
             }),
-            cv: std::sync::Condvar::new(),
+            cvs: (0..RECORDERS_MAX)
+                .map(|_| std::sync::Condvar::new())
+                .collect(),
         });
         let mut pool = Self {
             shared,
@@ -940,7 +943,7 @@ impl RecorderPool {
         st.next = st.next.wrapping_add(1);
         st.workers[worker].jobs.push_back(Job { entry, body });
         drop(st);
-        self.shared.cv.notify_all();
+        self.shared.cvs[worker].notify_one();
     }
 
     /// Advances the rotation by one (the next bind's first job goes to the next thread).
@@ -972,7 +975,9 @@ impl RecorderPool {
 impl Drop for RecorderPool {
     fn drop(&mut self) {
         self.lock().stop = true;
-        self.shared.cv.notify_all();
+        for cv in &self.shared.cvs {
+            cv.notify_all();
+        }
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
@@ -1005,7 +1010,9 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                 if st.stop {
                     return;
                 }
-                st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = shared.cvs[index]
+                    .wait(st)
+                    .unwrap_or_else(|e| e.into_inner());
             }
         };
         let (key, present) = {
@@ -1030,8 +1037,17 @@ fn recorder_main(index: usize, shared: &PoolShared) {
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         st.running -= 1;
         st.workers[index].busy = false;
-        // A permit is free: wake the threads waiting for one.
-        shared.cv.notify_all();
+        // A permit is free: wake one thread that has a job waiting for it (this one loops
+        // back and takes its own next job first).
+        if st.workers[index].jobs.is_empty() {
+            if let Some(w) = st
+                .workers
+                .iter()
+                .position(|w| !w.busy && !w.jobs.is_empty())
+            {
+                shared.cvs[w].notify_one();
+            }
+        }
         let recorded = &mut st.workers[index].recorded;
         if recorded.len() == recorded.capacity() {
             recorded.remove(0);
