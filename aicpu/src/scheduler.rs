@@ -382,17 +382,14 @@ impl Scheduler {
                     } else {
                         kernels[core_slot.index()]
                     };
-                    let core = &mut self.cores[c];
-                    let token = next_token(core.token);
-                    let payload = platform.payload_mut(core.core, token & 1);
-                    payload.kernel_id = kernel;
-                    payload.block_idx = block as u32;
-                    payload.block_num = block_num as u32;
-                    payload.sub_block = (core.slot == CoreSlot::Aiv1) as u32;
-                    e.args(gm, i, &mut payload.args).map_err(err)?;
-                    platform.write_task(core.core, token);
-                    core.token = token;
-                    core.running = Some(id);
+                    hand_over(
+                        &mut self.cores[c],
+                        platform,
+                        id,
+                        (kernel, block, block_num),
+                        |args| e.args(gm, i, args).map(|_| ()),
+                    )
+                    .map_err(err)?;
                     self.dispatched += 1;
                 }
                 e.next_block += 1;
@@ -534,18 +531,37 @@ impl Scheduler {
         payloads: &TaskPayloads<'_>,
     ) {
         let core = &mut self.cores[i];
-        let token = next_token(core.token);
-        let payload = platform.payload_mut(core.core, token & 1);
-        payload.kernel_id = kernel;
-        payload.block_idx = block as u32;
-        payload.block_num = block_num.max(1) as u32;
-        payload.sub_block = (core.slot == CoreSlot::Aiv1) as u32;
-        payloads.read_args(task, &mut payload.args);
-        platform.write_task(core.core, token);
-        core.token = token;
-        core.running = Some(task);
+        let filled: Result<(), core::convert::Infallible> =
+            hand_over(core, platform, task, (kernel, block, block_num), |args| {
+                payloads.read_args(task, args);
+                Ok(())
+            });
+        // Reading a payload record cannot fail.
+        let _ = filled;
         self.dispatched += 1;
     }
+}
+
+/// Writes `core`'s next dispatch payload (`kernel`, SPMD `block` of `block_num`, the arguments
+/// `fill` writes) and hands it `task`: the one place a core is given work.
+fn hand_over<E>(
+    core: &mut OwnedCore,
+    platform: &mut impl Platform,
+    task: TaskId,
+    (kernel, block, block_num): (u32, u16, u16),
+    fill: impl FnOnce(&mut CoreTaskArgs) -> Result<(), E>,
+) -> Result<(), E> {
+    let token = next_token(core.token);
+    let payload = platform.payload_mut(core.core, token & 1);
+    payload.kernel_id = kernel;
+    payload.block_idx = block as u32;
+    payload.block_num = block_num.max(1) as u32;
+    payload.sub_block = (core.slot == CoreSlot::Aiv1) as u32;
+    fill(&mut payload.args)?;
+    platform.write_task(core.core, token);
+    core.token = token;
+    core.running = Some(task);
+    Ok(())
 }
 
 /// Kernel ids for the single-slot submit helpers.

@@ -168,6 +168,44 @@ fn main() -> ExitCode {
     }
 }
 
+/// The scene's case, prepared, and a device configuration for it: the platform's topology,
+/// the clusters asked for, and GM for the entry tensors with room to spare beyond the heaps.
+fn setup<'c>(
+    scene: &str,
+    case: Option<&'c str>,
+    platform: &str,
+    clusters: Option<u32>,
+) -> Result<(&'c str, Prepared, DeviceConfig), String> {
+    let topology = match platform {
+        "a2a3sim" => Topology::A2a3,
+        "a5sim" => Topology::A5,
+        other => return Err(format!("unknown platform {other} (a2a3sim, a5sim)")),
+    };
+    let found =
+        scenes::find(scene).ok_or_else(|| format!("unknown scene {scene}; see `simpler list`"))?;
+    let case: &'c str = match case {
+        Some(c) => c,
+        None => found.cases()[0],
+    };
+    let prepared = found.prepare(case).ok_or_else(|| {
+        format!(
+            "{scene} has no case {case}; cases: {}",
+            found.cases().join(" ")
+        )
+    })?;
+    let mut config = DeviceConfig::new(topology);
+    if let Some(c) = clusters {
+        config.clusters = c;
+    }
+    let entry: u64 = prepared
+        .tensors
+        .iter()
+        .map(|t| t.data.len() as u64 + 1024)
+        .sum();
+    config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
+    Ok((case, prepared, config))
+}
+
 /// Heap per ring for hbg runs (forward-only: a graph's intermediates all stay live).
 const HBG_HEAP_BYTES: u64 = 256 << 20;
 
@@ -184,30 +222,7 @@ fn run_hbg(
 ) -> Result<bool, String> {
     use simpler_host::hbg::PHASES;
     use simpler_host::ChipArg;
-    let topology = match platform {
-        "a2a3sim" => Topology::A2a3,
-        "a5sim" => Topology::A5,
-        other => return Err(format!("unknown platform {other} (a2a3sim, a5sim)")),
-    };
-    let found =
-        scenes::find(scene).ok_or_else(|| format!("unknown scene {scene}; see `simpler list`"))?;
-    let case = case.unwrap_or(found.cases()[0]);
-    let prepared: Prepared = found.prepare(case).ok_or_else(|| {
-        format!(
-            "{scene} has no case {case}; cases: {}",
-            found.cases().join(" ")
-        )
-    })?;
-    let mut config = DeviceConfig::new(topology);
-    if let Some(c) = clusters {
-        config.clusters = c;
-    }
-    let entry: u64 = prepared
-        .tensors
-        .iter()
-        .map(|t| t.data.len() as u64 + 1024)
-        .sum();
-    config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
+    let (case, prepared, mut config) = setup(scene, case, platform, clusters)?;
     // Nothing retires while the host builds: each ring's heap must hold the whole graph's
     // intermediates (the reference runs dsv4 with a 2 GiB heap).
     config.ring.heap_bytes = HBG_HEAP_BYTES;
@@ -372,31 +387,8 @@ fn run(
             return Err(format!("unknown --dag-format {format} (json, dot)"));
         }
     }
-    let topology = match platform {
-        "a2a3sim" => Topology::A2a3,
-        "a5sim" => Topology::A5,
-        other => return Err(format!("unknown platform {other} (a2a3sim, a5sim)")),
-    };
-    let found =
-        scenes::find(scene).ok_or_else(|| format!("unknown scene {scene}; see `simpler list`"))?;
-    let case = case.unwrap_or(found.cases()[0]);
-    let prepared: Prepared = found.prepare(case).ok_or_else(|| {
-        format!(
-            "{scene} has no case {case}; cases: {}",
-            found.cases().join(" ")
-        )
-    })?;
-    let mut config = DeviceConfig::new(topology);
-    if let Some(c) = clusters {
-        config.clusters = c;
-    }
-    // GM for the entry tensors, with room to spare, beyond the heaps.
-    let entry: u64 = prepared
-        .tensors
-        .iter()
-        .map(|t| t.data.len() as u64 + 1024)
-        .sum();
-    config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
+    let (case, prepared, config) = setup(scene, case, platform, clusters)?;
+    let topology = config.topology;
     log::info!("{scene} {case} on {platform}: {} clusters", config.clusters);
     let mut worker = ChipWorker::init(config).map_err(|e| e.to_string())?;
     let handle = worker.register_callable(
