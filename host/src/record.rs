@@ -925,24 +925,28 @@ impl RecorderPool {
         self.threads.len()
     }
 
-    /// Queues the recording of `entry` (begun by the caller) with `body`. A busy target
-    /// grows the pool (up to 16 threads) rather than queueing behind it.
+    /// Queues the recording of `entry` (begun by the caller) with `body`: to the thread whose
+    /// turn it is, or, when that one is occupied, the next idle one; only when every thread is
+    /// occupied does the pool grow (up to 16 threads) rather than queue behind one.
     pub fn submit(&mut self, entry: std::sync::Arc<Inflight>, body: GraphBody) {
-        let target = {
-            let st = self.lock();
+        let chosen = {
+            let mut st = self.lock();
             let n = st.workers.len();
-            let t = st.next % n;
-            (t, st.workers[t].busy || !st.workers[t].jobs.is_empty())
+            let start = st.next % n;
+            st.next = st.next.wrapping_add(1);
+            (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&w| !st.workers[w].busy && st.workers[w].jobs.is_empty())
+                .ok_or(start)
         };
-        let worker = if target.1 && self.spawn() {
-            self.threads.len() - 1
-        } else {
-            target.0
+        let worker = match chosen {
+            Ok(w) => w,
+            Err(_) if self.spawn() => self.threads.len() - 1,
+            Err(start) => start,
         };
-        let mut st = self.lock();
-        st.next = st.next.wrapping_add(1);
-        st.workers[worker].jobs.push_back(Job { entry, body });
-        drop(st);
+        self.lock().workers[worker]
+            .jobs
+            .push_back(Job { entry, body });
         self.shared.cvs[worker].notify_one();
     }
 

@@ -162,7 +162,7 @@ fn eight_bodies_record_on_the_pool_replay_and_reuse_every_thread_over_rounds() {
         "started at callable registration"
     );
     let row = N as usize;
-    for round in 0..4 {
+    for round in 0..6 {
         let mut a = args(&f);
         let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
         assert_eq!(bind.graphs, [8, 8, 0], "round {round}");
@@ -182,9 +182,15 @@ fn eight_bodies_record_on_the_pool_replay_and_reuse_every_thread_over_rounds() {
         assert!(commit.windows(2).all(|w| w[0].1 < w[1].1));
     }
     // Every recorder thread recorded at least two different bodies: its storage was reused.
+    // (The pool may have grown past 8 threads if all were occupied at some submit.)
     let history = f.w.recorder_history();
-    assert_eq!(history.len(), 8);
-    for (t, keys) in history.iter().enumerate() {
+    assert!(
+        (8..=16).contains(&history.len()),
+        "{} threads",
+        history.len()
+    );
+    assert!(history.iter().filter(|k| !k.is_empty()).count() >= 8);
+    for (t, keys) in history.iter().enumerate().filter(|(_, k)| !k.is_empty()) {
         let mut distinct = keys.clone();
         distinct.sort_unstable();
         distinct.dedup();
