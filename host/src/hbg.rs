@@ -65,6 +65,19 @@ pub struct Phase {
     pub minflt: u64,
 }
 
+/// The Graph work of one bind, by sub-phase (see [`BindReport::graph_phases`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphPhases {
+    /// Orchestration thread, accepting Graph submissions (boundary copy and compare, staging).
+    pub graph_begin: Duration,
+    /// Recorder threads, running bodies (every node captured), summed.
+    pub record_node: Duration,
+    /// Recorder threads, building Definition images, summed.
+    pub build_definition: Duration,
+    /// The commit's wait for the recordings.
+    pub recording_wait: Duration,
+}
+
 /// What one bind cost, by phase (in [`PHASES`] order), and what it shipped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
@@ -72,6 +85,11 @@ pub struct BindReport {
     pub phases: [Phase; 8],
     /// Graph submissions that recorded a Definition, replayed one, or ran inline.
     pub graphs: [u64; 3],
+    /// Inside `host_orch` and `graph_commit`: the orchestration thread's time accepting Graph
+    /// submissions (`graph_begin`), the recorder threads' time running bodies (`record_node`)
+    /// and building Definitions (`build_definition`), summed over the bind's recordings, and
+    /// the commit's wait for them (`recording_wait`).
+    pub graph_phases: GraphPhases,
     /// Tasks the host built.
     pub tasks: u64,
     /// Bytes shipped: the shared state's live image plus the payloads'.
@@ -149,6 +167,10 @@ pub(crate) struct Graphs {
     scratch: GraphBoundary,
     pending: usize,
     binds: u64,
+    /// This bind's time in `definition` (graph_begin).
+    begin_time: Duration,
+    /// This bind's Graph sub-phases (set by the commit).
+    phases: GraphPhases,
     counts: [u64; 3],
 }
 
@@ -175,6 +197,25 @@ fn place(staging: &mut Vec<u8>, base: u64, bytes: &[u8]) -> Option<u64> {
 
 impl GraphSink for BindGraphs<'_> {
     fn definition(
+        &mut self,
+        full_key: u64,
+        body: GraphBody,
+        boundary: &[TaskArg],
+        scalars: &[u64],
+    ) -> Option<GraphRef> {
+        let start = Instant::now();
+        let r = self.accept(full_key, body, boundary, scalars);
+        self.g.begin_time += start.elapsed();
+        r
+    }
+
+    fn submitted(&mut self, outer: TaskId) {
+        self.g.shells.push((outer, self.g.pending));
+    }
+}
+
+impl BindGraphs<'_> {
+    fn accept(
         &mut self,
         full_key: u64,
         body: GraphBody,
@@ -243,10 +284,6 @@ impl GraphSink for BindGraphs<'_> {
         }
         g.pending = entry;
         at.map(|boundary| GraphRef { boundary })
-    }
-
-    fn submitted(&mut self, outer: TaskId) {
-        self.g.shells.push((outer, self.g.pending));
     }
 }
 
@@ -460,6 +497,7 @@ impl ChipWorker {
             g.shells.clear();
             g.used = 0;
             g.binds += 1;
+            g.begin_time = Duration::ZERO;
             let bind = g.binds;
             self.recorders
                 .get_or_insert_with(RecorderPool::start)
@@ -529,6 +567,7 @@ impl ChipWorker {
         let p = w.len();
         report.tasks = usage.tasks.iter().map(|&t| t as u64).sum();
         report.image_bytes = n + p;
+        report.graph_phases = mirror.graphs.phases;
         report.graphs = [
             mirror.graphs.counts[0] - graph_counts[0],
             mirror.graphs.counts[1] - graph_counts[1],
@@ -603,6 +642,7 @@ fn commit(
 ) -> Result<(), WorkerError> {
     g.placed.clear();
     let mut failure = None;
+    let wait_start = Instant::now();
     for e in 0..g.used {
         let entry = &g.entries[e];
         if entry.wait() == InflightStatus::Failed && failure.is_none() {
@@ -615,6 +655,16 @@ fn commit(
                     .map_or_else(String::new, ToString::to_string),
             });
         }
+    }
+    g.phases = GraphPhases {
+        graph_begin: g.begin_time,
+        recording_wait: wait_start.elapsed(),
+        ..GraphPhases::default()
+    };
+    for e in 0..g.used {
+        let (body, build) = g.entries[e].lock().times;
+        g.phases.record_node += body;
+        g.phases.build_definition += build;
     }
     if let Some(f) = failure {
         return Err(WorkerError::Hbg(f));

@@ -107,38 +107,62 @@ impl GraphBoundary {
     pub fn matches(&self, other: &GraphBoundary) -> bool {
         // Scalars are recorded by value (static Definition data): a replay with other values
         // would silently reuse the recorded ones, so it does not match and runs inline.
-        if self.tensors.len() != other.tensors.len()
+        let n = self.tensors.len();
+        if n != other.tensors.len()
+            || n > GRAPH_MAX_TENSOR_ARGS
             || self.tags != other.tags
             || self.scalars != other.scalars
         {
             return false;
         }
-        let alias = |b: &GraphBoundary, i: usize| {
-            let t = &b.tensors[i];
-            b.tensors[..i]
-                .iter()
-                .position(|u| u.buffer() == t.buffer())
-                .unwrap_or(i)
-        };
+        let (mut ra, mut rb) = ([0u16; GRAPH_MAX_TENSOR_ARGS], [0u16; GRAPH_MAX_TENSOR_ARGS]);
+        alias_reps(&self.tensors, &mut ra);
+        alias_reps(&other.tensors, &mut rb);
         self.tensors
             .iter()
             .zip(&other.tensors)
             .enumerate()
             .all(|(i, (a, b))| {
-                let (ra, rb) = (alias(self, i), alias(other, i));
+                let (pa, pb) = (ra[i] as usize, rb[i] as usize);
                 // Views of one buffer keep their distance: a recorded sub-view of the first
                 // is rebased on it.
-                let distance = |bd: &GraphBoundary, r: usize, t: &TaskTensor| {
-                    t.start_offset().wrapping_sub(bd.tensors[r].start_offset())
-                };
                 a.buffer().size == b.buffer().size
                     && a.ndims() == b.ndims()
                     && a.dtype() == b.dtype()
                     && a.shapes() == b.shapes()
                     && a.strides() == b.strides()
-                    && ra == rb
-                    && distance(self, ra, a) == distance(other, rb, b)
+                    && pa == pb
+                    && a.start_offset()
+                        .wrapping_sub(self.tensors[pa].start_offset())
+                        == b.start_offset()
+                            .wrapping_sub(other.tensors[pb].start_offset())
             })
+    }
+}
+
+/// For each tensor, the index of the first tensor over the same buffer (itself if none
+/// earlier): one pass with a small open-addressing table on the stack.
+fn alias_reps(tensors: &[TaskTensor], out: &mut [u16; GRAPH_MAX_TENSOR_ARGS]) {
+    const SLOTS: usize = 2 * GRAPH_MAX_TENSOR_ARGS;
+    let mut table = [u16::MAX; SLOTS];
+    for (i, t) in tensors.iter().enumerate().take(GRAPH_MAX_TENSOR_ARGS) {
+        let b = t.buffer();
+        let mut h = (b.addr ^ b.size.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize;
+        loop {
+            h %= SLOTS;
+            match table[h] {
+                u16::MAX => {
+                    table[h] = i as u16;
+                    out[i] = i as u16;
+                    break;
+                }
+                j if tensors[j as usize].buffer() == b => {
+                    out[i] = j;
+                    break;
+                }
+                _ => h += 1,
+            }
+        }
     }
 }
 
@@ -225,6 +249,10 @@ pub struct Recording {
     recordings: u64,
     /// What the last recording used of the private state (reset before the next one).
     last_usage: Option<simpler_core::image::Usage>,
+    /// The last recording's time running the body (recording its nodes) and building the
+    /// Definition.
+    last_times: (std::time::Duration, std::time::Duration),
+    last_len: usize,
 }
 
 impl Default for Recording {
@@ -265,6 +293,8 @@ impl Recording {
             fail: None,
             recordings: 0,
             last_usage: None,
+            last_times: Default::default(),
+            last_len: 0,
         }
     }
 
@@ -439,6 +469,8 @@ impl Recording {
             scratch: &mut self.scratch,
             boundary,
         };
+        let body_start = std::time::Instant::now();
+        self.last_times = Default::default();
         let result = {
             let mut rt = Rt::new(&mut orch, &payloads, &mut waiter, &NoGm, &self.args, &abort)
                 .with_hook(&mut sink)
@@ -446,6 +478,7 @@ impl Recording {
             let r = rt.scope(ScopeMode::Auto, |rt| body(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
+        self.last_times.0 = body_start.elapsed();
         // Unmeasurable (never, with no scheduler running) means a full format next time.
         self.last_usage = shared.usage(orch.edges_used()).ok();
         if nested.0 {
@@ -484,13 +517,27 @@ impl Recording {
                 node_bytes: 256,
             },
         };
+        let build_start = std::time::Instant::now();
         let size = definition_size(&input).map_err(RecordError::Definition)?;
         if self.definition.len() < size {
             self.definition.resize(size, 0);
         }
         let n = build_definition(&input, &mut self.definition[..size])
             .map_err(RecordError::Definition)?;
+        self.last_times.1 = build_start.elapsed();
+        self.last_len = n;
         Ok(&self.definition[..n])
+    }
+
+    /// The Definition image the last successful recording built.
+    pub fn last_definition(&self) -> &[u8] {
+        &self.definition[..self.last_len]
+    }
+
+    /// The last recording's time running the body (`record_node`: every node captured) and
+    /// building its Definition (`build_definition`).
+    pub fn last_times(&self) -> (std::time::Duration, std::time::Duration) {
+        self.last_times
     }
 }
 
@@ -740,6 +787,9 @@ pub struct InflightInner {
     pub error: Option<RecordError>,
     /// Which recorder thread recorded it.
     pub recorder: usize,
+    /// Time the recorder spent running the body (`record_node`) and building the
+    /// Definition (`build_definition`).
+    pub times: (std::time::Duration, std::time::Duration),
 }
 
 impl Default for Inflight {
@@ -796,9 +846,15 @@ impl Inflight {
         self.status()
     }
 
-    fn finish(&self, recorder: usize, result: Result<&[u8], RecordError>) {
+    fn finish(
+        &self,
+        recorder: usize,
+        times: (std::time::Duration, std::time::Duration),
+        result: Result<&[u8], RecordError>,
+    ) {
         let mut inner = self.lock();
         inner.recorder = recorder;
+        inner.times = times;
         let status = match result {
             Ok(image) => {
                 inner.image.clear();
@@ -1032,12 +1088,14 @@ fn recorder_main(index: usize, shared: &PoolShared) {
             (inner.full_key, inner.boundary.is_some())
         };
         // Absence is checked before any use of the boundary.
-        let result = if present {
-            recording.record(key, job.body, Some(&boundary))
+        let outcome = if present {
+            recording.record(key, job.body, Some(&boundary)).map(|_| ())
         } else {
             Err(RecordError::NoBoundary)
         };
-        job.entry.finish(index, result);
+        let times = recording.last_times();
+        job.entry
+            .finish(index, times, outcome.map(|()| recording.last_definition()));
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         st.running -= 1;
         st.workers[index].busy = false;

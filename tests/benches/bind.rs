@@ -78,6 +78,7 @@ fn main() {
         let mut times = vec![Vec::with_capacity(WARM); PHASES.len()];
         let mut faults = Vec::with_capacity(WARM);
         let mut cpu_orch = Vec::with_capacity(WARM);
+        let mut sub: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(WARM)).collect();
         let mut args_faults = Vec::with_capacity(WARM);
         let mut allocs = Vec::with_capacity(WARM);
         let mut image = 0;
@@ -92,6 +93,18 @@ fn main() {
                 times[i].push(ph.time.as_secs_f64() * 1e6);
             }
             cpu_orch.push(bind.phases[2].cpu.as_secs_f64() * 1e6);
+            let g = bind.graph_phases;
+            for (k, d) in [
+                g.graph_begin,
+                g.record_node,
+                g.build_definition,
+                g.recording_wait,
+            ]
+            .iter()
+            .enumerate()
+            {
+                sub[k].push(d.as_secs_f64() * 1e6);
+            }
             // The control plane's phases (arena_build, host_orch, graph_commit, shared_mem); the entry
             // staging (args) copies the inputs and faults in proportion to their size.
             faults.push(bind.phases[1..5].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
@@ -112,6 +125,19 @@ fn main() {
                 &mut times[i].clone(),
                 "us",
             );
+        }
+        if graphs[0] > 0 {
+            for (k, label) in [
+                "graph_begin",
+                "record_node",
+                "build_definition",
+                "recording_wait",
+            ]
+            .iter()
+            .enumerate()
+            {
+                report_summary("bind", &format!("{name}_{label}"), &mut sub[k], "us");
+            }
         }
         let mut orch_cpu: Vec<f64> = cpu_orch.clone();
         report_summary(

@@ -317,6 +317,21 @@ fn run_hbg(
                 f[f.len() / 2]
             );
         }
+        let median = |pick: fn(&simpler_host::hbg::GraphPhases) -> std::time::Duration| {
+            let mut v: Vec<f64> = binds[1..]
+                .iter()
+                .map(|b| pick(&b.graph_phases).as_secs_f64() * 1e6)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "graphs (median us): graph_begin {:.1} (orchestration thread), record_node {:.1} and build_definition {:.1} (recorder threads, summed), recording_wait {:.1} (in graph_commit)",
+            median(|g| g.graph_begin),
+            median(|g| g.record_node),
+            median(|g| g.build_definition),
+            median(|g| g.recording_wait)
+        );
     }
     if !host_only {
         println!("{}", if all_pass { "PASS" } else { "FAIL" });
