@@ -76,6 +76,8 @@ pub struct GraphPhases {
     pub build_definition: Duration,
     /// The commit's wait for the recordings.
     pub recording_wait: Duration,
+    /// Nodes recorded in the bind (over every new Definition).
+    pub recorded_nodes: u64,
 }
 
 /// What one bind cost, by phase (in [`PHASES`] order), and what it shipped.
@@ -662,9 +664,16 @@ fn commit(
         ..GraphPhases::default()
     };
     for e in 0..g.used {
-        let (body, build) = g.entries[e].lock().times;
-        g.phases.record_node += body;
-        g.phases.build_definition += build;
+        let inner = g.entries[e].lock();
+        g.phases.record_node += inner.times.0;
+        g.phases.build_definition += inner.times.1;
+        if let Some(h) = inner
+            .image
+            .get(..core::mem::size_of::<GraphDefinitionHeader>())
+        {
+            let header: GraphDefinitionHeader = bytemuck::pod_read_unaligned(h);
+            g.phases.recorded_nodes += header.task_count as u64;
+        }
     }
     if let Some(f) = failure {
         return Err(WorkerError::Hbg(f));

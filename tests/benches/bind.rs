@@ -12,7 +12,8 @@
 //! summed, and the entry staging's apart); heap allocations
 //! per warm bind (the whole process, a counting global allocator: these include the entry
 //! staging's channel messages and copies, which the host-only mode still does); host_orch per
-//! task; the image shipped.
+//! task; the image shipped; for Graph scenes the sub-phases (graph_begin, record_node and
+//! build_definition summed over recorder threads, recording_wait) and ns per recorded node.
 //!
 //! Not shown: Graph recording (not built yet), and the device run's own cost (see `scene`).
 //!
@@ -78,6 +79,8 @@ fn main() {
         let mut times = vec![Vec::with_capacity(WARM); PHASES.len()];
         let mut faults = Vec::with_capacity(WARM);
         let mut cpu_orch = Vec::with_capacity(WARM);
+        let mut per_node = Vec::with_capacity(WARM);
+        let mut nodes = 0;
         let mut sub: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(WARM)).collect();
         let mut args_faults = Vec::with_capacity(WARM);
         let mut allocs = Vec::with_capacity(WARM);
@@ -94,6 +97,10 @@ fn main() {
             }
             cpu_orch.push(bind.phases[2].cpu.as_secs_f64() * 1e6);
             let g = bind.graph_phases;
+            if g.recorded_nodes > 0 {
+                per_node.push(g.record_node.as_secs_f64() * 1e9 / g.recorded_nodes as f64);
+                nodes = g.recorded_nodes;
+            }
             for (k, d) in [
                 g.graph_begin,
                 g.record_node,
@@ -138,6 +145,18 @@ fn main() {
             {
                 report_summary("bind", &format!("{name}_{label}"), &mut sub[k], "us");
             }
+            report_summary(
+                "bind",
+                &format!("{name}_record_node_per_node"),
+                &mut per_node,
+                "ns",
+            );
+            report(
+                "bind",
+                &format!("{name}_recorded_nodes"),
+                nodes as f64,
+                "nodes",
+            );
         }
         let mut orch_cpu: Vec<f64> = cpu_orch.clone();
         report_summary(
