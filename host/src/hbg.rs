@@ -296,8 +296,8 @@ pub(crate) struct Mirror {
     sched: Mapping,
     orch: Mapping,
     payloads: Mapping,
-    sched_image: Vec<u8>,
-    payload_image: Vec<u8>,
+    sched_image: ImageBuffer,
+    payload_image: ImageBuffer,
     graphs: Graphs,
     /// What the last bind used of the shared state (cleared at the next bind).
     last_usage: Option<simpler_core::image::Usage>,
@@ -317,8 +317,8 @@ impl Mirror {
             payloads: region(payloads_layout.size())?,
             layout,
             payloads_layout,
-            sched_image: Vec::new(),
-            payload_image: Vec::new(),
+            sched_image: ImageBuffer::default(),
+            payload_image: ImageBuffer::default(),
             graphs: Graphs::default(),
             last_usage: None,
         })
@@ -556,13 +556,17 @@ impl ChipWorker {
             .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
         mirror.last_usage = Some(usage);
         let sched_len = SchedState::image_size(&usage);
-        grow(&mut mirror.sched_image, sched_len);
         let n = shared
-            .export(&usage, &mut mirror.sched_image[..sched_len])
+            .export(
+                &usage,
+                mirror
+                    .sched_image
+                    .get(sched_len)
+                    .map_err(WorkerError::Hbg)?,
+            )
             .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
         let bound = TaskPayloads::image_bound(&usage.tasks);
-        grow(&mut mirror.payload_image, bound);
-        let mut w = Writer::new(&mut mirror.payload_image[..bound]);
+        let mut w = Writer::new(mirror.payload_image.get(bound).map_err(WorkerError::Hbg)?);
         payloads
             .export(&usage.tasks, &mut w)
             .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
@@ -609,8 +613,8 @@ impl ChipWorker {
         let clock = Clock::start();
         let image = HostImage {
             usage,
-            sched: &mirror.sched_image[..n],
-            payloads: &mirror.payload_image[..p],
+            sched: mirror.sched_image.filled(n),
+            payloads: mirror.payload_image.filled(p),
             edges,
         };
         let outcome =
@@ -713,10 +717,32 @@ fn commit(
     Ok(())
 }
 
-/// Grows `buf` to at least `len` bytes and keeps it (the retained image buffers).
-fn grow(buf: &mut Vec<u8>, len: usize) {
-    if buf.len() < len {
-        buf.resize(len, 0);
+/// A retained image buffer: a mapping of zero pages grown to its high-water mark (to twice
+/// what was asked, when it must grow) and never value-initialized: the kernel supplies zero
+/// pages as they are first written, and an export writes every byte it ships.
+#[derive(Default)]
+struct ImageBuffer {
+    map: Option<Mapping>,
+}
+
+impl ImageBuffer {
+    /// At least `len` writable bytes.
+    fn get(&mut self, len: usize) -> Result<&mut [u8], HbgError> {
+        if self.map.as_ref().map_or(0, Mapping::len) < len {
+            let map = Mapping::anon_private(len.max(4096) * 2)
+                .map_err(|e| HbgError::Mirror(e.to_string()))?;
+            self.map = Some(map);
+        }
+        let map = self.map.as_mut().expect("mapped above");
+        Ok(&mut map.bytes_mut()[..len])
+    }
+
+    /// The first `len` bytes (written by the last export).
+    fn filled(&self, len: usize) -> &[u8] {
+        self.map
+            .as_ref()
+            .and_then(|m| m.bytes(0, len))
+            .unwrap_or(&[])
     }
 }
 
