@@ -61,10 +61,13 @@ pub struct Submission {
 }
 
 impl Submission {
-    /// Reads a submission from an outer task's arguments; `None` if it is not a GRAPH task.
-    pub fn of(args: &CoreTaskArgs) -> Option<Self> {
-        let s = args.scalars();
-        if s.len() < 5 || s[0] != GRAPH_MAGIC {
+    /// Scalars an outer task carries.
+    pub const SCALARS: usize = 5;
+
+    /// Reads a submission from a kernel-less task's first scalars; `None` if it is not a GRAPH
+    /// task.
+    pub fn of(s: &[u64]) -> Option<Self> {
+        if s.len() < Self::SCALARS || s[0] != GRAPH_MAGIC {
             return None;
         }
         Some(Self {
@@ -94,10 +97,13 @@ pub struct Expansion {
 
 fn read<T: bytemuck::Pod>(gm: &dyn Gm, addr: u64) -> Result<T, GraphExecError> {
     let mut buf = [0u8; 160];
-    let n = core::mem::size_of::<T>();
-    gm.read(addr, &mut buf[..n])
-        .map_err(|_| GraphExecError::Memory)?;
-    Ok(bytemuck::pod_read_unaligned(&buf[..n]))
+    let dst = buf
+        .get_mut(..core::mem::size_of::<T>())
+        .ok_or(GraphExecError::Definition {
+            what: "record wider than the read buffer",
+        })?;
+    gm.read(addr, dst).map_err(|_| GraphExecError::Memory)?;
+    Ok(bytemuck::pod_read_unaligned(dst))
 }
 
 impl Expansion {

@@ -159,6 +159,22 @@ impl<'a> TaskPayloads<'a> {
         }
     }
 
+    /// Copies `task`'s first `out.len()` scalars (fewer if it has fewer) into `out`; returns
+    /// how many. Reads only the record's header and those scalar words.
+    pub fn scalars(&self, task: TaskId, out: &mut [u64]) -> usize {
+        let Some(rec) = self.record(task) else {
+            return 0;
+        };
+        let ns = ((rec[2].load(Ordering::Relaxed) >> 32) as usize)
+            .min(CORE_MAX_SCALAR_ARGS)
+            .min(out.len());
+        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
+        for (o, cell) in out[..ns].iter_mut().zip(&rec[at..at + ns]) {
+            *o = cell.load(Ordering::Relaxed);
+        }
+        ns
+    }
+
     /// Overwrites scalar `index` of `task`'s record (the host patches a Graph's outer task
     /// once its Definition is placed); false if the task has no such scalar.
     pub fn patch_scalar(&self, task: TaskId, index: usize, value: u64) -> bool {

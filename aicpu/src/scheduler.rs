@@ -206,9 +206,11 @@ impl Scheduler {
             };
             self.pop_hits += 1;
             progress = true;
-            let mut args = CoreTaskArgs::default();
-            payloads.read_args(task, &mut args);
-            if let Some(sub) = Submission::of(&args) {
+            // A Graph's outer task is told by its first scalar; ordinary kernel-less tasks
+            // cost one header read more.
+            let mut scalars = [0u64; Submission::SCALARS];
+            let n = payloads.scalars(task, &mut scalars);
+            if let Some(sub) = Submission::of(&scalars[..n]) {
                 self.start_graph(task, sub, gm, shared)?;
                 continue;
             }

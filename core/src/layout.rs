@@ -227,41 +227,39 @@ impl<'a> Carver<'a> {
 
     /// The array `span` names, as shared atomic state, zero-initialised.
     pub fn atomic<T: AtomicPod>(&mut self, span: Span<T>) -> Result<&'a [T], LayoutError> {
+        self.atomic_with(span, true)
+    }
+
+    /// The array `span` names, as shared atomic state, keeping the bytes already there (any
+    /// bit pattern is a valid `T`). For large regions the caller has freshly allocated zeroed,
+    /// so that untouched pages stay untouched.
+    pub fn atomic_as_is<T: AtomicPod>(&mut self, span: Span<T>) -> Result<&'a [T], LayoutError> {
+        self.atomic_with(span, false)
+    }
+
+    /// The array `span` names, as shared atomic state: zeroed first when `zero`, else as is.
+    pub fn atomic_with<T: AtomicPod>(
+        &mut self,
+        span: Span<T>,
+        zero: bool,
+    ) -> Result<&'a [T], LayoutError> {
         let bytes = self.take_bytes(span.offset, span.len * size_of::<T>())?;
         if bytes.as_ptr() as usize % align_of::<T>() != 0 {
             return Err(LayoutError::SpanOutOfOrder {
                 offset: span.offset,
             });
         }
-        bytes.fill(0);
+        if zero {
+            bytes.fill(0);
+        }
         // Derived after the last use of `bytes` as a unique borrow, so the pointer's provenance
         // stays valid for the shared slice below.
         let ptr = bytes.as_mut_ptr().cast::<T>();
         // SAFETY: `bytes` is an exclusive borrow for 'a of exactly `len * size_of::<T>()` bytes
         // at an address aligned for T (checked above). `AtomicPod` guarantees every bit pattern,
-        // in particular the zeroes written above, is a valid T and that T is only mutated
-        // through atomics, so a shared slice over the exclusively borrowed bytes is sound:
-        // nothing else can reach those bytes for 'a.
-        #[allow(unsafe_code)]
-        let slice = unsafe { core::slice::from_raw_parts(ptr, span.len) };
-        Ok(slice)
-    }
-}
-
-impl<'a> Carver<'a> {
-    /// The array `span` names, as shared atomic state, keeping the bytes already there (any
-    /// bit pattern is a valid `T`). For large regions the caller has freshly allocated zeroed,
-    /// so that untouched pages stay untouched.
-    pub fn atomic_as_is<T: AtomicPod>(&mut self, span: Span<T>) -> Result<&'a [T], LayoutError> {
-        let bytes = self.take_bytes(span.offset, span.len * size_of::<T>())?;
-        if bytes.as_ptr() as usize % align_of::<T>() != 0 {
-            return Err(LayoutError::SpanOutOfOrder {
-                offset: span.offset,
-            });
-        }
-        let ptr = bytes.as_mut_ptr().cast::<T>();
-        // SAFETY: as in `atomic`: an exclusive borrow for 'a of exactly the span's bytes,
-        // aligned for T; `AtomicPod` makes every bit pattern a valid T and all mutation atomic.
+        // zeroes or whatever the region held, is a valid T and that T is only mutated through
+        // atomics, so a shared slice over the exclusively borrowed bytes is sound: nothing else
+        // can reach those bytes for 'a.
         #[allow(unsafe_code)]
         let slice = unsafe { core::slice::from_raw_parts(ptr, span.len) };
         Ok(slice)

@@ -136,26 +136,7 @@ pub struct SchedState<'a> {
 impl<'a> SchedState<'a> {
     /// Formats `region` (every slot FREE, every queue empty, watermarks at 0).
     pub fn init(region: &'a mut [u8], layout: &SchedStateLayout) -> Result<Self, LayoutError> {
-        let mut c = Carver::new(region, &layout.layout)?;
-        let flows = c.atomic(layout.flows)?;
-        let [s0, s1, s2, s3] = layout.slots;
-        let slots = [c.atomic(s0)?, c.atomic(s1)?, c.atomic(s2)?, c.atomic(s3)?];
-        let [e0, e1, e2, e3] = layout.edges;
-        let edges = [c.atomic(e0)?, c.atomic(e1)?, c.atomic(e2)?, c.atomic(e3)?];
-        let [q0, q1, q2, q3] = layout.queues;
-        let queues = [
-            ReadyQueue::init(c.region(q0)?, &layout.queue)?,
-            ReadyQueue::init(c.region(q1)?, &layout.queue)?,
-            ReadyQueue::init(c.region(q2)?, &layout.queue)?,
-            ReadyQueue::init(c.region(q3)?, &layout.queue)?,
-        ];
-        Ok(Self {
-            config: layout.config,
-            flows,
-            slots,
-            edges,
-            queues,
-        })
+        Self::carve(region, layout, true)
     }
 
     /// Carves the shared state out of `region` keeping its bytes: a region an earlier `init`
@@ -165,28 +146,44 @@ impl<'a> SchedState<'a> {
         region: &'a mut [u8],
         layout: &SchedStateLayout,
     ) -> Result<Self, LayoutError> {
+        Self::carve(region, layout, false)
+    }
+
+    /// Carves the state's arrays out of `region`, formatting them when `format`.
+    fn carve(
+        region: &'a mut [u8],
+        layout: &SchedStateLayout,
+        format: bool,
+    ) -> Result<Self, LayoutError> {
         let mut c = Carver::new(region, &layout.layout)?;
-        let flows = c.atomic_as_is(layout.flows)?;
+        let flows = c.atomic_with(layout.flows, format)?;
         let [s0, s1, s2, s3] = layout.slots;
         let slots = [
-            c.atomic_as_is(s0)?,
-            c.atomic_as_is(s1)?,
-            c.atomic_as_is(s2)?,
-            c.atomic_as_is(s3)?,
+            c.atomic_with(s0, format)?,
+            c.atomic_with(s1, format)?,
+            c.atomic_with(s2, format)?,
+            c.atomic_with(s3, format)?,
         ];
         let [e0, e1, e2, e3] = layout.edges;
         let edges = [
-            c.atomic_as_is(e0)?,
-            c.atomic_as_is(e1)?,
-            c.atomic_as_is(e2)?,
-            c.atomic_as_is(e3)?,
+            c.atomic_with(e0, format)?,
+            c.atomic_with(e1, format)?,
+            c.atomic_with(e2, format)?,
+            c.atomic_with(e3, format)?,
         ];
+        let queue = |region| {
+            if format {
+                ReadyQueue::init(region, &layout.queue)
+            } else {
+                ReadyQueue::attach(region, &layout.queue)
+            }
+        };
         let [q0, q1, q2, q3] = layout.queues;
         let queues = [
-            ReadyQueue::attach(c.region(q0)?, &layout.queue)?,
-            ReadyQueue::attach(c.region(q1)?, &layout.queue)?,
-            ReadyQueue::attach(c.region(q2)?, &layout.queue)?,
-            ReadyQueue::attach(c.region(q3)?, &layout.queue)?,
+            queue(c.region(q0)?)?,
+            queue(c.region(q1)?)?,
+            queue(c.region(q2)?)?,
+            queue(c.region(q3)?)?,
         ];
         Ok(Self {
             config: layout.config,

@@ -481,13 +481,13 @@ impl ChipWorker {
             }
             None => SchedState::init(sched, layout.sched()),
         }
-        .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
+        .map_err(layout_error)?;
         // The payload records (70 MB at the defaults) are written whole at claim: attached as
         // they are, never formatted, so a bind touches only the records it writes.
         let payloads = TaskPayloads::attach(mirror.payloads.bytes_mut(), &payloads_layout)
-            .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
-        let mut orch = Orchestrator::init(mirror.orch.bytes_mut(), &layout, &shared)
-            .map_err(|e| WorkerError::Hbg(HbgError::Image(layout_error(e))))?;
+            .map_err(layout_error)?;
+        let mut orch =
+            Orchestrator::init(mirror.orch.bytes_mut(), &layout, &shared).map_err(layout_error)?;
         report.phases[1] = clock.stop();
 
         let clock = Clock::start();
@@ -667,18 +667,6 @@ fn commit(
         recording_wait: wait_start.elapsed(),
         ..GraphPhases::default()
     };
-    for e in 0..g.used {
-        let inner = g.entries[e].lock();
-        g.phases.record_node += inner.times.0;
-        g.phases.build_definition += inner.times.1;
-        if let Some(h) = inner
-            .image
-            .get(..core::mem::size_of::<GraphDefinitionHeader>())
-        {
-            let header: GraphDefinitionHeader = bytemuck::pod_read_unaligned(h);
-            g.phases.recorded_nodes += header.task_count as u64;
-        }
-    }
     if let Some(f) = failure {
         return Err(WorkerError::Hbg(f));
     }
@@ -686,9 +674,19 @@ fn commit(
     let mut required = [0u64; MAX_DEFINITIONS];
     for (e, need) in required.iter_mut().enumerate().take(g.used) {
         let inner = g.entries[e].lock();
-        let header: GraphDefinitionHeader = bytemuck::pod_read_unaligned(
-            &inner.image[..core::mem::size_of::<GraphDefinitionHeader>()],
-        );
+        let header: GraphDefinitionHeader = inner
+            .image
+            .get(..core::mem::size_of::<GraphDefinitionHeader>())
+            .map(bytemuck::pod_read_unaligned)
+            .ok_or_else(|| {
+                WorkerError::Hbg(HbgError::GraphFailed {
+                    key: inner.full_key,
+                    reason: "the Definition image is shorter than its header".into(),
+                })
+            })?;
+        g.phases.record_node += inner.times.0;
+        g.phases.build_definition += inner.times.1;
+        g.phases.recorded_nodes += header.task_count as u64;
         *need = header.required_heap.max(1).div_ceil(GRAPH_HEAP_ALIGN) * GRAPH_HEAP_ALIGN;
         let at = place(&mut g.staging, staging_base, &inner.image).ok_or(
             WorkerError::OutOfDeviceMemory {
@@ -746,12 +744,8 @@ impl ImageBuffer {
     }
 }
 
-fn layout_error(e: simpler_core::layout::LayoutError) -> ImageError {
-    let _ = e;
-    ImageError::Usage {
-        field: "mirror layout",
-        value: 0,
-    }
+fn layout_error(e: simpler_core::layout::LayoutError) -> WorkerError {
+    WorkerError::Hbg(HbgError::Mirror(format!("layout: {e:?}")))
 }
 
 impl From<HbgError> for RunError {

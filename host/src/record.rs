@@ -41,7 +41,7 @@ use simpler_core::orchestrator::{
 use simpler_core::ring::{RingConfig, MAX_RINGS};
 use simpler_core::sched::{SchedConfig, SchedState};
 use simpler_core::scope::ScopeMode;
-use simpler_core::{CoreTaskArgs, OrchArgs, TaskId, TaskTensor, TensorArgType};
+use simpler_core::{OrchArgs, TaskId, TaskTensor, TensorArgType};
 use std::fmt;
 use std::sync::atomic::AtomicU32;
 
@@ -242,7 +242,6 @@ pub struct Recording {
     regions: Option<Box<Regions>>,
     arrays: Arrays,
     args: Box<OrchArgs>,
-    scratch: Box<CoreTaskArgs>,
     definition: Vec<u8>,
     storage_ready: bool,
     fail: Option<StandUpPart>,
@@ -287,7 +286,6 @@ impl Recording {
             regions: None,
             arrays: Arrays::default(),
             args: Box::default(),
-            scratch: Box::default(),
             definition: Vec::new(),
             storage_ready: false,
             fail: None,
@@ -466,7 +464,6 @@ impl Recording {
         let mut sink = NodeSink {
             arrays: &mut self.arrays,
             payloads: &payloads,
-            scratch: &mut self.scratch,
             boundary,
         };
         let body_start = std::time::Instant::now();
@@ -583,7 +580,6 @@ impl Gm for NoGm {
 struct NodeSink<'s, 'p> {
     arrays: &'s mut Arrays,
     payloads: &'s TaskPayloads<'p>,
-    scratch: &'s mut CoreTaskArgs,
     boundary: &'s GraphBoundary,
 }
 
@@ -691,13 +687,14 @@ impl SubmitHook for NodeSink<'_, '_> {
         }
         // An allocation task writes no payload record: it has no scalars (reading its slot
         // would pick up an earlier recording's).
-        if task.alloc {
-            self.scratch.clear();
+        let mut scalars = [0u64; CORE_MAX_SCALAR_ARGS];
+        let ns = if task.alloc {
+            0
         } else {
-            self.payloads.read_args(task.id, self.scratch);
-        }
+            self.payloads.scalars(task.id, &mut scalars)
+        };
         let scalar_offset = self.arrays.scalars.len();
-        for &s in self.scratch.scalars() {
+        for &s in &scalars[..ns] {
             self.arrays.scalars.push(s);
             self.arrays
                 .scalar_sources

@@ -81,6 +81,19 @@ enum Command {
     },
 }
 
+/// Exit status of a run: 0 when every check passed, 1 when a check failed,
+/// 2 when the run could not be carried out at all.
+fn exit(outcome: Result<bool, String>) -> ExitCode {
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     env_logger::init();
     match Cli::parse().command {
@@ -94,14 +107,7 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Command::L3 { chips, rounds } => match run_l3(chips, rounds) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::FAILURE,
-            Err(message) => {
-                eprintln!("error: {message}");
-                ExitCode::from(2)
-            }
-        },
+        Command::L3 { chips, rounds } => exit(run_l3(chips, rounds)),
         Command::Run {
             scene,
             case,
@@ -112,7 +118,7 @@ fn main() -> ExitCode {
             phases,
             host_only,
             ..
-        } if runtime == "hbg" => match run_hbg(
+        } if runtime == "hbg" => exit(run_hbg(
             &scene,
             case.as_deref(),
             rounds,
@@ -120,14 +126,7 @@ fn main() -> ExitCode {
             clusters,
             phases,
             host_only,
-        ) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::FAILURE,
-            Err(message) => {
-                eprintln!("error: {message}");
-                ExitCode::from(2)
-            }
-        },
+        )),
         Command::Run {
             scene,
             case,
@@ -141,7 +140,7 @@ fn main() -> ExitCode {
             report,
             runtime,
             ..
-        } if runtime == "tmr" => match run(
+        } if runtime == "tmr" => exit(run(
             &scene,
             case.as_deref(),
             rounds,
@@ -153,14 +152,7 @@ fn main() -> ExitCode {
                 swimlane,
                 report,
             },
-        ) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::FAILURE,
-            Err(message) => {
-                eprintln!("error: {message}");
-                ExitCode::from(2)
-            }
-        },
+        )),
         Command::Run { runtime, .. } => {
             eprintln!("error: unknown --runtime {runtime} (tmr, hbg)");
             ExitCode::from(2)
