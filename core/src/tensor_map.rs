@@ -9,6 +9,15 @@
 //!
 //! - `buckets`: heads of doubly linked entry chains, hashed by buffer address (Fibonacci
 //!   hashing of the address, top bits), so every view of one allocation shares a bucket.
+//! - `fine`: heads of a second chain every entry is also on, hashed by buffer address, size
+//!   class and position: an entry of `n` bytes has level `L = ceil(log2 n)` and sits in the
+//!   chain of block `start_byte >> L` at that level, so it lies within two blocks of its level.
+//!   `metas`, one per bucket, hold the levels present and the lowest version recorded. A lookup
+//!   probes, at each present level, only the blocks its range can share with an entry there;
+//!   when that is more than [`FINE_PROBES`] chains (a wide probe over narrow entries), or the
+//!   probe's version is newer than a recorded one (which depends whatever the range), it walks
+//!   the bucket chain instead. Many disjoint views of one buffer, which no retirement thins out
+//!   while a host builds a whole graph, then cost a lookup O(its neighbours), not O(all views).
 //! - `entries`: the pool; a free stack recycles entries, a bump index hands out fresh ones.
 //! - `task_heads` per ring: each task slot's chain of the entries that task produced, so a
 //!   retired task's entries are freed in O(its entries) ([`TensorMap::sync_watermark`]).
@@ -32,6 +41,9 @@ use static_assertions::const_assert_eq;
 
 /// Freed entries are reclaimed once a ring's watermark moved this many tasks.
 pub const CLEANUP_INTERVAL: u32 = 64;
+
+/// The most fine chains a lookup probes before it walks the bucket chain instead.
+pub const FINE_PROBES: u64 = 16;
 
 /// Sizes of a TensorMap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +73,7 @@ impl TensorMapConfig {
 }
 
 /// A recorded writer. Two cache lines: the first holds what a lookup reads for every entry in
-/// a bucket chain, the second what only the exact box test and the task chain need.
+/// a chain, the second what only the exact box test and unlinking need.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct MapEntry {
@@ -70,7 +82,7 @@ pub struct MapEntry {
     start: u64,
     extent: u64,
     next_in_bucket: u32,
-    prev_in_bucket: u32,
+    next_in_fine: u32,
     version: i32,
     ndims: u8,
     dtype: u8,
@@ -78,18 +90,35 @@ pub struct MapEntry {
     kind: u8,
     /// Bucket index, or `NIL` while the entry is free.
     bucket: u32,
-    next_in_task: u32,
-    prev_in_task: u32,
-    _pad1: u32,
+    /// Fine chain index.
+    fine: u32,
+    /// Size class: the entry's byte range lies in blocks `block` and `block + 1` of
+    /// `2^level` bytes, `block = start_byte >> level`.
+    level: u8,
+    _pad1: [u8; 7],
     shapes: [u32; MAX_TENSOR_DIMS],
     strides: [u32; MAX_TENSOR_DIMS],
-    _pad2: [u8; 24],
+    prev_in_bucket: u32,
+    prev_in_fine: u32,
+    next_in_task: u32,
+    prev_in_task: u32,
+    _pad2: [u8; 8],
 }
 
 const_assert_eq!(size_of::<MapEntry>(), 128);
 const_assert_eq!(offset_of!(MapEntry, shapes), 64);
 
 impl MapEntry {
+    /// The byte range `[start, end)` (saturating, as `overlap::check` computes it).
+    #[inline]
+    fn bytes(&self) -> (u64, u64) {
+        let e = self.elem_size.max(1) as u64;
+        (
+            self.start.saturating_mul(e),
+            self.start.saturating_add(self.extent).saturating_mul(e),
+        )
+    }
+
     fn footprint(&self) -> Footprint {
         Footprint {
             start: self.start,
@@ -113,6 +142,26 @@ pub struct Head {
     epoch: u32,
 }
 
+/// What the entries a bucket received in the current epoch have in common (a superset: it is
+/// never narrowed when entries leave).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BucketMeta {
+    /// Bit `L` set: an entry of level `L` was inserted.
+    levels: u64,
+    /// The lowest version inserted.
+    min_version: i32,
+    epoch: u32,
+}
+
+/// The size class of a byte range `[start, end)`: the least `L` with `end - start <= 2^L`
+/// (an empty range counts as one byte), at most 63.
+#[inline]
+fn level_of(start: u64, end: u64) -> u8 {
+    let len = end.saturating_sub(start).max(1);
+    ((u64::BITS - (len - 1).leading_zeros()) as u8).min(63)
+}
+
 /// Counters of the map, kept in its memory so a map can be re-attached to a region.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -134,6 +183,8 @@ pub struct TensorMapLayout {
     layout: Layout,
     header: Span<Header>,
     buckets: Span<Head>,
+    metas: Span<BucketMeta>,
+    fine: Span<Head>,
     entries: Span<MapEntry>,
     free: Span<u32>,
     task_heads: [Span<Head>; MAX_RINGS],
@@ -165,6 +216,8 @@ impl TensorMapLayout {
         let mut layout = Layout::new();
         let header = layout.array::<Header>(1)?;
         let buckets = layout.array::<Head>(config.buckets as usize)?;
+        let metas = layout.array::<BucketMeta>(config.buckets as usize)?;
+        let fine = layout.array::<Head>(config.buckets as usize)?;
         let entries = layout.array::<MapEntry>(config.entries as usize)?;
         let free = layout.array::<u32>(config.entries as usize)?;
         let mut task_heads = [Span::empty(); MAX_RINGS];
@@ -176,6 +229,8 @@ impl TensorMapLayout {
             layout,
             header,
             buckets,
+            metas,
+            fine,
             entries,
             free,
             task_heads,
@@ -225,6 +280,8 @@ pub struct MapFull {
 pub struct TensorMap<'a> {
     header: &'a mut Header,
     buckets: &'a mut [Head],
+    metas: &'a mut [BucketMeta],
+    fine: &'a mut [Head],
     entries: &'a mut [MapEntry],
     free: &'a mut [u32],
     task_heads: [&'a mut [Head]; MAX_RINGS],
@@ -232,6 +289,59 @@ pub struct TensorMap<'a> {
 
 const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
 const READER_SALT: u64 = 0x5EAD_E125_0000_0000;
+/// Spreads block numbers before they are mixed with the address.
+const BLOCK_MIX: u64 = 0xD6E8_FEB8_6659_FD93;
+
+/// A lookup's probe, computed once for every chain it walks.
+struct Probe {
+    addr: u64,
+    kind: u8,
+    footprint: Footprint,
+    range: (u64, u64),
+    buffer_elems: u64,
+}
+
+/// A chain to walk: a bucket's (from its first entry), or the fine chain of one block.
+#[derive(Clone, Copy)]
+enum Chain {
+    Bucket(u32),
+    Fine { chain: usize, level: u8, block: u64 },
+}
+
+/// The fine chains a probe of byte range `range` must walk, as `(level, first block, last
+/// block)` per level present in `levels`, or `None` when that is more than [`FINE_PROBES`]
+/// chains. An entry of level `L` starting in block `b` lies within `[b·2^L, (b+2)·2^L)`, so
+/// one that meets `[start, end)` starts in a block from `(start >> L) - 1` to
+/// `(end - 1) >> L`.
+fn fine_blocks(
+    levels: u64,
+    (start, end): (u64, u64),
+) -> Option<impl Iterator<Item = (u8, u64, u64)>> {
+    let span = move |level: u8| {
+        let first = (start >> level).saturating_sub(1);
+        let last = (end.saturating_sub(1) >> level).max(first);
+        (level, first, last)
+    };
+    let levels_iter = move || {
+        let mut rest = levels;
+        core::iter::from_fn(move || {
+            if rest == 0 {
+                return None;
+            }
+            let level = rest.trailing_zeros() as u8;
+            rest &= rest - 1;
+            Some(span(level))
+        })
+    };
+    let mut probes = 0u64;
+    for (_, first, last) in levels_iter() {
+        probes = probes.saturating_add(last - first + 1);
+        if probes > FINE_PROBES {
+            return None;
+        }
+    }
+    Some(levels_iter())
+}
 
 impl<'a> TensorMap<'a> {
     /// Formats `region` as an empty map.
@@ -239,6 +349,8 @@ impl<'a> TensorMap<'a> {
         let mut carver = Carver::new(region, &layout.layout)?;
         let header = &mut carver.pod(layout.header)?[0];
         let buckets = carver.pod(layout.buckets)?;
+        let metas = carver.pod(layout.metas)?;
+        let fine = carver.pod(layout.fine)?;
         let entries = carver.pod(layout.entries)?;
         let free = carver.pod(layout.free)?;
         let [h0, h1, h2, h3] = layout.task_heads;
@@ -256,6 +368,8 @@ impl<'a> TensorMap<'a> {
         let mut map = Self {
             header,
             buckets,
+            metas,
+            fine,
             entries,
             free,
             task_heads,
@@ -267,6 +381,8 @@ impl<'a> TensorMap<'a> {
     /// Zeroes every epoch stamp (epoch 0 is never current).
     fn clear_stamps(&mut self) {
         self.buckets.fill(Head::zeroed());
+        self.metas.fill(BucketMeta::zeroed());
+        self.fine.fill(Head::zeroed());
         for heads in self.task_heads.iter_mut() {
             heads.fill(Head::zeroed());
         }
@@ -316,6 +432,17 @@ impl<'a> TensorMap<'a> {
             & (self.buckets.len() - 1)
     }
 
+    /// The fine chain of block `block` at `level` of the buffer at `addr`, for `kind`.
+    #[inline]
+    fn fine_of(&self, addr: u64, kind: EntryKind, level: u8, block: u64) -> usize {
+        let key = match kind {
+            EntryKind::Writer => addr,
+            EntryKind::Reader => addr ^ READER_SALT,
+        } ^ block.wrapping_mul(BLOCK_MIX)
+            ^ ((level as u64) << 57);
+        (key.wrapping_mul(FIB) >> self.header.bucket_shift.min(63)) as usize & (self.fine.len() - 1)
+    }
+
     #[inline]
     fn is_retired(&self, task: TaskId) -> bool {
         let ring = (task.ring() as usize).min(MAX_RINGS - 1);
@@ -355,7 +482,16 @@ impl<'a> TensorMap<'a> {
             return Err(full);
         };
         let epoch = self.header.epoch;
-        let bucket = self.bucket_of(tensor.buffer().addr, kind);
+        let addr = tensor.buffer().addr;
+        let bucket = self.bucket_of(addr, kind);
+        let elem = tensor.dtype().elem_size().max(1) as u64;
+        let (start, extent) = (tensor.start_offset(), tensor.extent_elems());
+        let start_byte = start.saturating_mul(elem);
+        let level = level_of(
+            start_byte,
+            start.saturating_add(extent).saturating_mul(elem),
+        );
+        let fine = self.fine_of(addr, kind, level, start_byte >> level);
 
         let bucket_head = &mut self.buckets[bucket];
         if bucket_head.epoch != epoch {
@@ -363,6 +499,22 @@ impl<'a> TensorMap<'a> {
         }
         let old_bucket_first = bucket_head.first;
         bucket_head.first = index;
+        let meta = &mut self.metas[bucket];
+        if meta.epoch != epoch {
+            *meta = BucketMeta {
+                levels: 0,
+                min_version: i32::MAX,
+                epoch,
+            };
+        }
+        meta.levels |= 1 << level;
+        meta.min_version = meta.min_version.min(tensor.version());
+        let fine_head = &mut self.fine[fine];
+        if fine_head.epoch != epoch {
+            *fine_head = Head { first: NIL, epoch };
+        }
+        let old_fine_first = fine_head.first;
+        fine_head.first = index;
         let task_head = &mut self.task_heads[ring][slot];
         if task_head.epoch != epoch {
             *task_head = Head { first: NIL, epoch };
@@ -372,27 +524,34 @@ impl<'a> TensorMap<'a> {
 
         let (shapes, strides) = (*tensor.shapes_all(), *tensor.strides_all());
         self.entries[index as usize] = MapEntry {
-            buffer_addr: tensor.buffer().addr,
+            buffer_addr: addr,
             producer,
-            start: tensor.start_offset(),
-            extent: tensor.extent_elems(),
+            start,
+            extent,
             next_in_bucket: old_bucket_first,
-            prev_in_bucket: NIL,
+            next_in_fine: old_fine_first,
             version: tensor.version(),
             ndims: tensor.ndims() as u8,
             dtype: tensor.dtype().raw(),
             elem_size: tensor.dtype().elem_size() as u8,
             kind: kind as u8,
             bucket: bucket as u32,
-            next_in_task: old_task_first,
-            prev_in_task: NIL,
-            _pad1: 0,
+            fine: fine as u32,
+            level,
+            _pad1: [0; 7],
             shapes,
             strides,
-            _pad2: [0; 24],
+            prev_in_bucket: NIL,
+            prev_in_fine: NIL,
+            next_in_task: old_task_first,
+            prev_in_task: NIL,
+            _pad2: [0; 8],
         };
         if old_bucket_first != NIL {
             self.entries[old_bucket_first as usize].prev_in_bucket = index;
+        }
+        if old_fine_first != NIL {
+            self.entries[old_fine_first as usize].prev_in_fine = index;
         }
         if old_task_first != NIL {
             self.entries[old_task_first as usize].prev_in_task = index;
@@ -401,9 +560,10 @@ impl<'a> TensorMap<'a> {
         Ok(())
     }
 
-    /// Shows `visit` every live entry of `kind` whose region may overlap `probe`, newest first,
-    /// with the overlap class. Entries of retired tasks are skipped. The visitor may remove the
-    /// entry it is shown.
+    /// Shows `visit` every live entry of `kind` whose region may overlap `probe`, with the
+    /// overlap class; newest first within each chain walked (the order across chains is
+    /// unspecified). Entries of retired tasks are skipped. The visitor may remove the entry it
+    /// is shown.
     pub fn lookup(
         &mut self,
         probe: &TaskTensor,
@@ -430,18 +590,96 @@ impl<'a> TensorMap<'a> {
         };
         // Element sizes are powers of two: a shift, not a division, on this hot path.
         let buffer_elems = probe.buffer().size >> elem.trailing_zeros();
-        let mut cursor = head.first;
+        // The probe's byte range (the bounds `overlap::check` starts with).
+        let range = (
+            footprint.start.saturating_mul(elem.max(1) as u64),
+            footprint
+                .start
+                .saturating_add(footprint.extent)
+                .saturating_mul(elem.max(1) as u64),
+        );
+        let mut probe = Probe {
+            addr,
+            kind: kind as u8,
+            footprint,
+            range,
+            buffer_elems,
+        };
+        // The insert stamped the meta together with the bucket head.
+        let meta = self.metas[bucket];
+        if footprint.version <= meta.min_version {
+            if let Some(blocks) = fine_blocks(meta.levels, range) {
+                for (level, first, last) in blocks {
+                    for block in first..=last {
+                        let chain = self.fine_of(addr, kind, level, block);
+                        self.walk(
+                            &mut probe,
+                            Chain::Fine {
+                                chain,
+                                level,
+                                block,
+                            },
+                            &mut visit,
+                        );
+                    }
+                }
+                return;
+            }
+        }
+        self.walk(&mut probe, Chain::Bucket(head.first), &mut visit);
+    }
+
+    /// Walks one chain for [`Self::lookup`].
+    #[inline]
+    fn walk(
+        &mut self,
+        probe: &mut Probe,
+        chain: Chain,
+        visit: &mut impl FnMut(TaskId, Overlap) -> Visit,
+    ) {
+        let epoch = self.header.epoch;
+        let (mut cursor, fine) = match chain {
+            Chain::Bucket(first) => (first, None),
+            Chain::Fine {
+                chain,
+                level,
+                block,
+            } => {
+                let head = self.fine[chain];
+                if head.epoch != epoch {
+                    return;
+                }
+                (head.first, Some((level, block)))
+            }
+        };
+        let (p_start, p_end) = probe.range;
         while cursor != NIL {
             let this = cursor;
             let entry = &self.entries[this as usize];
-            cursor = entry.next_in_bucket;
-            if entry.buffer_addr != addr
-                || entry.kind != kind as u8
+            cursor = match fine {
+                Some(_) => entry.next_in_fine,
+                None => entry.next_in_bucket,
+            };
+            if entry.buffer_addr != probe.addr
+                || entry.kind != probe.kind
                 || self.is_retired(entry.producer)
             {
                 continue;
             }
-            let overlap = overlap::check(&footprint, &entry.footprint(), buffer_elems);
+            let (e_start, e_end) = entry.bytes();
+            // A fine chain is shared by every (level, block) that hashes to it: report only
+            // the entries of the one probed, so none is shown twice.
+            if let Some((level, block)) = fine {
+                if entry.level != level || e_start >> level != block {
+                    continue;
+                }
+            }
+            // Disjoint byte ranges of one version never overlap: decided on the entry's first
+            // cache line, without building its footprint.
+            if probe.footprint.version <= entry.version && (p_end <= e_start || e_end <= p_start) {
+                continue;
+            }
+            let overlap = overlap::check(&probe.footprint, &entry.footprint(), probe.buffer_elems);
             if overlap == Overlap::None {
                 continue;
             }
@@ -464,6 +702,14 @@ impl<'a> TensorMap<'a> {
         }
         if e.next_in_bucket != NIL {
             self.entries[e.next_in_bucket as usize].prev_in_bucket = e.prev_in_bucket;
+        }
+        if e.prev_in_fine != NIL {
+            self.entries[e.prev_in_fine as usize].next_in_fine = e.next_in_fine;
+        } else {
+            self.fine[e.fine as usize].first = e.next_in_fine;
+        }
+        if e.next_in_fine != NIL {
+            self.entries[e.next_in_fine as usize].prev_in_fine = e.prev_in_fine;
         }
         if e.prev_in_task != NIL {
             self.entries[e.prev_in_task as usize].next_in_task = e.next_in_task;
@@ -784,5 +1030,160 @@ mod tests {
         });
         assert_eq!(seen, vec![19]);
         assert_eq!(map.live_entries(), 1);
+    }
+
+    /// The footprint `overlap::check` sees for a tensor: as a probe, or as a recorded entry
+    /// (whose contiguity the map does not keep).
+    fn fp(t: &TaskTensor, as_probe: bool) -> Footprint {
+        Footprint {
+            start: t.start_offset(),
+            extent: t.extent_elems(),
+            version: t.version(),
+            ndims: t.ndims(),
+            dtype: t.dtype().raw(),
+            elem_size: t.dtype().elem_size(),
+            contiguous: as_probe && t.is_contiguous(),
+            shapes: *t.shapes_all(),
+            strides: *t.strides_all(),
+        }
+    }
+
+    /// A view of one of three 4 KiB buffers, of any size from one element to the whole buffer
+    /// (so of many size classes), dense or strided, sometimes of a newer version.
+    fn any_view(rng: &mut Rng) -> TaskTensor {
+        let b = rng.next(3);
+        let base = TaskTensor::new(
+            BufferHandle {
+                addr: 0x10_0000 * (b + 1),
+                size: 4096,
+            },
+            0,
+            &[32, 32],
+            &[32, 1],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap();
+        let t = match rng.next(3) {
+            // A run of rows (dense).
+            0 => {
+                let rows = 1 + rng.next(32) as u32;
+                let row = rng.next((33 - rows) as u64) as u32;
+                base.view(&[rows, 32], &[row, 0]).unwrap()
+            }
+            // A box (strided unless full width).
+            1 => {
+                let (rows, cols) = (1 + rng.next(8) as u32, 1 + rng.next(32) as u32);
+                let row = rng.next((33 - rows) as u64) as u32;
+                let col = rng.next((33 - cols) as u64) as u32;
+                base.view(&[rows, cols], &[row, col]).unwrap()
+            }
+            // A few elements of one row.
+            _ => {
+                let n = 1 + rng.next(4) as u32;
+                let row = rng.next(32) as u32;
+                let col = rng.next((33 - n) as u64) as u32;
+                base.view(&[1, n], &[row, col]).unwrap()
+            }
+        };
+        if rng.next(16) == 0 {
+            t.with_version(1)
+        } else {
+            t
+        }
+    }
+
+    /// Against a plain list of live entries tested one by one with `overlap::check`: every
+    /// lookup (fine chains or bucket walk, whichever it takes) reports exactly the overlapping
+    /// live entries with their classes, once each, and supersedes exactly what it is told to.
+    #[test]
+    fn lookups_report_exactly_what_a_full_scan_finds() {
+        let config = TensorMapConfig {
+            buckets: 16,
+            entries: 512,
+            windows: [1024, 0, 0, 0],
+        };
+        let layout = TensorMapLayout::new(config).unwrap();
+        let mut mem = vec![Line([0; 64]); layout.size() / 64];
+        let (mut fine_lookups, mut bucket_lookups) = (0, 0);
+        for seed in 1..30u64 {
+            let mut map = TensorMap::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
+            let mut rng = Rng(seed * 0x2545_F491);
+            let mut live: Vec<(TaskId, TaskTensor, EntryKind)> = Vec::new();
+            let (mut next, mut alive) = (0u32, 0u32);
+            for _ in 0..600 {
+                let kind = if rng.next(4) == 0 {
+                    EntryKind::Reader
+                } else {
+                    EntryKind::Writer
+                };
+                match rng.next(8) {
+                    0..=3 if next < alive + 1000 && map.ensure_capacity(1).is_ok() => {
+                        let t = any_view(&mut rng);
+                        let id = TaskId::new(0, next);
+                        next += 1;
+                        map.insert(&t, id, kind).unwrap();
+                        live.push((id, t, kind));
+                    }
+                    7 => {
+                        alive += rng.next((next - alive) as u64 / 4 + 1) as u32;
+                        map.sync_watermark(0, alive);
+                        live.retain(|(id, _, _)| id.local() >= alive);
+                    }
+                    _ => {
+                        let probe = any_view(&mut rng);
+                        let evict = rng.next(2) == 0;
+                        let elems = probe.buffer().size / 4;
+                        let mut expected: Vec<(TaskId, Overlap)> = live
+                            .iter()
+                            .filter(|(_, t, k)| {
+                                *k == kind && t.buffer().addr == probe.buffer().addr
+                            })
+                            .map(|(id, t, _)| {
+                                let o = overlap::check(&fp(&probe, true), &fp(t, false), elems);
+                                (*id, o)
+                            })
+                            .filter(|(_, o)| *o != Overlap::None)
+                            .collect();
+                        let mut seen = Vec::new();
+                        map.lookup(&probe, kind, |t, o| {
+                            seen.push((t, o));
+                            if evict && o == Overlap::Covered {
+                                Visit::Remove
+                            } else {
+                                Visit::Keep
+                            }
+                        });
+                        expected.sort_by_key(|(id, _)| id.local());
+                        seen.sort_by_key(|(id, _)| id.local());
+                        assert_eq!(seen, expected, "seed {seed}");
+                        if evict {
+                            live.retain(|(id, t, k)| {
+                                *k != kind
+                                    || t.buffer().addr != probe.buffer().addr
+                                    || !seen.contains(&(*id, Overlap::Covered))
+                            });
+                        }
+                        let meta = map.metas[map.bucket_of(probe.buffer().addr, kind)];
+                        let range = (
+                            probe.start_offset() * 4,
+                            (probe.start_offset() + probe.extent_elems()) * 4,
+                        );
+                        if probe.version() <= meta.min_version
+                            && fine_blocks(meta.levels, range).is_some()
+                        {
+                            fine_lookups += 1;
+                        } else {
+                            bucket_lookups += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // Both ways of answering were exercised.
+        assert!(
+            fine_lookups > 1000 && bucket_lookups > 200,
+            "{fine_lookups} {bucket_lookups}"
+        );
     }
 }

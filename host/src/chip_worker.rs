@@ -475,7 +475,7 @@ impl ChipWorker {
         options: RunOptions,
     ) -> Result<RunReport, WorkerError> {
         let start = Instant::now();
-        let (orch_args, staged) = self.prepare(handle, args, scalars)?;
+        let (orch_args, staged) = self.prepare(handle, args, scalars, true)?;
         let callable = &self.callables[handle.0];
         let sink = options.trace.clone();
         let run_start = start.elapsed();
@@ -500,11 +500,16 @@ impl ChipWorker {
     /// Checks `args` against `handle`'s signature, stages every host tensor in per-run GM,
     /// and adopts the chip entry. Returns the entry and where each host tensor was staged
     /// (`None` for a device tensor).
+    ///
+    /// With `copy` false the host tensors get their GM but not their contents: the caller
+    /// copies them in later with [`Self::copy_in`] (hbg does, after building the graph, so the
+    /// orchestration does not run on caches the inputs just flushed).
     pub(crate) fn prepare(
         &mut self,
         handle: CallableHandle,
         args: &[ChipArg],
         scalars: &[u64],
+        copy: bool,
     ) -> Result<(Box<OrchArgs>, Vec<Option<u64>>), WorkerError> {
         let callable = self
             .callables
@@ -531,7 +536,7 @@ impl ChipWorker {
         for (index, arg) in args.iter().enumerate() {
             let (c, at) = match arg {
                 ChipArg::Host(t) => {
-                    let addr = self.stage(index, t)?;
+                    let addr = self.stage(index, t, copy)?;
                     let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
                     (c, Some(addr))
                 }
@@ -548,6 +553,25 @@ impl ChipWorker {
         let mut orch_args = Box::<OrchArgs>::default();
         orch_args.adopt(&chip).map_err(WorkerError::Entry)?;
         Ok((orch_args, staged))
+    }
+
+    /// Copies every IN and INOUT host tensor to where [`Self::prepare`] placed it (without
+    /// copying).
+    pub(crate) fn copy_in(
+        device: &dyn DeviceTransport,
+        args: &[ChipArg],
+        staged: &[Option<u64>],
+    ) -> Result<(), WorkerError> {
+        for (arg, at) in args.iter().zip(staged) {
+            if let (ChipArg::Host(t), Some(addr)) = (arg, *at) {
+                if t.dir != ArgDirection::Out && !device.copy_to_device(addr, t.data.clone())? {
+                    return Err(WorkerError::OutOfDeviceMemory {
+                        bytes: t.data.len() as u64,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Copies every OUT and INOUT host tensor back from where it was staged.
@@ -568,8 +592,9 @@ impl ChipWorker {
         Ok(())
     }
 
-    /// Allocates per-run GM for host tensor `index` and copies it in unless it is OUT.
-    fn stage(&self, index: usize, t: &HostTensor) -> Result<u64, WorkerError> {
+    /// Allocates per-run GM for host tensor `index` and, with `copy`, copies it in unless it
+    /// is OUT.
+    fn stage(&self, index: usize, t: &HostTensor, copy: bool) -> Result<u64, WorkerError> {
         let numel: u64 = t.shapes.iter().map(|&s| s as u64).product();
         let bytes = numel * t.dtype.elem_size() as u64;
         if bytes != t.data.len() as u64 {
@@ -583,7 +608,10 @@ impl ChipWorker {
             .device
             .alloc(bytes.max(1))?
             .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
-        if t.dir != ArgDirection::Out && !self.device.copy_to_device(addr, t.data.clone())? {
+        if copy
+            && t.dir != ArgDirection::Out
+            && !self.device.copy_to_device(addr, t.data.clone())?
+        {
             return Err(WorkerError::OutOfDeviceMemory { bytes });
         }
         Ok(addr)

@@ -7,7 +7,7 @@
 //!
 //! | phase | what happens |
 //! |---|---|
-//! | `args` | stage the entry tensors in GM, adopt the chip entry |
+//! | `args` | place the entry tensors in GM (addresses only), adopt the chip entry |
 //! | `arena_build` | format the mirror: shared state, payload records, orchestrator (host-only) |
 //! | `graph_commit` | wait for the recordings, place each Definition, reserve each Graph's heap
 //! block and patch both into its outer task, in submission order |
@@ -15,6 +15,8 @@
 //! the entry tensors through their host copies; writing device memory from the host refuses) |
 //! | `shared_mem` | measure the live prefix and export it into the retained image buffers |
 //! | `graph_upload` | copy the bind's Definitions and Graph boundaries to the device |
+//! | `arena_h2d` | copy the IN and INOUT entry tensors to the device (after the build, so the
+//! orchestration does not run on caches the inputs just flushed; skipped in host-only mode) |
 //! | `device_run` | ship the images (one copy each), import, run the schedulers |
 //! | `copy_back` | copy OUT and INOUT tensors back |
 //!
@@ -43,13 +45,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The named phases of a bind.
-pub const PHASES: [&str; 8] = [
+pub const PHASES: [&str; 9] = [
     "args",
     "arena_build",
     "host_orch",
     "graph_commit",
     "shared_mem",
     "graph_upload",
+    "arena_h2d",
     "device_run",
     "copy_back",
 ];
@@ -84,7 +87,7 @@ pub struct GraphPhases {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
     /// Per phase.
-    pub phases: [Phase; 8],
+    pub phases: [Phase; 9],
     /// Graph submissions that recorded a Definition, replayed one, or ran inline.
     pub graphs: [u64; 3],
     /// Inside `host_orch` and `graph_commit`: the orchestration thread's time accepting Graph
@@ -451,7 +454,7 @@ impl ChipWorker {
         let start = Instant::now();
         let mut report = BindReport::default();
         let clock = Clock::start();
-        let (orch_args, staged) = self.prepare(handle, args, scalars)?;
+        let (orch_args, staged) = self.prepare(handle, args, scalars, false)?;
         // Device memory for this bind's Definitions and Graph boundaries.
         let staging_base =
             self.device
@@ -594,6 +597,12 @@ impl ChipWorker {
         }
         report.phases[5] = clock.stop();
 
+        let clock = Clock::start();
+        if run_device {
+            ChipWorker::copy_in(&*self.device, args, &staged)?;
+        }
+        report.phases[6] = clock.stop();
+
         if !run_device {
             let outcome = simpler_aicpu::RunOutcome {
                 result: Ok(()),
@@ -620,14 +629,14 @@ impl ChipWorker {
         let outcome =
             self.device
                 .run_prebuilt(callable.kernels.clone(), image, RunOptions::default())?;
-        report.phases[6] = clock.stop();
+        report.phases[7] = clock.stop();
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
 
         let clock = Clock::start();
         self.copy_back(args, &staged)?;
-        report.phases[7] = clock.stop();
+        report.phases[8] = clock.stop();
         let run = RunReport {
             outcome,
             host: start.elapsed(),
