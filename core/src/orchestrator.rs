@@ -354,6 +354,30 @@ impl<'a> Orchestrator<'a> {
         layout: &OrchestratorLayout,
         shared: &'a SchedState<'a>,
     ) -> Result<Self, LayoutError> {
+        let orch = Self::carve(region, layout, shared, TensorMap::init)?;
+        shared.clear_seen_marks();
+        Ok(orch)
+    }
+
+    /// Starts a new run on a region [`Self::init`] formatted with the same layout: the
+    /// TensorMap is emptied in O(1) instead of re-formatted, and the slots' edge marks are not
+    /// rewritten, so `shared` must have been returned to its formatted state since its last
+    /// run ([`SchedState::reset`] or [`SchedState::reset_prefix`], which clear them). Cost
+    /// independent of the configured sizes.
+    pub fn attach(
+        region: &'a mut [u8],
+        layout: &OrchestratorLayout,
+        shared: &'a SchedState<'a>,
+    ) -> Result<Self, LayoutError> {
+        Self::carve(region, layout, shared, TensorMap::attach)
+    }
+
+    fn carve(
+        region: &'a mut [u8],
+        layout: &OrchestratorLayout,
+        shared: &'a SchedState<'a>,
+        map: fn(&'a mut [u8], &TensorMapLayout) -> Result<TensorMap<'a>, LayoutError>,
+    ) -> Result<Self, LayoutError> {
         if shared.config() != &layout.config.sched {
             return Err(LayoutError::Config {
                 field: "orchestrator.sched",
@@ -361,7 +385,7 @@ impl<'a> Orchestrator<'a> {
             });
         }
         let mut c = Carver::new(region, &layout.layout)?;
-        let map = TensorMap::init(c.region(layout.map_region)?, &layout.map)?;
+        let map = map(c.region(layout.map_region)?, &layout.map)?;
         let scope_tasks = c.pod(layout.scope_tasks)?;
         let rings = layout.config.sched.rings.map(|r| RingCursor {
             next_local: 0,
@@ -379,7 +403,6 @@ impl<'a> Orchestrator<'a> {
             waits: 0,
             completed: 0,
         };
-        shared.clear_seen_marks();
         Ok(Self {
             map,
             wiring,

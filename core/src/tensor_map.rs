@@ -346,6 +346,39 @@ fn fine_blocks(
 impl<'a> TensorMap<'a> {
     /// Formats `region` as an empty map.
     pub fn init(region: &'a mut [u8], layout: &TensorMapLayout) -> Result<Self, LayoutError> {
+        let mut map = Self::carve(region, layout)?;
+        *map.header = Header {
+            epoch: 1,
+            bucket_shift: 64 - layout.config.buckets.trailing_zeros(),
+            ..Header::zeroed()
+        };
+        map.clear_stamps();
+        Ok(map)
+    }
+
+    /// Empties a map [`Self::init`] formatted in `region` with the same layout, in O(1)
+    /// ([`Self::reset`]) instead of rewriting its stamps; refuses a header that layout could
+    /// not have produced.
+    pub fn attach(region: &'a mut [u8], layout: &TensorMapLayout) -> Result<Self, LayoutError> {
+        let mut map = Self::carve(region, layout)?;
+        let h = &*map.header;
+        let entries = map.entries.len() as u32;
+        if h.epoch == 0
+            || h.bucket_shift != 64 - layout.config.buckets.trailing_zeros()
+            || h.bump > entries
+            || h.free_top > entries
+        {
+            return Err(LayoutError::Config {
+                field: "tensor_map.header",
+                value: h.epoch as u64,
+            });
+        }
+        map.reset();
+        Ok(map)
+    }
+
+    /// The map's arrays in `region`, as they are.
+    fn carve(region: &'a mut [u8], layout: &TensorMapLayout) -> Result<Self, LayoutError> {
         let mut carver = Carver::new(region, &layout.layout)?;
         let header = &mut carver.pod(layout.header)?[0];
         let buckets = carver.pod(layout.buckets)?;
@@ -360,12 +393,7 @@ impl<'a> TensorMap<'a> {
             carver.pod(h2)?,
             carver.pod(h3)?,
         ];
-        *header = Header {
-            epoch: 1,
-            bucket_shift: 64 - layout.config.buckets.trailing_zeros(),
-            ..Header::zeroed()
-        };
-        let mut map = Self {
+        Ok(Self {
             header,
             buckets,
             metas,
@@ -373,9 +401,7 @@ impl<'a> TensorMap<'a> {
             entries,
             free,
             task_heads,
-        };
-        map.clear_stamps();
-        Ok(map)
+        })
     }
 
     /// Zeroes every epoch stamp (epoch 0 is never current).

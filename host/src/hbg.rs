@@ -66,6 +66,9 @@ pub struct Phase {
     pub cpu: Duration,
     /// Minor page faults the binding thread took in it.
     pub minflt: u64,
+    /// Heap allocations the binding thread made in it (0 unless the program installed a
+    /// counter, [`crate::alloc_count::install`]).
+    pub allocs: u64,
 }
 
 /// The Graph work of one bind, by sub-phase (see [`BindReport::graph_phases`]).
@@ -81,6 +84,9 @@ pub struct GraphPhases {
     pub recording_wait: Duration,
     /// Nodes recorded in the bind (over every new Definition).
     pub recorded_nodes: u64,
+    /// Heap allocations on the recording path: the recorder threads, from taking a job to
+    /// publishing its Definition, summed (0 unless the program installed a counter).
+    pub record_allocs: u64,
 }
 
 /// What one bind cost, by phase (in [`PHASES`] order), and what it shipped.
@@ -377,6 +383,7 @@ struct Clock {
     start: Instant,
     cpu: Duration,
     faults: u64,
+    allocs: u64,
 }
 
 impl Clock {
@@ -387,6 +394,7 @@ impl Clock {
             start: Instant::now(),
             cpu,
             faults,
+            allocs: crate::alloc_count::now(),
         }
     }
     fn stop(self) -> Phase {
@@ -395,6 +403,7 @@ impl Clock {
             time,
             cpu: crate::l3::os::thread_cpu_time().saturating_sub(self.cpu),
             minflt: crate::l3::os::minor_faults().saturating_sub(self.faults),
+            allocs: crate::alloc_count::now().saturating_sub(self.allocs),
         }
     }
 }
@@ -413,7 +422,8 @@ impl ChipWorker {
         self.recorders.as_ref().map_or(0, RecorderPool::threads)
     }
 
-    /// Makes the next stand-up of every recorder whose storage is not up yet fail at `part`.
+    /// Makes the next recording a recorder thread takes drop that thread's storage and fail to
+    /// stand it up again at `part`.
     pub fn inject_recorder_stand_up_failure(&mut self, part: crate::record::StandUpPart) {
         self.recorders
             .get_or_insert_with(RecorderPool::start)
@@ -478,6 +488,7 @@ impl ChipWorker {
         // only what the previous bind used (its watermarks, claimed slots, queued cells):
         // slots are initialized when claimed.
         let sched = mirror.sched.bytes_mut();
+        let attach = mirror.last_usage.is_some();
         let shared = match mirror.last_usage.take() {
             Some(used) => {
                 SchedState::attach_region(sched, layout.sched()).inspect(|s| s.reset_prefix(&used))
@@ -489,8 +500,14 @@ impl ChipWorker {
         // they are, never formatted, so a bind touches only the records it writes.
         let payloads = TaskPayloads::attach(mirror.payloads.bytes_mut(), &payloads_layout)
             .map_err(layout_error)?;
-        let mut orch =
-            Orchestrator::init(mirror.orch.bytes_mut(), &layout, &shared).map_err(layout_error)?;
+        // Likewise the orchestrator's private state: its TensorMap is emptied in O(1).
+        let orch_region = mirror.orch.bytes_mut();
+        let mut orch = if attach {
+            Orchestrator::attach(orch_region, &layout, &shared)
+        } else {
+            Orchestrator::init(orch_region, &layout, &shared)
+        }
+        .map_err(layout_error)?;
         report.phases[1] = clock.stop();
 
         let clock = Clock::start();
@@ -695,6 +712,7 @@ fn commit(
             })?;
         g.phases.record_node += inner.times.0;
         g.phases.build_definition += inner.times.1;
+        g.phases.record_allocs += inner.allocs;
         g.phases.recorded_nodes += header.task_count as u64;
         *need = header.required_heap.max(1).div_ceil(GRAPH_HEAP_ALIGN) * GRAPH_HEAP_ALIGN;
         let at = place(&mut g.staging, staging_base, &inner.image).ok_or(

@@ -9,6 +9,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+// Heap allocations per bind phase, read through a counter the program installs.
+pub mod alloc_count;
 // One chip: device start-up, callables, runs with staging and copy-back.
 pub mod chip_worker;
 // A run's task graph, recorded at submit and written as JSON or Graphviz.

@@ -56,6 +56,9 @@ const RECORD_WINDOW: u32 = 2048;
 const RECORD_EDGES: u32 = 16_384;
 /// Virtual heap per ring.
 const RECORD_HEAP: u64 = 1 << 31;
+/// Bytes of Definition buffer a recorder stands up with (the largest dsv4-shaped Definition
+/// is well under it; a larger one grows the buffer once).
+const DEFINITION_PREWARM: usize = 4 << 20;
 
 /// The deep copy of one invocation's boundary.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -306,6 +309,20 @@ impl Recording {
         self.storage_ready
     }
 
+    /// Stands the storage up now unless it is up (a recording does it when it finds it not
+    /// ready); the error names the allocation that failed, and nothing stays allocated.
+    pub fn stand_up_storage(&mut self) -> Result<(), RecordError> {
+        if self.storage_ready {
+            return Ok(());
+        }
+        self.stand_up()
+    }
+
+    /// Drops the storage: the next recording stands it up again.
+    pub fn discard_storage(&mut self) {
+        self.drop_storage();
+    }
+
     /// Nodes of the last recording.
     pub fn node_count(&self) -> usize {
         self.arrays.node_count
@@ -378,12 +395,19 @@ impl Recording {
         a.fanins = Vec::with_capacity(GRAPH_MAX_NODES * 4);
         a.outputs = Vec::with_capacity(GRAPH_MAX_NODES);
         a.ids = core::array::from_fn(|_| vec![u32::MAX; RECORD_WINDOW as usize]);
+        // The Definition buffer at a size most bodies never exceed, from zeroed pages (touched
+        // only where an image is written), so recordings do not grow it.
+        if self.definition.len() < DEFINITION_PREWARM {
+            self.definition = bytemuck::zeroed_vec(DEFINITION_PREWARM);
+        }
         self.regions = Some(regions);
         self.storage_ready = true;
         Ok(())
     }
 
+    /// Drops the storage (the Definition buffer too).
     fn drop_storage(&mut self) {
+        self.definition = Vec::new();
         self.last_usage = None;
         self.regions = None;
         self.arrays = Arrays::default();
@@ -448,6 +472,7 @@ impl Recording {
         // The first recording formats the private state; later ones attach to it and return
         // only what the previous one used to the formatted state.
         let sched = regions.sched.bytes_mut();
+        let attach = self.last_usage.is_some();
         let shared = match self.last_usage.take() {
             Some(used) => SchedState::attach_region(sched, self.layout.sched())
                 .inspect(|s| s.reset_prefix(&used)),
@@ -456,8 +481,13 @@ impl Recording {
         .map_err(|_| RecordError::Unsupported("recording state layout"))?;
         let payloads = TaskPayloads::attach(regions.payloads.bytes_mut(), &self.payloads_layout)
             .map_err(|_| RecordError::Unsupported("recording payload layout"))?;
-        let mut orch = Orchestrator::init(regions.orch.bytes_mut(), &self.layout, &shared)
-            .map_err(|_| RecordError::Unsupported("recording orchestrator layout"))?;
+        let orch_region = regions.orch.bytes_mut();
+        let mut orch = if attach {
+            Orchestrator::attach(orch_region, &self.layout, &shared)
+        } else {
+            Orchestrator::init(orch_region, &self.layout, &shared)
+        }
+        .map_err(|_| RecordError::Unsupported("recording orchestrator layout"))?;
         let mut waiter = NoWait(false);
         let mut nested = Nested(false);
         let abort = AtomicU32::new(0);
@@ -787,6 +817,9 @@ pub struct InflightInner {
     /// Time the recorder spent running the body (`record_node`) and building the
     /// Definition (`build_definition`).
     pub times: (std::time::Duration, std::time::Duration),
+    /// Heap allocations the recorder thread made for it, from taking the job to publishing
+    /// the result ([`crate::alloc_count`]).
+    pub allocs: u64,
 }
 
 impl Default for Inflight {
@@ -843,10 +876,13 @@ impl Inflight {
         self.status()
     }
 
+    /// Publishes the recording's result; `allocs_before` is the recorder thread's allocation
+    /// count when it took the job.
     fn finish(
         &self,
         recorder: usize,
         times: (std::time::Duration, std::time::Duration),
+        allocs_before: u64,
         result: Result<&[u8], RecordError>,
     ) {
         let mut inner = self.lock();
@@ -863,6 +899,7 @@ impl Inflight {
                 InflightStatus::Failed
             }
         };
+        inner.allocs = crate::alloc_count::now().saturating_sub(allocs_before);
         self.status
             .store(status as u8, std::sync::atomic::Ordering::Release);
         drop(inner);
@@ -884,7 +921,6 @@ struct Worker {
     jobs: std::collections::VecDeque<Job>,
     busy: bool,
     recorded: Vec<u64>,
-    inject: Option<StandUpPart>,
 }
 
 struct PoolState {
@@ -895,6 +931,8 @@ struct PoolState {
     /// take turns on the CPUs the orchestration also needs; measured in the `bind` benchmark).
     running: usize,
     limit: usize,
+    /// A stand-up failure to inject into the next recording any thread takes.
+    inject: Option<StandUpPart>,
 }
 
 struct PoolShared {
@@ -924,6 +962,7 @@ impl RecorderPool {
                 limit: std::thread::available_parallelism()
                     .map_or(1, |n| n.get())
                     .max(1),
+                inject: None,
             }),
             cvs: (0..RECORDERS_MAX)
                 .map(|_| std::sync::Condvar::new())
@@ -953,7 +992,6 @@ impl RecorderPool {
                 jobs: std::collections::VecDeque::with_capacity(GRAPH_MAX_NODES / 64),
                 busy: false,
                 recorded: Vec::with_capacity(64),
-                inject: None,
             });
             st.workers.len() - 1
         };
@@ -1010,13 +1048,11 @@ impl RecorderPool {
         st.next = (bind as usize) % n;
     }
 
-    /// Makes the next stand-up of every thread that has not stood its storage up yet fail at
-    /// `part` (tests of the `storage_ready` rule).
+    /// Makes the next recording any thread takes drop its thread's storage and fail to stand
+    /// it up again at `part` (tests of the `storage_ready` rule: threads stand their storage
+    /// up when they start, so a failure has to be made to happen on a later one).
     pub fn inject_stand_up_failure(&mut self, part: StandUpPart) {
-        let mut st = self.lock();
-        for w in st.workers.iter_mut() {
-            w.inject = Some(part);
-        }
+        self.lock().inject = Some(part);
     }
 
     /// The keys each thread has recorded, in order.
@@ -1046,6 +1082,12 @@ fn recorder_main(index: usize, shared: &PoolShared) {
     // boundary it records against (retained too: a warm recording allocates nothing).
     let mut recording = Recording::new();
     let mut boundary = GraphBoundary::default();
+    boundary.tensors.reserve(GRAPH_MAX_TENSOR_ARGS);
+    boundary.tags.reserve(GRAPH_MAX_TENSOR_ARGS);
+    boundary.scalars.reserve(GRAPH_MAX_SCALAR_ARGS);
+    // Prewarmed: the storage stands up now, off any bind, so no bind's recording pays for it
+    // (or allocates for it). A failure here is retried, and reported, by the first recording.
+    let _ = recording.stand_up_storage();
     loop {
         let job = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -1057,10 +1099,9 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                         .expect("checked non-empty");
                     st.running += 1;
                     st.workers[index].busy = true;
-                    if let Some(part) = st.workers[index].inject.take() {
-                        if !recording.storage_ready() {
-                            recording.inject_stand_up_failure(part);
-                        }
+                    if let Some(part) = st.inject.take() {
+                        recording.discard_storage();
+                        recording.inject_stand_up_failure(part);
                     }
                     break job;
                 }
@@ -1072,6 +1113,7 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                     .unwrap_or_else(|e| e.into_inner());
             }
         };
+        let allocs_before = crate::alloc_count::now();
         let (key, present) = {
             let inner = job.entry.lock();
             if let Some(b) = inner.boundary.as_ref() {
@@ -1091,8 +1133,12 @@ fn recorder_main(index: usize, shared: &PoolShared) {
             Err(RecordError::NoBoundary)
         };
         let times = recording.last_times();
-        job.entry
-            .finish(index, times, outcome.map(|()| recording.last_definition()));
+        job.entry.finish(
+            index,
+            times,
+            allocs_before,
+            outcome.map(|()| recording.last_definition()),
+        );
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         st.running -= 1;
         st.workers[index].busy = false;

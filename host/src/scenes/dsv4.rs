@@ -61,6 +61,7 @@
 
 use super::{compare, Check, Prepared, Scene};
 use crate::chip_worker::HostTensor;
+use bytemuck::Zeroable;
 use simpler_aicore::kernels;
 use simpler_aicpu::{GraphBody, Rt, RtError};
 use simpler_core::graph::{graph_key, make_key, ConfigValue};
@@ -231,6 +232,60 @@ const MP: u32 = MTP_EXPERTS;
 const NG: u32 = VOCAB_GROUPS;
 const K: u32 = CHUNKS_PER_GROUP;
 
+// Each body's boundary: tensors and scalars.
+const EMBED_TENSORS: usize = 2 * EMB_CHUNKS as usize + 2;
+const CSA_TENSORS: usize = 3 + 7 * H as usize;
+const HCA_TENSORS: usize = 7 + 5 * H as usize;
+const MOE_TENSORS: usize = 4 + 4 * NX as usize + ROUTED as usize;
+const MTP_TENSORS: usize = 5 + 5 * MG as usize;
+const HEAD_TENSORS: usize = 2 + 2 * NG as usize;
+
+/// The largest of `xs` (a `const` context has no `Iterator::max`).
+const fn max_of(xs: &[usize]) -> usize {
+    let mut m = 0;
+    let mut i = 0;
+    while i < xs.len() {
+        if xs[i] > m {
+            m = xs[i];
+        }
+        i += 1;
+    }
+    m
+}
+
+// The capacities of the fixed arrays the runtime side works in, so that a warm bind
+// allocates nothing on the host heap: every boundary, scalar list, sum and allocation task
+// of the scene fits them by construction, and one that would not is a fatal error, not a
+// growth.
+
+/// The widest boundary (`embed`'s 48 tensors).
+const MAX_BOUNDARY: usize = max_of(&[
+    EMBED_TENSORS,
+    CSA_TENSORS,
+    HCA_TENSORS,
+    MOE_TENSORS,
+    MTP_TENSORS,
+    HEAD_TENSORS,
+]);
+/// The most scalars of a body (`lm_head`'s 12).
+const MAX_SCALARS: usize = max_of(&[
+    EMB_BIAS.len(),
+    CSA_BIAS.len(),
+    HCA_BIAS.len(),
+    ROUTER_BIAS.len(),
+    HEAD_BIAS.len(),
+]);
+/// The widest sum tree (`lm_head`'s and `draft_agree`'s 120 chunks).
+const MAX_SUM: usize = max_of(&[
+    H as usize,
+    NX as usize,
+    MP as usize,
+    MG as usize,
+    (NG * K) as usize,
+]);
+/// The most tensors of one allocation task (the per-task cap the MTP block uses).
+const MAX_ALLOC: usize = MTP_ALLOC as usize;
+
 /// The entry tensors, in signature order (the index constants above).
 const ENTRIES: [Entry; 40] = [
     // ONEHOT: the step's tokens, one-hot over the embedding's vocabulary chunks
@@ -346,8 +401,9 @@ trait Ops: Sized {
     fn adds_to(&mut self, a: Self::T, s: f32, c: Self::T) -> R<()>;
     /// `c += p` (`c` INOUT).
     fn acc(&mut self, p: Self::T, c: Self::T) -> R<()>;
-    /// `n` new `[rows, cols]` tensors from one allocation task.
-    fn alloc(&mut self, n: u32, rows: u32, cols: u32) -> R<Vec<Self::T>>;
+    /// `out.len()` new `[rows, cols]` tensors from one allocation task, into `out` (a
+    /// caller's array: the device side must not allocate on the host heap).
+    fn alloc(&mut self, rows: u32, cols: u32, out: &mut [Self::T]) -> R<()>;
     /// A Graph: `body` (whose arithmetic is `math`) over `boundary` and `scalars`.
     fn graph(
         &mut self,
@@ -497,11 +553,17 @@ impl Ops for Dev<'_, '_, '_> {
         self.vector(ACCUMULATE, &mut args, &[])
     }
 
-    fn alloc(&mut self, n: u32, rows: u32, cols: u32) -> R<Vec<TaskTensor>> {
+    fn alloc(&mut self, rows: u32, cols: u32, out: &mut [TaskTensor]) -> R<()> {
         let t = self.new_tensor(rows, cols)?;
-        let mut args = vec![arg(t, TensorArgType::Output); n as usize];
-        self.rt.alloc_tensors(&mut args)?;
-        Ok(args.iter().map(|a| a.tensor).collect())
+        let mut args = [arg(t, TensorArgType::Output); MAX_ALLOC];
+        let Some(args) = args.get_mut(..out.len()) else {
+            return Err(self.fatal(BAD_SHAPE));
+        };
+        self.rt.alloc_tensors(args)?;
+        for (o, a) in out.iter_mut().zip(args.iter()) {
+            *o = a.tensor;
+        }
+        Ok(())
     }
 
     fn graph(
@@ -512,10 +574,20 @@ impl Ops for Dev<'_, '_, '_> {
         boundary: &[(TaskTensor, TensorArgType)],
         scalars: &[f32],
     ) -> R<()> {
-        let mut args: Vec<TaskArg> = boundary.iter().map(|&(t, tag)| arg(t, tag)).collect();
-        let scalars: Vec<u64> = scalars.iter().map(|&s| bits(s)).collect();
+        let (n, m) = (boundary.len(), scalars.len());
+        if n > MAX_BOUNDARY || m > MAX_SCALARS {
+            return Err(self.fatal(BAD_BOUNDARY));
+        }
+        let mut args = [arg(Zeroable::zeroed(), TensorArgType::Input); MAX_BOUNDARY];
+        for (a, &(t, tag)) in args.iter_mut().zip(boundary) {
+            *a = arg(t, tag);
+        }
+        let mut words = [0; MAX_SCALARS];
+        for (w, &s) in words.iter_mut().zip(scalars) {
+            *w = bits(s);
+        }
         self.rt
-            .submit_graph(key, body, &mut args, &scalars)
+            .submit_graph(key, body, &mut args[..n], &words[..m])
             .map(|_| ())
     }
 }
@@ -690,9 +762,12 @@ impl Ops for Gold {
         self.store(c, &v)
     }
 
-    fn alloc(&mut self, n: u32, rows: u32, cols: u32) -> R<Vec<Gv>> {
+    fn alloc(&mut self, rows: u32, cols: u32, out: &mut [Gv]) -> R<()> {
         let (r, c) = (rows as usize, cols as usize);
-        Ok((0..n).map(|_| self.fresh(r, c, vec![0.0; r * c])).collect())
+        for t in out {
+            *t = self.fresh(r, c, vec![0.0; r * c]);
+        }
+        Ok(())
     }
 
     fn graph(
@@ -725,34 +800,68 @@ fn widths<O: Ops>(o: &mut O, b: &[O::T], s: &[f32], tensors: usize, scalars: usi
 /// `out = Σ xs` by a pairwise tree, level by level (an odd one out moves up a level): one
 /// add per input but one, the last one into `out`.
 fn sum_tree<O: Ops>(o: &mut O, xs: &[O::T], out: O::T) -> R<()> {
-    if xs.len() < 2 {
+    let mut n = xs.len();
+    if !(2..=MAX_SUM).contains(&n) {
         return Err(o.fatal(BAD_BOUNDARY));
     }
-    let mut level = xs.to_vec();
-    while level.len() > 2 {
-        let mut next = Vec::with_capacity(level.len().div_ceil(2));
-        for pair in level.chunks(2) {
-            next.push(match *pair {
-                [a, b] => o.add(a, b)?,
-                [a] => a,
-                _ => unreachable!("chunks of two"),
-            });
+    // One fixed array, each level written over the front of the one before: entry `i` of
+    // the next level reads entries `2i` and `2i + 1`, never one already overwritten.
+    let mut level = [xs[0]; MAX_SUM];
+    level[..n].copy_from_slice(xs);
+    while n > 2 {
+        let mut next = 0;
+        for i in (0..n).step_by(2) {
+            level[next] = if i + 1 < n {
+                o.add(level[i], level[i + 1])?
+            } else {
+                level[i]
+            };
+            next += 1;
         }
-        level = next;
+        n = next;
     }
     o.add_to(level[0], level[1], out)
 }
 
-/// The boundary and scalars of a body's run, as its entry arguments.
-fn entry(rt: &Rt<'_, '_>) -> (Vec<TaskTensor>, Vec<f32>) {
+/// A body's boundary and scalars, copied out of its entry arguments into fixed arrays: the
+/// body needs the runtime mutably while it reads them, and a copy into a `Vec` would
+/// allocate on every run of the body.
+struct BodyArgs {
+    tensors: [TaskTensor; MAX_BOUNDARY],
+    scalars: [f32; MAX_SCALARS],
+    n: usize,
+    m: usize,
+}
+
+impl BodyArgs {
+    fn tensors(&self) -> &[TaskTensor] {
+        &self.tensors[..self.n]
+    }
+
+    fn scalars(&self) -> &[f32] {
+        &self.scalars[..self.m]
+    }
+}
+
+/// The boundary and scalars of a body's run, as its entry arguments; wider than any body's
+/// is fatal (no body would accept it).
+fn entry(rt: &mut Rt<'_, '_>) -> R<BodyArgs> {
+    let (n, m) = (rt.args().tensors().len(), rt.args().scalars().len());
+    if n > MAX_BOUNDARY || m > MAX_SCALARS {
+        return Err(rt.report_fatal(BAD_BOUNDARY));
+    }
+    let mut a = BodyArgs {
+        tensors: [Zeroable::zeroed(); MAX_BOUNDARY],
+        scalars: [0.0; MAX_SCALARS],
+        n,
+        m,
+    };
     let args = rt.args();
-    let b = args.tensors().to_vec();
-    let s = args
-        .scalars()
-        .iter()
-        .map(|&v| f32::from_bits(v as u32))
-        .collect();
-    (b, s)
+    a.tensors[..n].copy_from_slice(args.tensors());
+    for (s, &v) in a.scalars.iter_mut().zip(args.scalars()) {
+        *s = f32::from_bits(v as u32);
+    }
+    Ok(a)
 }
 
 /// `embed` (48 tensors: the token one-hots and embedding rows of 23 vocabulary chunks, the
@@ -760,10 +869,10 @@ fn entry(rt: &Rt<'_, '_>) -> (Vec<TaskTensor>, Vec<f32>) {
 /// products summed by an `accumulate` chain. 47 nodes.
 fn embed<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
     let c = EMB_CHUNKS as usize;
-    widths(o, b, s, 2 * c + 2, EMB_BIAS.len())?;
-    let mut parts = Vec::with_capacity(c);
-    for i in 0..c {
-        parts.push(o.mm(b[i], b[c + i])?);
+    widths(o, b, s, EMBED_TENSORS, EMB_BIAS.len())?;
+    let mut parts = [b[0]; EMB_CHUNKS as usize];
+    for (i, p) in parts.iter_mut().enumerate() {
+        *p = o.mm(b[i], b[c + i])?;
     }
     let acc = o.add(parts[0], parts[1])?;
     for &p in &parts[2..] {
@@ -774,8 +883,8 @@ fn embed<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
 }
 
 fn embed_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    embed(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    embed(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 /// `attn_csa` (31 tensors: `x = HS[l]`, its gain, per head `Wq`, `Wk`, the compressed keys
@@ -784,24 +893,24 @@ fn embed_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// `key_h = xn·Wk`, `A_OUT = Σ_h y_h`. 32 nodes.
 fn attn_csa<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
     let h = HEADS as usize;
-    widths(o, b, s, 3 + 7 * h, CSA_BIAS.len())?;
+    widths(o, b, s, CSA_TENSORS, CSA_BIAS.len())?;
     let xn = o.mul(b[0], b[1])?;
-    let mut ys = Vec::with_capacity(h);
-    for i in 0..h {
+    let mut ys = [xn; HEADS as usize];
+    for (i, y) in ys.iter_mut().enumerate() {
         let q = o.mm(xn, b[2 + i])?;
         o.mm_to(xn, b[2 + h + i], b[2 + 6 * h + i])?;
         let sc = o.mm(q, b[2 + 2 * h + i])?;
         let sc = o.adds(sc, s[i])?;
         let p = o.mul(sc, b[2 + 3 * h + i])?;
         let a = o.mm(p, b[2 + 4 * h + i])?;
-        ys.push(o.mm(a, b[2 + 5 * h + i])?);
+        *y = o.mm(a, b[2 + 5 * h + i])?;
     }
     sum_tree(o, &ys, b[2 + 7 * h])
 }
 
 fn attn_csa_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    attn_csa(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    attn_csa(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 /// `attn_hca` (27 tensors: `x = HS[l]`, its gain, per head `Wq`, one shared `Wk`, shared
@@ -810,12 +919,12 @@ fn attn_csa_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// `y_h = ((q·Kc)·Vc + ((q·Kw) + bias)·Vw) ⊙ gate_h · Wo_h`, `A_OUT = Σ_h y_h`. 41 nodes.
 fn attn_hca<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
     let h = HEADS as usize;
-    widths(o, b, s, 7 + 5 * h, HCA_BIAS.len())?;
+    widths(o, b, s, HCA_TENSORS, HCA_BIAS.len())?;
     let (wk, kc, vc) = (b[2 + h], b[3 + h], b[4 + h]);
     let xn = o.mul(b[0], b[1])?;
     o.mm_to(xn, wk, b[5 + 5 * h])?;
-    let mut ys = Vec::with_capacity(h);
-    for i in 0..h {
+    let mut ys = [xn; HEADS as usize];
+    for (i, y) in ys.iter_mut().enumerate() {
         let q = o.mm(xn, b[2 + i])?;
         let sc = o.mm(q, kc)?;
         let sw = o.mm(q, b[5 + h + i])?;
@@ -824,14 +933,14 @@ fn attn_hca<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
         let ow = o.mm(sw, b[5 + 2 * h + i])?;
         let a = o.add(oc, ow)?;
         let a = o.mul(a, b[5 + 3 * h + i])?;
-        ys.push(o.mm(a, b[5 + 4 * h + i])?);
+        *y = o.mm(a, b[5 + 4 * h + i])?;
     }
     sum_tree(o, &ys, b[6 + 5 * h])
 }
 
 fn attn_hca_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    attn_hca(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    attn_hca(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 /// One expert: `out = ((xn·Wu) ⊙ (xn·Wg) [⊙ route]) · Wd`. 4 nodes, 5 with a route.
@@ -855,7 +964,7 @@ fn expert<O: Ops>(o: &mut O, xn: O::T, w: [O::T; 3], route: Option<O::T>, out: O
 /// is ungated (35 nodes).
 fn csa_moe<O: Ops, const HASHED: bool>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
     let (nx, r) = (NX as usize, ROUTED as usize);
-    widths(o, b, s, 4 + 4 * nx + r, ROUTER_BIAS.len())?;
+    widths(o, b, s, MOE_TENSORS, ROUTER_BIAS.len())?;
     let xn = o.mul(b[0], b[1])?;
     let gate = o.mm(xn, b[2])?;
     let gate = o.adds(gate, s[0])?;
@@ -872,18 +981,18 @@ fn csa_moe<O: Ops, const HASHED: bool>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()
         };
         expert(o, xn, w(e), Some(route), eo(e))?;
     }
-    let outs: Vec<O::T> = (0..nx).map(eo).collect();
+    let outs: [O::T; NX as usize] = std::array::from_fn(eo);
     sum_tree(o, &outs, b[3 + 4 * nx + r])
 }
 
 fn csa_moe_hashed_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    csa_moe::<_, true>(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    csa_moe::<_, true>(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 fn csa_moe_learned_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    csa_moe::<_, false>(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    csa_moe::<_, false>(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 /// `mtp` (45 tensors: `H_FIN`, the next token's one-hot and embedding, a gain, per expert
@@ -893,13 +1002,13 @@ fn csa_moe_learned_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// `MTP_OUT = Σ_g MO[g]`. 774 nodes.
 fn mtp<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
     let (g, p) = (MTP_GROUPS as usize, MTP_EXPERTS as usize);
-    widths(o, b, s, 5 + 5 * g, 0)?;
+    widths(o, b, s, MTP_TENSORS, 0)?;
     let en = o.mm(b[1], b[2])?;
     let x = o.add(b[0], en)?;
     let xn = o.mul(x, b[3])?;
-    let mut ds = Vec::with_capacity(g * p);
-    for _ in 0..(g * p).div_ceil(MTP_ALLOC as usize) {
-        ds.extend(o.alloc(MTP_ALLOC, TOKENS, HIDDEN)?);
+    let mut ds = [xn; (MG * MP) as usize];
+    for chunk in ds.chunks_mut(MAX_ALLOC) {
+        o.alloc(TOKENS, HIDDEN, chunk)?;
     }
     for gi in 0..g {
         for pi in 0..p {
@@ -914,13 +1023,13 @@ fn mtp<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
         }
         sum_tree(o, &ds[gi * p..(gi + 1) * p], b[4 + 4 * g + gi])?;
     }
-    let groups: Vec<O::T> = (0..g).map(|gi| b[4 + 4 * g + gi]).collect();
+    let groups: [O::T; MG as usize] = std::array::from_fn(|gi| b[4 + 4 * g + gi]);
     sum_tree(o, &groups, b[4 + 5 * g])
 }
 
 fn mtp_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    mtp(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    mtp(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 /// `lm_head` (42 tensors: `H_FIN`, per vocabulary group its `[1, 6, 64, 64]` weight row;
@@ -928,23 +1037,22 @@ fn mtp_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// `logits = z + bias` (twelve biases, round robin), `ZS = Σ z`. 359 nodes.
 fn lm_head<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
     let g = VOCAB_GROUPS as usize;
-    widths(o, b, s, 2 + 2 * g, HEAD_BIAS.len())?;
-    let mut zs = Vec::with_capacity(g * K as usize);
-    for gi in 0..g {
-        for k in 0..K {
-            let w = o.slice(b[1 + gi], k)?;
-            let z = o.mm(b[0], w)?;
-            let logits = o.slice(b[1 + g + gi], k)?;
-            o.adds_to(z, s[zs.len() % s.len()], logits)?;
-            zs.push(z);
-        }
+    widths(o, b, s, HEAD_TENSORS, HEAD_BIAS.len())?;
+    // Chunk `n` is chunk `n % K` of group `n / K`, group by group.
+    let mut zs = [b[0]; (NG * K) as usize];
+    for (n, z) in zs.iter_mut().enumerate() {
+        let (gi, k) = (n / K as usize, (n % K as usize) as u32);
+        let w = o.slice(b[1 + gi], k)?;
+        *z = o.mm(b[0], w)?;
+        let logits = o.slice(b[1 + g + gi], k)?;
+        o.adds_to(*z, s[n % s.len()], logits)?;
     }
     sum_tree(o, &zs, b[1 + 2 * g])
 }
 
 fn lm_head_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    lm_head(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    lm_head(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 /// `draft_agree` (42 tensors: `MTP_OUT`, the LM head's weight rows and the logits it wrote;
@@ -952,32 +1060,82 @@ fn lm_head_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// `AGREE = Σ` over the chunks. 359 nodes.
 fn draft_agree<O: Ops>(o: &mut O, b: &[O::T], s: &[f32]) -> R<()> {
     let g = VOCAB_GROUPS as usize;
-    widths(o, b, s, 2 + 2 * g, 0)?;
-    let mut ps = Vec::with_capacity(g * K as usize);
-    for gi in 0..g {
-        for k in 0..K {
-            let w = o.slice(b[1 + gi], k)?;
-            let draft = o.mm(b[0], w)?;
-            let main = o.slice(b[1 + g + gi], k)?;
-            ps.push(o.mul(draft, main)?);
-        }
+    widths(o, b, s, HEAD_TENSORS, 0)?;
+    // Chunk `n` is chunk `n % K` of group `n / K`, group by group, as in `lm_head`.
+    let mut ps = [b[0]; (NG * K) as usize];
+    for (n, p) in ps.iter_mut().enumerate() {
+        let (gi, k) = (n / K as usize, (n % K as usize) as u32);
+        let w = o.slice(b[1 + gi], k)?;
+        let draft = o.mm(b[0], w)?;
+        let main = o.slice(b[1 + g + gi], k)?;
+        *p = o.mul(draft, main)?;
     }
     sum_tree(o, &ps, b[1 + 2 * g])
 }
 
 fn draft_agree_body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (b, s) = entry(rt);
-    draft_agree(&mut Dev { rt }, &b, &s)
+    let a = entry(rt)?;
+    draft_agree(&mut Dev { rt }, a.tensors(), a.scalars())
 }
 
 // ------------------------------------------------------------------------------------------
 // The decode step.
 // ------------------------------------------------------------------------------------------
 
+/// A boundary being built: a fixed array (no host heap on the device side), reused from one
+/// Graph submission to the next. A push past the capacity is remembered, and the submission
+/// refused, rather than dropped or grown.
+struct Boundary<T> {
+    items: [(T, TensorArgType); MAX_BOUNDARY],
+    len: usize,
+    overflow: bool,
+}
+
+impl<T: Copy> Boundary<T> {
+    /// An empty boundary; `fill` only initialises the unused slots.
+    fn new(fill: T) -> Self {
+        Self {
+            items: [(fill, TensorArgType::Input); MAX_BOUNDARY],
+            len: 0,
+            overflow: false,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.overflow = false;
+    }
+
+    fn push(&mut self, item: (T, TensorArgType)) {
+        match self.items.get_mut(self.len) {
+            Some(slot) => {
+                *slot = item;
+                self.len += 1;
+            }
+            None => self.overflow = true,
+        }
+    }
+}
+
+/// [`Ops::graph`] over a built boundary.
+fn submit<O: Ops>(
+    o: &mut O,
+    key: u64,
+    body: GraphBody,
+    math: Math<O>,
+    b: &Boundary<O::T>,
+    scalars: &[f32],
+) -> R<()> {
+    if b.overflow {
+        return Err(o.fatal(BAD_BOUNDARY));
+    }
+    o.graph(key, body, math, &b.items[..b.len], scalars)
+}
+
 /// The decode step over the entry tensors `e` (see the module documentation).
 fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
     use TensorArgType::{Input as I, OutputExisting as X};
-    let mut b = Vec::with_capacity(48);
+    let mut b = Boundary::new(e[ONEHOT]);
     // embed
     for c in 0..EMB_CHUNKS {
         b.push((o.view(e[ONEHOT], 0, Some(c))?, I));
@@ -987,7 +1145,7 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
     }
     b.push((o.view(e[POS], 0, Some(0))?, I));
     b.push((o.view(e[HS], 0, Some(0))?, X));
-    o.graph(0, embed_body, embed::<O>, &b, &EMB_BIAS)?;
+    submit(o, 0, embed_body, embed::<O>, &b, &EMB_BIAS)?;
 
     for l in 0..LAYERS {
         let hs = o.view(e[HS], l, Some(0))?;
@@ -1005,7 +1163,7 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
                 b.push((o.view(e[KV_OUT], l, Some(h))?, X));
             }
             b.push((a_out, X));
-            o.graph(0, attn_csa_body, attn_csa::<O>, &b, &CSA_BIAS)?;
+            submit(o, 0, attn_csa_body, attn_csa::<O>, &b, &CSA_BIAS)?;
         } else {
             for h in 0..HEADS {
                 b.push((o.view(e[WQ], l, Some(h))?, I));
@@ -1020,7 +1178,7 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
             }
             b.push((o.view(e[KV_OUT], l, Some(0))?, X));
             b.push((a_out, X));
-            o.graph(0, attn_hca_body, attn_hca::<O>, &b, &HCA_BIAS)?;
+            submit(o, 0, attn_hca_body, attn_hca::<O>, &b, &HCA_BIAS)?;
         }
         let mid = o.view(e[MID], l, Some(0))?;
         o.add_to(hs, a_out, mid)?;
@@ -1045,7 +1203,8 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
         let hashed = l < HASH_LAYERS;
         if hashed {
             let math = csa_moe::<O, true>;
-            o.graph(
+            submit(
+                o,
                 csa_moe_key(true),
                 csa_moe_hashed_body,
                 math,
@@ -1054,7 +1213,8 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
             )?;
         } else {
             let math = csa_moe::<O, false>;
-            o.graph(
+            submit(
+                o,
                 csa_moe_key(false),
                 csa_moe_learned_body,
                 math,
@@ -1086,7 +1246,7 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
     }
     let mtp_out = o.view(e[MTP_OUT], 0, Some(0))?;
     b.push((mtp_out, X));
-    o.graph(0, mtp_body, mtp::<O>, &b, &[])?;
+    submit(o, 0, mtp_body, mtp::<O>, &b, &[])?;
 
     // lm_head
     b.clear();
@@ -1098,7 +1258,7 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
         b.push((o.view(e[LG], g, None)?, X));
     }
     b.push((o.view(e[ZS], 0, Some(0))?, X));
-    o.graph(0, lm_head_body, lm_head::<O>, &b, &HEAD_BIAS)?;
+    submit(o, 0, lm_head_body, lm_head::<O>, &b, &HEAD_BIAS)?;
 
     // draft_agree
     b.clear();
@@ -1110,18 +1270,22 @@ fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
         b.push((o.view(e[LG], g, None)?, I));
     }
     b.push((o.view(e[AGREE], 0, Some(0))?, X));
-    o.graph(0, draft_agree_body, draft_agree::<O>, &b, &[])
+    submit(o, 0, draft_agree_body, draft_agree::<O>, &b, &[])
 }
 
 fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let e = rt.args().tensors().to_vec();
-    let ok = e.len() == ENTRIES.len()
-        && e.iter()
+    let given = rt.args().tensors();
+    let ok = given.len() == ENTRIES.len()
+        && given
+            .iter()
             .zip(&ENTRIES)
             .all(|(t, spec)| t.shapes() == spec.shape && t.dtype() == DataType::Float32);
     if !ok {
         return Err(rt.report_fatal(BAD_ENTRY));
     }
+    // A copy (the ops need `rt` mutably), into an array rather than a `Vec`.
+    let mut e = [Zeroable::zeroed(); ENTRIES.len()];
+    e.copy_from_slice(rt.args().tensors());
     step(&mut Dev { rt }, &e)
 }
 

@@ -1,0 +1,116 @@
+//! A steady-state hbg bind allocates nothing on the recording path and for the SM mirror:
+//! after two warm-up binds, ten further binds of a scene with Graphs make zero heap
+//! allocations on the recorder threads (from taking a job to publishing its Definition) and
+//! zero in the mirror's phases (`arena_build`, `shared_mem`), counted per thread by the
+//! counting global allocator below through `simpler_host::alloc_count`. The whole bind's count
+//! on the binding thread is printed (`cargo test --test bind_alloc -- --nocapture`).
+
+use simpler_host::hbg::{BindReport, PHASES};
+use simpler_host::{alloc_count, scenes, ChipArg, ChipWorker};
+use simpler_sim::{DeviceConfig, Topology};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+struct Counting;
+
+thread_local! {
+    static MINE: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    // `try_with`: a thread being torn down has no slot left; its allocations are not counted.
+    let _ = MINE.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn mine() -> u64 {
+    MINE.with(Cell::get)
+}
+
+fn phase(name: &str) -> usize {
+    PHASES.iter().position(|p| *p == name).unwrap()
+}
+
+/// Two warm-up binds, then ten, of `scene`/`case` on hbg (host-only: the device is not the
+/// subject); the ten reports.
+fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
+    alloc_count::install(mine);
+    let p = scenes::find(scene).unwrap().prepare(case).unwrap();
+    let mut config = DeviceConfig::new(Topology::A2a3);
+    config.ring.heap_bytes = 256 << 20;
+    config.gm_bytes = 512 << 20;
+    let mut w = ChipWorker::init(config).expect("device");
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    let mut binds = Vec::with_capacity(10);
+    for round in 0..12 {
+        let (_, bind) = w
+            .run_hbg_with(h, &mut args, &p.scalars, false)
+            .expect("bind");
+        if round >= 2 {
+            binds.push(bind);
+        }
+    }
+    binds
+}
+
+fn check(scene: &str, case: &str) {
+    let binds = warm_binds(scene, case);
+    let mirror = [phase("arena_build"), phase("shared_mem")];
+    for (i, b) in binds.iter().enumerate() {
+        let g = b.graph_phases;
+        assert!(g.recorded_nodes > 0, "{scene} bind {i}: nothing recorded");
+        assert_eq!(g.record_allocs, 0, "{scene} bind {i}: recording path");
+        for m in mirror {
+            assert_eq!(b.phases[m].allocs, 0, "{scene} bind {i}: {}", PHASES[m]);
+        }
+    }
+    let whole: Vec<u64> = binds
+        .iter()
+        .map(|b| b.phases.iter().map(|p| p.allocs).sum())
+        .collect();
+    let by_phase: Vec<String> = PHASES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| format!("{name} {}", binds[0].phases[i].allocs))
+        .collect();
+    println!(
+        "{scene}: allocations per warm bind on the binding thread {whole:?} ({}); recording path 0",
+        by_phase.join(", ")
+    );
+}
+
+#[test]
+fn the_counter_counts_this_threads_allocations() {
+    alloc_count::install(mine);
+    let before = mine();
+    let v = std::hint::black_box(vec![1u8; 64]);
+    assert_eq!(mine() - before, 1);
+    drop(v);
+}
+
+#[test]
+fn graph_vector_warm_binds_allocate_nothing_to_record_or_mirror() {
+    check("graph_vector", "default");
+}
