@@ -9,13 +9,16 @@
 //! the host's), then 3 full binds that also run on the device and check the golden. Printed per
 //! phase: median and minimum over the warm host-only binds; minor page faults per warm bind
 //! (the binding thread's, over exactly each phase's clocked span: the control plane's phases
-//! summed, and the entry staging's apart); heap allocations
-//! per warm bind (the whole process, a counting global allocator: these include the entry
-//! staging's channel messages and copies, which the host-only mode still does); host_orch per
-//! task; the image shipped; for Graph scenes the sub-phases (graph_begin, record_node and
-//! build_definition summed over recorder threads, recording_wait) and ns per recorded node.
+//! summed, and the entry staging's apart); heap allocations per warm bind, counted per thread
+//! by a counting global allocator: the whole process, the binding thread, the SM mirror's
+//! phases (`arena_build`, `shared_mem`) and the recording path (recorder threads, from taking
+//! a job to publishing its Definition; `simpler_host::alloc_count`); host_orch per task (wall)
+//! and the binding thread's CPU time in it; the image shipped; for Graph scenes the
+//! sub-phases (graph_begin, record_node and build_definition summed over recorder threads,
+//! recording_wait) and ns per recorded node. Host-only binds place the entry tensors but do
+//! not copy them in (`arena_h2d` runs only with the device).
 //!
-//! Not shown: Graph recording (not built yet), and the device run's own cost (see `scene`).
+//! Not shown: the device run's own cost (see `scene`).
 //!
 //! Run: `cargo bench -p simpler-tests --bench bind`.
 
@@ -25,6 +28,7 @@ use simpler_host::{ChipArg, ChipWorker, HostTensor};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::measure::{report, report_summary};
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counts every heap allocation of the process.
@@ -32,18 +36,33 @@ struct Counting;
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    static MINE: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    ALLOCS.fetch_add(1, Ordering::Relaxed);
+    // A thread being torn down has no slot left; the process count still has it.
+    let _ = MINE.try_with(|c| c.set(c.get() + 1));
+}
+
+/// This thread's allocations so far (the reader `alloc_count` calls).
+fn mine() -> u64 {
+    MINE.with(Cell::get)
+}
+
 // SAFETY: forwards every call unchanged to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        note();
         System.alloc(layout)
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        note();
         System.alloc_zeroed(layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        note();
         System.realloc(ptr, layout, new_size)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -57,6 +76,7 @@ static GLOBAL: Counting = Counting;
 const WARM: usize = 10;
 
 fn main() {
+    simpler_host::alloc_count::install(mine);
     for (scene, case) in [
         ("bgemm", "Case1"),
         ("bgemm", "Case0"),
@@ -84,6 +104,9 @@ fn main() {
         let mut sub: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(WARM)).collect();
         let mut args_faults = Vec::with_capacity(WARM);
         let mut allocs = Vec::with_capacity(WARM);
+        let mut thread_allocs = Vec::with_capacity(WARM);
+        let mut mirror_allocs = Vec::with_capacity(WARM);
+        let mut record_allocs = Vec::with_capacity(WARM);
         let mut image = 0;
         let mut tasks = 0;
         let mut graphs = [0u64; 3];
@@ -92,6 +115,13 @@ fn main() {
             let before = ALLOCS.load(Ordering::Relaxed);
             let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
             allocs.push((ALLOCS.load(Ordering::Relaxed) - before) as f64);
+            thread_allocs.push(bind.phases.iter().map(|ph| ph.allocs).sum::<u64>() as f64);
+            let phase = |n: &str| PHASES.iter().position(|p| *p == n).expect("phase");
+            mirror_allocs.push(
+                (bind.phases[phase("arena_build")].allocs + bind.phases[phase("shared_mem")].allocs)
+                    as f64,
+            );
+            record_allocs.push(bind.graph_phases.record_allocs as f64);
             for (i, ph) in bind.phases.iter().enumerate() {
                 times[i].push(ph.time.as_secs_f64() * 1e6);
             }
@@ -125,7 +155,7 @@ fn main() {
         } else {
             scene.to_string()
         };
-        for (i, phase) in PHASES.iter().enumerate().take(6) {
+        for (i, phase) in PHASES.iter().enumerate().take(PHASES.len() - 2) {
             report_summary(
                 "bind",
                 &format!("{name}_{phase}"),
@@ -190,6 +220,18 @@ fn main() {
             &mut allocs,
             "allocs",
         );
+        for (label, v) in [
+            ("binding_thread", &mut thread_allocs),
+            ("mirror", &mut mirror_allocs),
+            ("recording_path", &mut record_allocs),
+        ] {
+            report_summary(
+                "bind",
+                &format!("{name}_{label}_allocs_per_warm_bind"),
+                v,
+                "allocs",
+            );
+        }
         report("bind", &format!("{name}_image_bytes"), image as f64, "B");
         report("bind", &format!("{name}_tasks"), tasks as f64, "tasks");
         report(
