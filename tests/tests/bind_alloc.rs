@@ -114,3 +114,8 @@ fn the_counter_counts_this_threads_allocations() {
 fn graph_vector_warm_binds_allocate_nothing_to_record_or_mirror() {
     check("graph_vector", "default");
 }
+
+#[test]
+fn dsv4_shaped_warm_binds_allocate_nothing_to_record_or_mirror() {
+    check("dsv4_shaped", "default");
+}
