@@ -270,10 +270,6 @@ impl simpler_aicpu::SubmitHook for TracingHook<'_> {
 pub type SharedHook = Arc<Mutex<dyn simpler_aicpu::SubmitHook + Send>>;
 
 enum Msg {
-    Alloc(u64, Sender<Option<u64>>),
-    FreeAll,
-    Malloc(u64, Sender<Option<u64>>),
-    Free(u64, Sender<bool>),
     Write(u64, Vec<u8>, Sender<bool>),
     Read(u64, usize, Sender<Option<Vec<u8>>>),
     Run(Job, Sender<RunOutcome>),
@@ -284,6 +280,49 @@ pub struct Device {
     tx: Option<Sender<Msg>>,
     thread: Option<JoinHandle<()>>,
     config: DeviceConfig,
+    /// GM placement. The host decides where its buffers go; the device thread only reads and
+    /// writes GM, so allocating needs no message (and no heap allocation) per call.
+    gm_alloc: Mutex<GmAllocator>,
+}
+
+/// Where host buffers go in GM. Per-run allocations bump upward from the end of the heaps;
+/// persistent ones (start → length) come down from the end of GM. The bump's limit is the
+/// lowest live persistent start, and a persistent allocation never goes below the bump, so
+/// the two never overlap.
+struct GmAllocator {
+    /// Where per-run allocations start (the end of the heaps).
+    base: u64,
+    next: u64,
+    /// The end of the words GM really has (its size rounded down to whole words).
+    end: u64,
+    persistent: std::collections::BTreeMap<u64, u64>,
+}
+
+impl GmAllocator {
+    fn new(config: &DeviceConfig) -> Self {
+        let heaps = config.ring.heap_bytes * MAX_RINGS as u64;
+        Self {
+            base: GM_BASE + heaps,
+            next: GM_BASE + heaps,
+            end: GM_BASE + (heaps + config.gm_bytes) / 8 * 8,
+            persistent: std::collections::BTreeMap::new(),
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Option<u64> {
+        let limit = self.persistent.keys().next().copied().unwrap_or(self.end);
+        let at = self.next.div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
+        let end = at.checked_add(bytes).filter(|&end| end <= limit)?;
+        self.next = end;
+        Some(at)
+    }
+
+    fn malloc(&mut self, bytes: u64) -> Option<u64> {
+        let size = bytes.max(1);
+        let at = place_persistent(&self.persistent, self.next, self.end, size)?;
+        self.persistent.insert(at, size);
+        Some(at)
+    }
 }
 
 /// Abort codes.
@@ -334,6 +373,7 @@ impl Device {
                 tx: Some(tx),
                 thread: Some(thread),
                 config,
+                gm_alloc: Mutex::new(GmAllocator::new(&config)),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(DeviceError::Stopped),
@@ -357,15 +397,25 @@ impl Device {
     /// the end of the heaps); `None` when GM is full. The bump never reaches into a live
     /// persistent allocation ([`Device::malloc`]).
     pub fn alloc(&self, bytes: u64) -> Result<Option<u64>, DeviceError> {
-        let (tx, rx) = channel();
-        self.send(Msg::Alloc(bytes, tx))?;
-        rx.recv().map_err(|_| DeviceError::Stopped)
+        Ok(self.gm()?.alloc(bytes))
+    }
+
+    /// The GM allocator, while the device runs.
+    fn gm(&self) -> Result<std::sync::MutexGuard<'_, GmAllocator>, DeviceError> {
+        if self.tx.is_none() {
+            return Err(DeviceError::Stopped);
+        }
+        // Every update is a single assignment or map operation: a panic elsewhere cannot
+        // leave the allocator half-updated, so a poisoned lock is used as it is.
+        Ok(self.gm_alloc.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Releases every per-run allocation ([`Device::alloc`]); persistent allocations
     /// ([`Device::malloc`]) are kept.
     pub fn free_all(&self) -> Result<(), DeviceError> {
-        self.send(Msg::FreeAll)
+        let mut gm = self.gm()?;
+        gm.next = gm.base;
+        Ok(())
     }
 
     /// Allocates `bytes` of persistent GM (`DEVICE_MALLOC`): 1024-byte aligned, taken from the
@@ -373,17 +423,13 @@ impl Device {
     /// survives [`Device::free_all`] and every run until [`Device::free`]. A size of 0 is
     /// taken as 1 byte; `None` when no gap above the current per-run allocations holds it.
     pub fn malloc(&self, bytes: u64) -> Result<Option<u64>, DeviceError> {
-        let (tx, rx) = channel();
-        self.send(Msg::Malloc(bytes, tx))?;
-        rx.recv().map_err(|_| DeviceError::Stopped)
+        Ok(self.gm()?.malloc(bytes))
     }
 
     /// Releases the persistent allocation starting at `addr`; `false` when `addr` is not the
     /// start of a live persistent allocation.
     pub fn free(&self, addr: u64) -> Result<bool, DeviceError> {
-        let (tx, rx) = channel();
-        self.send(Msg::Free(addr, tx))?;
-        rx.recv().map_err(|_| DeviceError::Stopped)
+        Ok(self.gm()?.persistent.remove(&addr).is_some())
     }
 
     /// Copies `data` to GM at `addr`; `false` if the range is outside GM.
@@ -640,37 +686,8 @@ fn device_main(config: DeviceConfig, rx: Receiver<Msg>, ready: Sender<Result<(),
         let _ = ready.send(Ok(()));
 
         let mut orch_trace = TraceBuf::new();
-        // Per-run allocations bump upward from the end of the heaps; persistent ones
-        // (start → length) come down from the end of GM. The bump's limit is the lowest live
-        // persistent start, and a persistent allocation never goes below the bump, so the two
-        // never overlap.
-        let mut next_alloc = GM_BASE + heaps;
-        let mut persistent = std::collections::BTreeMap::<u64, u64>::new();
-        // The end of the words GM really has (its size rounded down to whole words).
-        let gm_end = GM_BASE + (heaps + config.gm_bytes) / 8 * 8;
         while let Ok(msg) = rx.recv() {
             match msg {
-                Msg::Alloc(bytes, reply) => {
-                    let limit = persistent.keys().next().copied().unwrap_or(gm_end);
-                    let at = next_alloc.div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
-                    let fits = at.checked_add(bytes).filter(|&end| end <= limit);
-                    let _ = reply.send(fits.map(|end| {
-                        next_alloc = end;
-                        at
-                    }));
-                }
-                Msg::FreeAll => next_alloc = GM_BASE + heaps,
-                Msg::Malloc(bytes, reply) => {
-                    let size = bytes.max(1);
-                    let at = place_persistent(&persistent, next_alloc, gm_end, size);
-                    if let Some(at) = at {
-                        persistent.insert(at, size);
-                    }
-                    let _ = reply.send(at);
-                }
-                Msg::Free(addr, reply) => {
-                    let _ = reply.send(persistent.remove(&addr).is_some());
-                }
                 Msg::Write(addr, data, reply) => {
                     let _ = reply.send(simpler_core::gm::Gm::write(&gm, addr, &data).is_ok());
                 }
