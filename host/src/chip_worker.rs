@@ -283,6 +283,17 @@ pub struct ChipWorker {
     pub(crate) recorders: Option<crate::record::RecorderPool>,
     /// Live persistent allocations: start → bytes.
     persistent: BTreeMap<u64, u64>,
+    /// The hbg runtime's entry staging, retained across binds.
+    pub(crate) staging: Option<Box<Staging>>,
+}
+
+/// One run's entry: the chip arguments, their adoption for the orchestration, and where each
+/// host tensor was placed in GM (`None` for device tensors).
+#[derive(Default)]
+pub(crate) struct Staging {
+    chip: Box<ChipStorageTaskArgs>,
+    pub(crate) orch_args: Box<OrchArgs>,
+    pub(crate) staged: Vec<Option<u64>>,
 }
 
 impl ChipWorker {
@@ -301,6 +312,7 @@ impl ChipWorker {
             hbg: None,
             recorders: None,
             persistent: BTreeMap::new(),
+            staging: None,
         }
     }
 
@@ -475,7 +487,11 @@ impl ChipWorker {
         options: RunOptions,
     ) -> Result<RunReport, WorkerError> {
         let start = Instant::now();
-        let (orch_args, staged) = self.prepare(handle, args, scalars, true)?;
+        let mut staging = Staging::default();
+        self.prepare(handle, args, scalars, true, &mut staging)?;
+        let Staging {
+            orch_args, staged, ..
+        } = staging;
         let callable = &self.callables[handle.0];
         let sink = options.trace.clone();
         let run_start = start.elapsed();
@@ -504,13 +520,16 @@ impl ChipWorker {
     /// With `copy` false the host tensors get their GM but not their contents: the caller
     /// copies them in later with [`Self::copy_in`] (hbg does, after building the graph, so the
     /// orchestration does not run on caches the inputs just flushed).
+    /// The entry goes into `out`, whose storage is reused (a retained one makes this allocate
+    /// nothing).
     pub(crate) fn prepare(
         &mut self,
         handle: CallableHandle,
         args: &[ChipArg],
         scalars: &[u64],
         copy: bool,
-    ) -> Result<(Box<OrchArgs>, Vec<Option<u64>>), WorkerError> {
+        out: &mut Staging,
+    ) -> Result<(), WorkerError> {
         let callable = self
             .callables
             .get(handle.0)
@@ -531,8 +550,13 @@ impl ChipWorker {
             }
         }
         self.device.free_all()?;
-        let mut chip = Box::<ChipStorageTaskArgs>::default();
-        let mut staged = Vec::with_capacity(args.len());
+        let Staging {
+            chip,
+            orch_args,
+            staged,
+        } = out;
+        chip.clear();
+        staged.clear();
         for (index, arg) in args.iter().enumerate() {
             let (c, at) = match arg {
                 ChipArg::Host(t) => {
@@ -550,9 +574,8 @@ impl ChipWorker {
             chip.push_scalar(s)
                 .map_err(|e| WorkerError::Entry(EntryError::Args(e)))?;
         }
-        let mut orch_args = Box::<OrchArgs>::default();
-        orch_args.adopt(&chip).map_err(WorkerError::Entry)?;
-        Ok((orch_args, staged))
+        orch_args.adopt(chip).map_err(WorkerError::Entry)?;
+        Ok(())
     }
 
     /// Copies every IN and INOUT host tensor to where [`Self::prepare`] placed it (without

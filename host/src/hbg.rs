@@ -351,7 +351,8 @@ impl Waiter for NoWait {
 /// their host copies (the reference's host views of external tensors). Reads inside one of
 /// them succeed; anything else, and every write (the device copy is already staged), faults.
 struct HostViews<'a> {
-    views: Vec<(u64, &'a [u8])>,
+    args: &'a [ChipArg],
+    staged: &'a [Option<u64>],
 }
 
 impl Gm for HostViews<'_> {
@@ -361,8 +362,13 @@ impl Gm for HostViews<'_> {
             len: dst.len() as u64,
         };
         let (base, data) = self
-            .views
+            .args
             .iter()
+            .zip(self.staged)
+            .filter_map(|(a, at)| match (a, at) {
+                (ChipArg::Host(t), Some(base)) => Some((*base, t.data.as_slice())),
+                _ => None,
+            })
             .find(|(base, data)| addr >= *base && addr - base < data.len() as u64)
             .ok_or(fault)?;
         let at = (addr - base) as usize;
@@ -464,7 +470,10 @@ impl ChipWorker {
         let start = Instant::now();
         let mut report = BindReport::default();
         let clock = Clock::start();
-        let (orch_args, staged) = self.prepare(handle, args, scalars, false)?;
+        // Retained across binds; a bind that fails leaves it behind and the next makes another.
+        let mut staging = self.staging.take().unwrap_or_default();
+        self.prepare(handle, args, scalars, false, &mut staging)?;
+        let (orch_args, staged) = (&staging.orch_args, &staging.staged);
         // Device memory for this bind's Definitions and Graph boundaries.
         let staging_base =
             self.device
@@ -529,14 +538,8 @@ impl ChipWorker {
         let abort = AtomicU32::new(0);
         let result = {
             let views = HostViews {
-                views: args
-                    .iter()
-                    .zip(&staged)
-                    .filter_map(|(a, at)| match (a, at) {
-                        (ChipArg::Host(t), Some(addr)) => Some((*addr, t.data.as_slice())),
-                        _ => None,
-                    })
-                    .collect(),
+                args,
+                staged,
             };
             let mut sink = BindGraphs {
                 g: &mut mirror.graphs,
@@ -616,7 +619,7 @@ impl ChipWorker {
 
         let clock = Clock::start();
         if run_device {
-            ChipWorker::copy_in(&*self.device, args, &staged)?;
+            ChipWorker::copy_in(&*self.device, args, staged)?;
         }
         report.phases[6] = clock.stop();
 
@@ -634,6 +637,7 @@ impl ChipWorker {
                 outcome,
                 host: start.elapsed(),
             };
+            self.staging = Some(staging);
             return Ok((run, report));
         }
         let clock = Clock::start();
@@ -652,8 +656,9 @@ impl ChipWorker {
         }
 
         let clock = Clock::start();
-        self.copy_back(args, &staged)?;
+        self.copy_back(args, staged)?;
         report.phases[8] = clock.stop();
+        self.staging = Some(staging);
         let run = RunReport {
             outcome,
             host: start.elapsed(),
