@@ -398,6 +398,10 @@ impl<'r, 'a> Rt<'r, 'a> {
             hook.before_submit();
         }
         let payloads = self.payloads;
+        // Only a dispatch to a core reads a record's tensors: a kernel-less task (a Graph's
+        // outer task, a dummy) keeps its header and scalars only, which also keeps it small
+        // in an hbg image.
+        let dispatched = !mask.is_empty();
         let result = self.orch.submit_with(
             Task {
                 mask,
@@ -407,11 +411,12 @@ impl<'r, 'a> Rt<'r, 'a> {
             },
             &mut self.waiter,
             |id, args| {
+                let shown = if dispatched { args.len() } else { 0 };
                 payloads.write(
                     id,
                     kernels,
                     block_num,
-                    args.iter().map(|a| a.tensor),
+                    args[..shown].iter().map(|a| a.tensor),
                     scalars,
                 )
             },

@@ -530,17 +530,14 @@ impl ChipWorker {
             g.binds += 1;
             g.begin_time = Duration::ZERO;
             let bind = g.binds;
-            self.recorders
-                .get_or_insert_with(RecorderPool::start)
-                .rotate(bind);
+            let pool = self.recorders.get_or_insert_with(RecorderPool::start);
+            pool.rotate(bind);
+            pool.orchestrating(true);
         }
         let mut waiter = NoWait { blocked: None };
         let abort = AtomicU32::new(0);
         let result = {
-            let views = HostViews {
-                args,
-                staged,
-            };
+            let views = HostViews { args, staged };
             let mut sink = BindGraphs {
                 g: &mut mirror.graphs,
                 pool: self.recorders.as_mut().expect("started above"),
@@ -561,6 +558,9 @@ impl ChipWorker {
         report.phases[2] = clock.stop();
         let clock = Clock::start();
         // Commit even when the orchestration failed: no recording may outlive its bind.
+        if let Some(pool) = self.recorders.as_mut() {
+            pool.orchestrating(false);
+        }
         let committed = commit(&mut mirror.graphs, &payloads, &*self.device, staging_base);
         report.phases[3] = clock.stop();
         if let Err(e) = result {

@@ -931,6 +931,8 @@ struct PoolState {
     /// take turns on the CPUs the orchestration also needs; measured in the `bind` benchmark).
     running: usize,
     limit: usize,
+    /// The CPUs this process may use.
+    cpus: usize,
     /// A stand-up failure to inject into the next recording any thread takes.
     inject: Option<StandUpPart>,
 }
@@ -953,15 +955,17 @@ pub struct RecorderPool {
 impl RecorderPool {
     /// Starts [`RECORDERS_AT_START`] threads.
     pub fn start() -> Self {
+        let cpus = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .max(1);
         let shared = std::sync::Arc::new(PoolShared {
             state: std::sync::Mutex::new(PoolState {
                 workers: Vec::with_capacity(RECORDERS_MAX),
                 stop: false,
                 next: 0,
                 running: 0,
-                limit: std::thread::available_parallelism()
-                    .map_or(1, |n| n.get())
-                    .max(1),
+                limit: cpus,
+                cpus,
                 inject: None,
             }),
             cvs: (0..RECORDERS_MAX)
@@ -1035,10 +1039,36 @@ impl RecorderPool {
             Err(_) if self.spawn() => self.threads.len() - 1,
             Err(start) => start,
         };
-        self.lock().workers[worker]
-            .jobs
-            .push_back(Job { entry, body });
-        self.shared.cvs[worker].notify_one();
+        let mut st = self.lock();
+        st.workers[worker].jobs.push_back(Job { entry, body });
+        // Wake the thread only if it may start now: while every permit is taken, the
+        // recording that finishes first wakes a thread with a job waiting, so the submitting
+        // (orchestration) thread does not pay a wake-up per job for threads that would go
+        // straight back to sleep.
+        let start_now = st.running < st.limit;
+        drop(st);
+        if start_now {
+            self.shared.cvs[worker].notify_one();
+        }
+    }
+
+    /// While the orchestration thread builds (`true`), recordings leave it one CPU: at most
+    /// one fewer run at once than there are CPUs (at least one), so recorders do not take
+    /// turns on the orchestration's CPU; afterwards (`false`, when the commit waits for them)
+    /// they may use every CPU, and waiting threads are woken for the permits that frees.
+    pub fn orchestrating(&mut self, on: bool) {
+        let mut st = self.lock();
+        st.limit = if on { (st.cpus - 1).max(1) } else { st.cpus };
+        let mut free = st.limit.saturating_sub(st.running);
+        for w in 0..st.workers.len() {
+            if free == 0 {
+                break;
+            }
+            if !st.workers[w].busy && !st.workers[w].jobs.is_empty() {
+                self.shared.cvs[w].notify_one();
+                free -= 1;
+            }
+        }
     }
 
     /// Advances the rotation by one (the next bind's first job goes to the next thread).
