@@ -548,7 +548,7 @@ impl ChipWorker {
                 &payloads,
                 &mut waiter,
                 &views,
-                &orch_args,
+                orch_args,
                 &abort,
             )
             .with_graphs(&mut sink);
