@@ -2,23 +2,26 @@
 //! Definition, which take no ring slots.
 //!
 //! An outer task is a kernel-less task whose scalars are [`GRAPH_MAGIC`], the Definition's GM
-//! address, the submission's GM address (the invocation's boundary tensors, 128 bytes each),
-//! the boundary's tensor count and the GM address of the heap block its internal outputs live
-//! in (`required_heap` bytes; the host reserves it once the recording is done and patches the
+//! address, the submission's GM address (the invocation's boundary tensors, 128 bytes each,
+//! then its boundary scalars, 8 bytes each), the boundary's tensor count and scalar count
+//! (one word, tensors in the low half), and the GM address of the heap block its internal
+//! outputs live in (`required_heap` bytes; the host reserves it once the recording is done and patches the
 //! Definition's and the heap's addresses into the task before the image ships). When the outer task becomes
 //! ready, the scheduler thread that pops it takes it on: it reads the Definition's header,
 //! counts each node's producers from the fanin CSR and queues the roots; it dispatches ready
 //! nodes to its own idle cores, materializing each node's tensors from their recorded sources
-//! (a boundary tensor of this invocation, or a window of the outer task's heap); a finished
-//! node releases its consumers through the fanout CSR; the last one completes the outer task.
+//! (a boundary tensor of this invocation, or a window of the outer task's heap) and each
+//! scalar from its source (static Definition data, or this invocation's value of a boundary
+//! scalar the body forwarded unchanged); a finished node releases its consumers through the
+//! fanout CSR; the last one completes the outer task.
 //! Every read of the image is bounds-checked against its header.
 
 use crate::payloads::NO_KERNEL;
 use simpler_core::chip::BufferHandle;
 use simpler_core::gm::Gm;
 use simpler_core::graph::{
-    GraphDefinitionHeader, GraphNodeDefinition, GraphTensor, GraphTensorSourceRef, Section,
-    TensorSourceKind, GRAPH_MAX_NODES,
+    GraphDefinitionHeader, GraphNodeDefinition, GraphScalarSourceRef, GraphTensor,
+    GraphTensorSourceRef, ScalarSourceKind, Section, TensorSourceKind, GRAPH_MAX_NODES,
 };
 use simpler_core::{AddressSpace, CoreTaskArgs, DataType, TaskId, TaskTensor};
 
@@ -52,10 +55,12 @@ pub enum GraphExecError {
 pub struct Submission {
     /// The Definition image's GM address.
     pub definition: u64,
-    /// The boundary tensors' GM address.
+    /// The boundary tensors' GM address (the boundary scalars follow them).
     pub boundary: u64,
     /// Boundary tensors.
     pub boundary_count: u32,
+    /// Boundary scalars.
+    pub boundary_scalars: u32,
     /// The outer task's heap block (internal outputs).
     pub heap: u64,
 }
@@ -74,6 +79,7 @@ impl Submission {
             definition: s[1],
             boundary: s[2],
             boundary_count: s[3] as u32,
+            boundary_scalars: (s[3] >> 32) as u32,
             heap: s[4],
         })
     }
@@ -222,12 +228,33 @@ impl Expansion {
             })?;
         }
         for k in 0..node.scalar_count.max(0) as usize {
-            let v: u64 = self.element(gm, Section::Scalars, node.scalar_offset as usize + k)?;
+            let at = node.scalar_offset as usize + k;
+            let src: GraphScalarSourceRef = self.element(gm, Section::ScalarSources, at)?;
+            let v = match src.kind() {
+                Some(ScalarSourceKind::Static) => self.element(gm, Section::Scalars, at)?,
+                Some(ScalarSourceKind::Boundary) => self.boundary_scalar(gm, src.source_index)?,
+                None => {
+                    return Err(GraphExecError::Definition {
+                        what: "scalar source",
+                    })
+                }
+            };
             out.push_scalar(v).map_err(|_| GraphExecError::Definition {
                 what: "scalar count",
             })?;
         }
         Ok(node)
+    }
+
+    /// This invocation's boundary scalar `index`.
+    fn boundary_scalar(&self, gm: &dyn Gm, index: u16) -> Result<u64, GraphExecError> {
+        if index as u32 >= self.sub.boundary_scalars {
+            return Err(GraphExecError::Definition {
+                what: "boundary scalar index",
+            });
+        }
+        let at = self.sub.boundary + self.sub.boundary_count as u64 * 128 + index as u64 * 8;
+        read(gm, at)
     }
 
     fn materialize(

@@ -70,6 +70,9 @@ pub struct SubmittedTask<'t> {
     pub args: &'t [TaskArg],
     /// Its explicit dependencies.
     pub deps: &'t [ExplicitDep],
+    /// Its scalars, as the orchestration passed them (the Graph recorder tells a forwarded
+    /// boundary scalar by where it lives).
+    pub scalars: &'t [u64],
     /// Scope depth it was submitted at (1 = the run's outer scope).
     pub scope_depth: usize,
     /// Whether it is an allocation task.
@@ -97,8 +100,10 @@ pub type GraphBody = fn(&mut Rt<'_, '_>) -> Result<(), RtError>;
 /// patches (Definition and heap addresses, scalars 1 and 4) once the recording is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphRef {
-    /// The boundary's device address (scalar 2).
+    /// The boundary's device address (scalar 2): its tensors, then its scalars.
     pub boundary: u64,
+    /// The boundary scalars staged after the tensors.
+    pub scalars: u32,
 }
 
 /// Where Graph submissions go on a host-built run (hbg). Without one (the device runtime, or
@@ -264,7 +269,7 @@ impl<'r, 'a> Rt<'r, 'a> {
             crate::graph_exec::GRAPH_MAGIC,
             0,
             g.boundary,
-            boundary.len() as u64,
+            boundary.len() as u64 | (g.scalars as u64) << 32,
             0,
         ];
         self.submit(MixedKernels::NONE, 1, &mut args[..n], &scalars, &deps[..nd])
@@ -326,8 +331,13 @@ impl<'r, 'a> Rt<'r, 'a> {
         }
     }
 
-    /// The run's entry arguments (tensors adopted from the chip entry, and scalars).
-    pub fn args(&self) -> &OrchArgs {
+    /// The run's entry arguments (tensors adopted from the chip entry, and scalars). The
+    /// reference outlives this borrow of the runtime, so a Graph body can pass its boundary
+    /// scalars straight to a submit (`rt.submit_aiv(k, &mut a, &rt.args().scalars()[..2])`):
+    /// forwarded unchanged like that they stay per-invocation values of the recorded
+    /// Definition, while a value computed from them (even a copy into a local) is recorded as
+    /// static data that every replay reuses.
+    pub fn args(&self) -> &'r OrchArgs {
         self.args
     }
 
@@ -429,6 +439,7 @@ impl<'r, 'a> Rt<'r, 'a> {
             block_num,
             args,
             deps,
+            scalars,
             scope_depth,
             alloc: false,
         });
@@ -480,6 +491,7 @@ impl<'r, 'a> Rt<'r, 'a> {
             block_num: 1,
             args: outputs,
             deps: &[],
+            scalars: &[],
             scope_depth,
             alloc: true,
         });

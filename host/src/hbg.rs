@@ -245,11 +245,12 @@ impl BindGraphs<'_> {
         let entry = match known {
             Some(e) => {
                 // Compared with the first invocation's boundary, on the entry, under its lock.
-                let same = g.entries[e]
-                    .lock()
+                let inner = g.entries[e].lock();
+                let same = inner
                     .boundary
                     .as_ref()
-                    .is_some_and(|first| first.matches(&g.scratch));
+                    .is_some_and(|first| first.matches_with(&inner.reps, &g.scratch));
+                drop(inner);
                 if !same {
                     log::warn!(
                         "graph {full_key:#x}: boundary differs from the recorded one; inline"
@@ -284,6 +285,15 @@ impl BindGraphs<'_> {
                 at = Some(p);
             }
         }
+        // The boundary scalars follow the tensors: replays read their own values there.
+        let scalars = &g.scratch.scalars;
+        if !scalars.is_empty()
+            && place(&mut g.staging, self.base, bytemuck::cast_slice(scalars)).is_none()
+        {
+            g.staging.truncate(mark);
+            g.counts[2] += 1;
+            return None;
+        }
         if known.is_none() {
             g.entries[entry].begin(full_key, &g.scratch);
             self.pool.submit(g.entries[entry].clone(), body);
@@ -294,7 +304,10 @@ impl BindGraphs<'_> {
             g.counts[1] += 1;
         }
         g.pending = entry;
-        at.map(|boundary| GraphRef { boundary })
+        at.map(|boundary| GraphRef {
+            boundary,
+            scalars: g.scratch.scalars.len() as u32,
+        })
     }
 }
 
@@ -423,6 +436,14 @@ impl ChipWorker {
             .unwrap_or_default()
     }
 
+    /// Sets how many Graph recordings may run at once while the orchestration builds (by
+    /// default one fewer than the CPUs, at least one); 0 defers them all to `graph_commit`.
+    pub fn set_recordings_while_building(&mut self, n: usize) {
+        self.recorders
+            .get_or_insert_with(RecorderPool::start)
+            .set_while_building(n);
+    }
+
     /// Recorder threads running.
     pub fn recorder_threads(&self) -> usize {
         self.recorders.as_ref().map_or(0, RecorderPool::threads)
@@ -543,15 +564,8 @@ impl ChipWorker {
                 pool: self.recorders.as_mut().expect("started above"),
                 base: staging_base,
             };
-            let mut rt = Rt::new(
-                &mut orch,
-                &payloads,
-                &mut waiter,
-                &views,
-                orch_args,
-                &abort,
-            )
-            .with_graphs(&mut sink);
+            let mut rt = Rt::new(&mut orch, &payloads, &mut waiter, &views, orch_args, &abort)
+                .with_graphs(&mut sink);
             let r = rt.scope(ScopeMode::Auto, |rt| (callable.orch)(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };

@@ -103,23 +103,31 @@ impl GraphBoundary {
         Ok(())
     }
 
-    /// Whether `other` may replay a Definition recorded from `self`: equal counts, equal
-    /// scalar values and, per tensor, equal buffer size, rank, dtype, tag, shapes, strides,
+    /// Whether `other` may replay a Definition recorded from `self`: equal counts (scalar
+    /// values may differ: they are per invocation) and, per tensor, equal buffer size, rank, dtype, tag, shapes, strides,
     /// alias partition and offset from its alias representative (addresses and the
     /// representatives' offsets may differ: a replay rebinds them).
     pub fn matches(&self, other: &GraphBoundary) -> bool {
-        // Scalars are recorded by value (static Definition data): a replay with other values
-        // would silently reuse the recorded ones, so it does not match and runs inline.
+        let mut ra = [0u16; GRAPH_MAX_TENSOR_ARGS];
+        alias_reps(&self.tensors, &mut ra);
+        self.matches_with(&ra, other)
+    }
+
+    /// [`Self::matches`] with this boundary's alias representatives (from [`alias_reps`])
+    /// given, so a boundary compared many times has them worked out once.
+    pub fn matches_with(&self, ra: &[u16; GRAPH_MAX_TENSOR_ARGS], other: &GraphBoundary) -> bool {
+        // Boundary scalars are per-invocation values (a replay supplies its own), so only
+        // their count has to agree; a value the body computed from one is static Definition
+        // data, which a replay reuses whatever its scalars (the documented trap).
         let n = self.tensors.len();
         if n != other.tensors.len()
             || n > GRAPH_MAX_TENSOR_ARGS
             || self.tags != other.tags
-            || self.scalars != other.scalars
+            || self.scalars.len() != other.scalars.len()
         {
             return false;
         }
-        let (mut ra, mut rb) = ([0u16; GRAPH_MAX_TENSOR_ARGS], [0u16; GRAPH_MAX_TENSOR_ARGS]);
-        alias_reps(&self.tensors, &mut ra);
+        let mut rb = [0u16; GRAPH_MAX_TENSOR_ARGS];
         alias_reps(&other.tensors, &mut rb);
         self.tensors
             .iter()
@@ -145,7 +153,7 @@ impl GraphBoundary {
 
 /// For each tensor, the index of the first tensor over the same buffer (itself if none
 /// earlier): one pass with a small open-addressing table on the stack.
-fn alias_reps(tensors: &[TaskTensor], out: &mut [u16; GRAPH_MAX_TENSOR_ARGS]) {
+pub fn alias_reps(tensors: &[TaskTensor], out: &mut [u16; GRAPH_MAX_TENSOR_ARGS]) {
     const SLOTS: usize = 2 * GRAPH_MAX_TENSOR_ARGS;
     let mut table = [u16::MAX; SLOTS];
     for (i, t) in tensors.iter().enumerate().take(GRAPH_MAX_TENSOR_ARGS) {
@@ -495,6 +503,7 @@ impl Recording {
             arrays: &mut self.arrays,
             payloads: &payloads,
             boundary,
+            boundary_scalars: self.args.scalars().as_ptr_range(),
         };
         let body_start = std::time::Instant::now();
         self.last_times = Default::default();
@@ -611,6 +620,26 @@ struct NodeSink<'s, 'p> {
     arrays: &'s mut Arrays,
     payloads: &'s TaskPayloads<'p>,
     boundary: &'s GraphBoundary,
+    /// Where the body's boundary scalars live (`rt.args().scalars()`): a node scalar read
+    /// from there is forwarded, one held anywhere else is a plain value. Compared as
+    /// addresses only, never dereferenced.
+    boundary_scalars: core::ops::Range<*const u64>,
+}
+
+impl NodeSink<'_, '_> {
+    /// Where node scalar `s` comes from: boundary scalar `i` when it is that scalar's own
+    /// storage (the body passed it on unchanged), else a static value.
+    fn scalar_source(&self, s: &u64) -> RecordedScalarSource {
+        let (at, base) = (
+            s as *const u64 as usize,
+            self.boundary_scalars.start as usize,
+        );
+        if self.boundary_scalars.contains(&(s as *const u64)) {
+            RecordedScalarSource::Boundary((at - base) / core::mem::size_of::<u64>())
+        } else {
+            RecordedScalarSource::Static
+        }
+    }
 }
 
 fn kernel_id(k: u32) -> i32 {
@@ -724,11 +753,19 @@ impl SubmitHook for NodeSink<'_, '_> {
             self.payloads.scalars(task.id, &mut scalars)
         };
         let scalar_offset = self.arrays.scalars.len();
-        for &s in &scalars[..ns] {
-            self.arrays.scalars.push(s);
-            self.arrays
-                .scalar_sources
-                .push(RecordedScalarSource::Static);
+        for (k, &s) in scalars[..ns].iter().enumerate() {
+            // The payload holds the values; where the body took them from says which are the
+            // boundary's (a boundary scalar is stored as 0: each replay supplies its own).
+            let source = task
+                .scalars
+                .get(k)
+                .map_or(RecordedScalarSource::Static, |p| self.scalar_source(p));
+            let value = match source {
+                RecordedScalarSource::Boundary(_) => 0,
+                _ => s,
+            };
+            self.arrays.scalars.push(value);
+            self.arrays.scalar_sources.push(source);
         }
         let fanin_offset = self.arrays.fanins.len();
         for (producer, _) in fanin {
@@ -802,12 +839,13 @@ pub struct Inflight {
 }
 
 /// The entry's locked part.
-#[derive(Default)]
 pub struct InflightInner {
     /// The key.
     pub full_key: u64,
     /// The first invocation's boundary.
     pub boundary: Option<GraphBoundary>,
+    /// Its alias representatives ([`alias_reps`]), for comparing later invocations.
+    pub reps: [u16; GRAPH_MAX_TENSOR_ARGS],
     /// The Definition image, once ready.
     pub image: Vec<u8>,
     /// Why it failed.
@@ -820,6 +858,21 @@ pub struct InflightInner {
     /// Heap allocations the recorder thread made for it, from taking the job to publishing
     /// the result ([`crate::alloc_count`]).
     pub allocs: u64,
+}
+
+impl Default for InflightInner {
+    fn default() -> Self {
+        Self {
+            full_key: 0,
+            boundary: None,
+            reps: [0; GRAPH_MAX_TENSOR_ARGS],
+            image: Vec::new(),
+            error: None,
+            recorder: 0,
+            times: Default::default(),
+            allocs: 0,
+        }
+    }
 }
 
 impl Default for Inflight {
@@ -858,6 +911,9 @@ impl Inflight {
         b.tags.extend_from_slice(&boundary.tags);
         b.scalars.clear();
         b.scalars.extend_from_slice(&boundary.scalars);
+        let mut reps = [0u16; GRAPH_MAX_TENSOR_ARGS];
+        alias_reps(&boundary.tensors, &mut reps);
+        inner.reps = reps;
         inner.error = None;
         inner.image.clear();
         self.status.store(
@@ -933,6 +989,8 @@ struct PoolState {
     limit: usize,
     /// The CPUs this process may use.
     cpus: usize,
+    /// Recordings that may run at once while the orchestration builds.
+    while_building: usize,
     /// A stand-up failure to inject into the next recording any thread takes.
     inject: Option<StandUpPart>,
 }
@@ -966,6 +1024,7 @@ impl RecorderPool {
                 running: 0,
                 limit: cpus,
                 cpus,
+                while_building: (cpus - 1).max(1),
                 inject: None,
             }),
             cvs: (0..RECORDERS_MAX)
@@ -1052,13 +1111,14 @@ impl RecorderPool {
         }
     }
 
-    /// While the orchestration thread builds (`true`), recordings leave it one CPU: at most
-    /// one fewer run at once than there are CPUs (at least one), so recorders do not take
-    /// turns on the orchestration's CPU; afterwards (`false`, when the commit waits for them)
-    /// they may use every CPU, and waiting threads are woken for the permits that frees.
+    /// While the orchestration thread builds (`true`), at most [`Self::set_while_building`]
+    /// recordings run at once (by default one fewer than there are CPUs, at least one, so
+    /// recorders do not take turns on the orchestration's CPU); afterwards (`false`, when the
+    /// commit waits for them) they may use every CPU, and waiting threads are woken for the
+    /// permits that frees.
     pub fn orchestrating(&mut self, on: bool) {
         let mut st = self.lock();
-        st.limit = if on { (st.cpus - 1).max(1) } else { st.cpus };
+        st.limit = if on { st.while_building } else { st.cpus };
         let mut free = st.limit.saturating_sub(st.running);
         for w in 0..st.workers.len() {
             if free == 0 {
@@ -1069,6 +1129,12 @@ impl RecorderPool {
                 free -= 1;
             }
         }
+    }
+
+    /// Sets how many recordings may run at once while the orchestration builds; 0 defers every
+    /// recording to the commit (the orchestration thread then never wakes a recorder).
+    pub fn set_while_building(&mut self, n: usize) {
+        self.lock().while_building = n;
     }
 
     /// Advances the rotation by one (the next bind's first job goes to the next thread).
@@ -1163,30 +1229,35 @@ fn recorder_main(index: usize, shared: &PoolShared) {
             Err(RecordError::NoBoundary)
         };
         let times = recording.last_times();
+        // The pool learns this thread is free before the entry publishes its result: a commit
+        // that has seen every result done finds every recorder free, so the next bind's jobs
+        // never find the pool falsely full (and grow it).
+        {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.running -= 1;
+            st.workers[index].busy = false;
+            // A permit is free: wake one thread that has a job waiting for it (this one loops
+            // back and takes its own next job first).
+            if st.workers[index].jobs.is_empty() {
+                if let Some(w) = st
+                    .workers
+                    .iter()
+                    .position(|w| !w.busy && !w.jobs.is_empty())
+                {
+                    shared.cvs[w].notify_one();
+                }
+            }
+            let recorded = &mut st.workers[index].recorded;
+            if recorded.len() == recorded.capacity() {
+                recorded.remove(0);
+            }
+            recorded.push(key);
+        }
         job.entry.finish(
             index,
             times,
             allocs_before,
             outcome.map(|()| recording.last_definition()),
         );
-        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.running -= 1;
-        st.workers[index].busy = false;
-        // A permit is free: wake one thread that has a job waiting for it (this one loops
-        // back and takes its own next job first).
-        if st.workers[index].jobs.is_empty() {
-            if let Some(w) = st
-                .workers
-                .iter()
-                .position(|w| !w.busy && !w.jobs.is_empty())
-            {
-                shared.cvs[w].notify_one();
-            }
-        }
-        let recorded = &mut st.workers[index].recorded;
-        if recorded.len() == recorded.capacity() {
-            recorded.remove(0);
-        }
-        recorded.push(key);
     }
 }

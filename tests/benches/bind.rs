@@ -272,4 +272,49 @@ fn main() {
             );
         }
     }
+    recording_policy();
+}
+
+/// Whether Graph recordings should overlap the orchestration on this machine: the
+/// dsv4-shaped scene with recordings running while the orchestration builds (the default: one
+/// fewer at once than the CPUs) and with every recording deferred to `graph_commit`, the two
+/// policies alternating bind by bind on one worker (20 warm host-only binds each). Printed per
+/// arm: host_orch wall and the orchestration thread's CPU time in it, and host_orch +
+/// graph_commit (the host's time to a committed graph).
+fn recording_policy() {
+    const BINDS: usize = 20;
+    let p = scenes::find("dsv4_shaped")
+        .expect("scene")
+        .prepare("default")
+        .expect("case");
+    let mut config = DeviceConfig::new(Topology::A2a3);
+    config.ring.heap_bytes = 256 << 20;
+    config.gm_bytes = 512 << 20;
+    let mut w = ChipWorker::init(config).expect("device");
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let mut a: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let arms = [("overlapped", (cpus - 1).max(1)), ("deferred", 0)];
+    let mut figures = vec![[Vec::new(), Vec::new(), Vec::new()]; arms.len()];
+    for round in 0..2 + BINDS {
+        for (arm, &(_, n)) in arms.iter().enumerate() {
+            w.set_recordings_while_building(n);
+            let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
+            if round >= 2 {
+                let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+                let f = &mut figures[arm];
+                f[0].push(us(bind.phases[2].time));
+                f[1].push(us(bind.phases[2].cpu));
+                f[2].push(us(bind.phases[2].time + bind.phases[3].time));
+            }
+        }
+    }
+    for ((label, _), f) in arms.iter().zip(figures.iter_mut()) {
+        for (metric, v) in ["host_orch", "host_orch_cpu", "host_orch_plus_commit"]
+            .iter()
+            .zip(f.iter_mut())
+        {
+            report_summary("bind", &format!("dsv4_{label}_{metric}"), v, "us");
+        }
+    }
 }

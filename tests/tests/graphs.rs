@@ -320,42 +320,98 @@ fn a_replay_whose_aliased_views_are_spaced_differently_runs_inline_and_stays_rig
     assert!(y[256..].iter().all(|&v| v == 3.0), "{:?}", &y[256..260]);
 }
 
-#[test]
-fn a_replay_with_other_scalar_values_runs_inline_and_stays_right() {
-    // Scalars are recorded by value: a replay with a different value must not reuse them.
-    fn add_k(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-        let [x, y] = match rt.args().tensors() {
-            [x, y] => [*x, *y],
-            _ => return Err(rt.report_fatal(1)),
-        };
-        let s = rt.args().scalars()[0];
-        let mut a = [
-            TaskArg {
-                tensor: x,
-                tag: TensorArgType::Input,
-            },
-            TaskArg {
-                tensor: y,
-                tag: TensorArgType::OutputExisting,
-            },
-        ];
-        rt.submit_aiv(ADD_SCALAR, &mut a, &[s])?;
-        Ok(())
+/// Adds boundary scalar 0 (f32 bits) to `x` into `y`, passing the scalar on unchanged.
+fn add_forwarded(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let [x, y] = match rt.args().tensors() {
+        [x, y] => [*x, *y],
+        _ => return Err(rt.report_fatal(1)),
+    };
+    let mut a = [
+        TaskArg {
+            tensor: x,
+            tag: TensorArgType::Input,
+        },
+        TaskArg {
+            tensor: y,
+            tag: TensorArgType::OutputExisting,
+        },
+    ];
+    rt.submit_aiv(ADD_SCALAR, &mut a, &rt.args().scalars()[..1])?;
+    Ok(())
+}
+
+/// The same, through a copy of the scalar: a plain value to the recorder.
+fn add_copied(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let [x, y] = match rt.args().tensors() {
+        [x, y] => [*x, *y],
+        _ => return Err(rt.report_fatal(1)),
+    };
+    let s = rt.args().scalars()[0];
+    let mut a = [
+        TaskArg {
+            tensor: x,
+            tag: TensorArgType::Input,
+        },
+        TaskArg {
+            tensor: y,
+            tag: TensorArgType::OutputExisting,
+        },
+    ];
+    rt.submit_aiv(ADD_SCALAR, &mut a, &[s])?;
+    Ok(())
+}
+
+/// Three invocations of `body` over rows 0..3 with the values 1, 3 and 5.
+fn three_values(rt: &mut Rt<'_, '_>, body: GraphBody) -> Result<(), RtError> {
+    for (k, value) in [(0usize, 1.0f32), (1, 3.0), (2, 5.0)] {
+        let mut b = views(rt, k, 0)?;
+        rt.submit_graph(0, body, &mut b, &[value.to_bits() as u64])?;
     }
+    Ok(())
+}
+
+#[test]
+fn a_forwarded_boundary_scalar_is_a_per_invocation_value() {
     fn orch(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-        for (k, value) in [(0usize, 1.0f32), (1, 1.0), (2, 5.0)] {
-            let mut b = views(rt, k, 0)?;
-            rt.submit_graph(0, add_k, &mut b, &[value.to_bits() as u64])?;
+        three_values(rt, add_forwarded)
+    }
+    let mut f = fixture(orch);
+    for round in 0..2 {
+        let mut a = args(&f);
+        let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
+        assert_eq!(bind.graphs, [1, 2, 0], "recorded, replayed, inline");
+        let y = output(a);
+        let row = (REPS * N) as usize;
+        for (k, v) in [1.0f32, 3.0, 5.0].iter().enumerate() {
+            assert_eq!(y[k * row], f.x[k * row] + v, "round {round}, row {k}");
+            let last = k * row + N as usize - 1;
+            assert_eq!(y[last], f.x[last] + v, "round {round}, row {k}, last");
         }
-        Ok(())
+    }
+}
+
+/// The documented trap: a value computed from a boundary scalar (here a copy into a local)
+/// is static Definition data, so every replay reuses the first invocation's value. Inline
+/// (tmr) each invocation has its own.
+#[test]
+fn a_value_computed_from_a_boundary_scalar_is_static_definition_data() {
+    fn orch(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+        three_values(rt, add_copied)
     }
     let mut f = fixture(orch);
     let mut a = args(&f);
     let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
-    assert_eq!(bind.graphs, [1, 1, 1], "recorded, replayed, inline");
+    assert_eq!(bind.graphs, [1, 2, 0]);
     let y = output(a);
     let row = (REPS * N) as usize;
-    assert_eq!(y[0], f.x[0] + 1.0);
-    assert_eq!(y[row], f.x[row] + 1.0);
-    assert_eq!(y[2 * row], f.x[2 * row] + 5.0);
+    for k in 0..3 {
+        assert_eq!(y[k * row], f.x[k * row] + 1.0, "row {k} replays value 1");
+    }
+    let mut a = args(&f);
+    f.w.run_args(f.h, &mut a, &[], Default::default())
+        .expect("tmr run");
+    let y = output(a);
+    for (k, v) in [1.0f32, 3.0, 5.0].iter().enumerate() {
+        assert_eq!(y[k * row], f.x[k * row] + v, "inline row {k}");
+    }
 }
