@@ -976,6 +976,9 @@ struct Job {
 struct Worker {
     jobs: std::collections::VecDeque<Job>,
     busy: bool,
+    /// Waiting on its condition variable: only then does a wake-up need a notify (each one
+    /// is a system call, and on this VM waking a thread costs the waker ~10 us).
+    sleeping: bool,
     recorded: Vec<u64>,
 }
 
@@ -999,6 +1002,16 @@ struct PoolShared {
     state: std::sync::Mutex<PoolState>,
     /// One per thread slot: a submit wakes only the thread it queued a job for.
     cvs: Vec<std::sync::Condvar>,
+}
+
+impl PoolShared {
+    /// Wakes thread `w` if it is asleep (`st` is the locked state). A thread that is awake
+    /// checks its queue under the lock before it sleeps again, so it needs no notify.
+    fn wake(&self, st: &mut PoolState, w: usize) {
+        if std::mem::replace(&mut st.workers[w].sleeping, false) {
+            self.cvs[w].notify_one();
+        }
+    }
 }
 
 /// The recorder pool: 8 threads started with it, growing to 16, alive until it is dropped.
@@ -1054,6 +1067,7 @@ impl RecorderPool {
             st.workers.push(Worker {
                 jobs: std::collections::VecDeque::with_capacity(GRAPH_MAX_NODES / 64),
                 busy: false,
+                sleeping: false,
                 recorded: Vec::with_capacity(64),
             });
             st.workers.len() - 1
@@ -1104,10 +1118,8 @@ impl RecorderPool {
         // recording that finishes first wakes a thread with a job waiting, so the submitting
         // (orchestration) thread does not pay a wake-up per job for threads that would go
         // straight back to sleep.
-        let start_now = st.running < st.limit;
-        drop(st);
-        if start_now {
-            self.shared.cvs[worker].notify_one();
+        if st.running < st.limit {
+            self.shared.wake(&mut st, worker);
         }
     }
 
@@ -1125,7 +1137,7 @@ impl RecorderPool {
                 break;
             }
             if !st.workers[w].busy && !st.workers[w].jobs.is_empty() {
-                self.shared.cvs[w].notify_one();
+                self.shared.wake(&mut st, w);
                 free -= 1;
             }
         }
@@ -1204,9 +1216,11 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                 if st.stop {
                     return;
                 }
+                st.workers[index].sleeping = true;
                 st = shared.cvs[index]
                     .wait(st)
                     .unwrap_or_else(|e| e.into_inner());
+                st.workers[index].sleeping = false;
             }
         };
         let allocs_before = crate::alloc_count::now();
@@ -1244,7 +1258,7 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                     .iter()
                     .position(|w| !w.busy && !w.jobs.is_empty())
                 {
-                    shared.cvs[w].notify_one();
+                    shared.wake(&mut st, w);
                 }
             }
             let recorded = &mut st.workers[index].recorded;
