@@ -30,6 +30,9 @@ pub struct RunOutcome {
     pub dispatched: u64,
     /// Time in the orchestration function.
     pub orchestration: Duration,
+    /// Time the device took to set the run up before its schedulers started: returning its
+    /// shared state to the formatted state and, for a host-built graph, importing the image.
+    pub init: Duration,
     /// Time from the run's start until every scheduler stopped.
     pub device: Duration,
     /// Trace events that did not fit the per-thread buffers (0 when not tracing).

@@ -17,7 +17,10 @@
 //! | `graph_upload` | copy the bind's Definitions and Graph boundaries to the device |
 //! | `arena_h2d` | copy the IN and INOUT entry tensors to the device (after the build, so the
 //! orchestration does not run on caches the inputs just flushed; skipped in host-only mode) |
-//! | `device_run` | ship the images (one copy each), import, run the schedulers |
+//! | `runtime_init` | on the device: reset its shared state, import the images (timed on the
+//! device's thread) |
+//! | `device_run` | ship the images (one copy each), then run the schedulers (the whole
+//! device call less `runtime_init`) |
 //! | `copy_back` | copy OUT and INOUT tensors back |
 //!
 //! Nothing is retired while the host builds: the rings, the heap and the dependency pool are
@@ -45,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The named phases of a bind.
-pub const PHASES: [&str; 9] = [
+pub const PHASES: [&str; 10] = [
     "args",
     "arena_build",
     "host_orch",
@@ -53,6 +56,7 @@ pub const PHASES: [&str; 9] = [
     "shared_mem",
     "graph_upload",
     "arena_h2d",
+    "runtime_init",
     "device_run",
     "copy_back",
 ];
@@ -69,6 +73,8 @@ pub struct Phase {
     /// Heap allocations the binding thread made in it (0 unless the program installed a
     /// counter, [`crate::alloc_count::install`]).
     pub allocs: u64,
+    /// When it started, from the bind's start.
+    pub at: Duration,
 }
 
 /// The Graph work of one bind, by sub-phase (see [`BindReport::graph_phases`]).
@@ -93,7 +99,7 @@ pub struct GraphPhases {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
     /// Per phase.
-    pub phases: [Phase; 9],
+    pub phases: [Phase; 10],
     /// Graph submissions that recorded a Definition, replayed one, or ran inline.
     pub graphs: [u64; 3],
     /// Inside `host_orch` and `graph_commit`: the orchestration thread's time accepting Graph
@@ -399,6 +405,7 @@ impl Gm for HostViews<'_> {
 
 /// Times one phase on this thread: wall clock and minor faults over the same span.
 struct Clock {
+    bind: Instant,
     start: Instant,
     cpu: Duration,
     faults: u64,
@@ -406,10 +413,12 @@ struct Clock {
 }
 
 impl Clock {
-    fn start() -> Self {
+    /// Starts timing a phase of the bind that started at `bind`.
+    fn start(bind: Instant) -> Self {
         let faults = crate::l3::os::minor_faults();
         let cpu = crate::l3::os::thread_cpu_time();
         Self {
+            bind,
             start: Instant::now(),
             cpu,
             faults,
@@ -423,6 +432,7 @@ impl Clock {
             cpu: crate::l3::os::thread_cpu_time().saturating_sub(self.cpu),
             minflt: crate::l3::os::minor_faults().saturating_sub(self.faults),
             allocs: crate::alloc_count::now().saturating_sub(self.allocs),
+            at: self.start.saturating_duration_since(self.bind),
         }
     }
 }
@@ -488,9 +498,23 @@ impl ChipWorker {
         scalars: &[u64],
         run_device: bool,
     ) -> Result<(RunReport, BindReport), WorkerError> {
+        self.run_hbg_traced(handle, args, scalars, run_device, None)
+    }
+
+    /// [`Self::run_hbg_with`], recording into `trace` (when given) the device's events and
+    /// one span per bind phase on the host track (`crate::trace::to_chrome_json` names them);
+    /// the device's events are placed from the start of the device call.
+    pub fn run_hbg_traced(
+        &mut self,
+        handle: CallableHandle,
+        args: &mut [ChipArg],
+        scalars: &[u64],
+        run_device: bool,
+        trace: Option<crate::transport::TraceSink>,
+    ) -> Result<(RunReport, BindReport), WorkerError> {
         let start = Instant::now();
         let mut report = BindReport::default();
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         // Retained across binds; a bind that fails leaves it behind and the next makes another.
         let mut staging = self.staging.take().unwrap_or_default();
         self.prepare(handle, args, scalars, false, &mut staging)?;
@@ -504,7 +528,7 @@ impl ChipWorker {
                 })?;
         report.phases[0] = clock.stop();
 
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         if self.hbg.is_none() {
             let (layout, payloads_layout) = self.device.layouts()?;
             let mirror = Mirror::new(layout, payloads_layout).map_err(WorkerError::Hbg)?;
@@ -540,7 +564,7 @@ impl ChipWorker {
         .map_err(layout_error)?;
         report.phases[1] = clock.stop();
 
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         let graph_counts = mirror.graphs.counts;
         {
             let g = &mut mirror.graphs;
@@ -570,7 +594,7 @@ impl ChipWorker {
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
         report.phases[2] = clock.stop();
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         // Commit even when the orchestration failed: no recording may outlive its bind.
         if let Some(pool) = self.recorders.as_mut() {
             pool.orchestrating(false);
@@ -586,7 +610,7 @@ impl ChipWorker {
         }
         committed?;
 
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         let edges = orch.edges_recorded();
         let usage = shared
             .usage(orch.edges_used())
@@ -618,7 +642,7 @@ impl ChipWorker {
         ];
         report.phases[4] = clock.stop();
 
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         if run_device && !mirror.graphs.staging.is_empty() {
             let ok = self
                 .device
@@ -631,7 +655,7 @@ impl ChipWorker {
         }
         report.phases[5] = clock.stop();
 
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         if run_device {
             ChipWorker::copy_in(&*self.device, args, staged)?;
         }
@@ -644,6 +668,7 @@ impl ChipWorker {
                 edges,
                 dispatched: 0,
                 orchestration: report.phases[2].time,
+                init: Duration::ZERO,
                 device: Duration::ZERO,
                 trace_dropped: 0,
             };
@@ -652,32 +677,90 @@ impl ChipWorker {
                 host: start.elapsed(),
             };
             self.staging = Some(staging);
+            if let Some(sink) = &trace {
+                record_bind_phases(sink, &report, Duration::ZERO);
+            }
             return Ok((run, report));
         }
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         let image = HostImage {
             usage,
             sched: mirror.sched_image.filled(n),
             payloads: mirror.payload_image.filled(p),
             edges,
         };
-        let outcome =
-            self.device
-                .run_prebuilt(callable.kernels.clone(), image, RunOptions::default())?;
-        report.phases[7] = clock.stop();
+        let outcome = self.device.run_prebuilt(
+            callable.kernels.clone(),
+            image,
+            RunOptions {
+                hook: None,
+                trace: trace.clone(),
+            },
+        )?;
+        // The device's own set-up (reset, image import) is timed on its thread; the binding
+        // thread waits across it, so its CPU time and faults stay with `device_run`.
+        let whole = clock.stop();
+        report.phases[7] = Phase {
+            time: outcome.init,
+            at: whole.at,
+            ..Phase::default()
+        };
+        report.phases[8] = Phase {
+            time: whole.time.saturating_sub(outcome.init),
+            at: whole.at + outcome.init,
+            ..whole
+        };
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
 
-        let clock = Clock::start();
+        let clock = Clock::start(start);
         self.copy_back(args, staged)?;
-        report.phases[8] = clock.stop();
+        report.phases[9] = clock.stop();
         self.staging = Some(staging);
+        if let Some(sink) = &trace {
+            record_bind_phases(sink, &report, report.phases[7].at);
+        }
         let run = RunReport {
             outcome,
             host: start.elapsed(),
         };
         Ok((run, report))
+    }
+}
+
+/// Index of a bind phase's span in a trace's host-track events (`kernel` field): past the
+/// tmr host phases.
+pub const TRACE_PHASE_BASE: u32 = 16;
+
+/// Puts the device's events (counted from the device call's start, `device_at` into the
+/// bind) on the bind's clock and adds a host-track span per phase that ran.
+fn record_bind_phases(
+    sink: &crate::transport::TraceSink,
+    report: &BindReport,
+    device_at: Duration,
+) {
+    use simpler_aicpu::trace::HOST_TRACK;
+    use simpler_aicpu::{EventKind, TraceEvent};
+    let ns = |d: Duration| d.as_nanos() as u64;
+    let mut events = sink.lock().unwrap_or_else(|e| e.into_inner());
+    for e in events.iter_mut() {
+        e.start_ns += ns(device_at);
+        e.end_ns += ns(device_at);
+    }
+    for (i, ph) in report.phases.iter().enumerate() {
+        if ph.time.is_zero() {
+            continue;
+        }
+        events.push(TraceEvent {
+            track: HOST_TRACK,
+            kind: EventKind::Host,
+            task: TaskId::INVALID,
+            kernel: TRACE_PHASE_BASE + i as u32,
+            start_ns: ns(ph.at),
+            end_ns: ns(ph.at + ph.time),
+            value: 0,
+        });
     }
 }
 

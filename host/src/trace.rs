@@ -3,7 +3,7 @@
 //! One track per simulated core (a span per kernel execution, named by the task's submit
 //! index and kernel), one per scheduler thread (spans for passes that made progress, and idle
 //! waits), one for the orchestrator (a span per submit), and one for the host's phases (staging
-//! the entry tensors, the run, copying back). Timestamps are microseconds from the host's call.
+//! the entry tensors, the run, copying back; for a host-built graph, every bind phase). Timestamps are microseconds from the host's call.
 
 use crate::dag::DagRecorder;
 use simpler_aicpu::trace::{HOST_PHASES, HOST_TRACK, ORCHESTRATOR_TRACK, SCHEDULER_TRACK};
@@ -55,8 +55,11 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
             (EventKind::Dispatch, _) => "dispatch".to_string(),
             (EventKind::Idle, _) => "idle".to_string(),
             (EventKind::Counter, _) => "counter".to_string(),
-            (EventKind::Host, _) => HOST_PHASES
-                .get(e.kernel as usize)
+            (EventKind::Host, _) => e
+                .kernel
+                .checked_sub(crate::hbg::TRACE_PHASE_BASE)
+                .and_then(|i| crate::hbg::PHASES.get(i as usize))
+                .or_else(|| HOST_PHASES.get(e.kernel as usize))
                 .copied()
                 .unwrap_or("host")
                 .to_string(),

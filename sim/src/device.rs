@@ -732,6 +732,7 @@ fn run_one<'a>(
     gm: &GmArena<'_>,
     nsched: usize,
 ) -> RunOutcome {
+    let init_start = Instant::now();
     shared.reset();
     orch.reset();
     state.orch_done.store(false, Ordering::SeqCst);
@@ -769,11 +770,13 @@ fn run_one<'a>(
                 edges: 0,
                 dispatched: 0,
                 orchestration: Duration::ZERO,
+                init: init_start.elapsed(),
                 device: start.elapsed(),
                 trace_dropped: 0,
             };
         }
     }
+    let init = init_start.elapsed();
     {
         let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
         g.0 += 1;
@@ -849,6 +852,7 @@ fn run_one<'a>(
         edges,
         dispatched: state.dispatched.load(Ordering::SeqCst),
         orchestration,
+        init,
         device,
         trace_dropped: state.trace_dropped.load(Ordering::SeqCst),
     }

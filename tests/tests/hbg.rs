@@ -125,3 +125,46 @@ fn a_graph_recorded_once_replays_on_the_device() {
     assert_eq!(report.outcome.tasks, 40);
     assert!((p.check)(&tensors).pass);
 }
+
+#[test]
+fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_its_device_call() {
+    use simpler_aicpu::EventKind;
+    use simpler_host::hbg::TRACE_PHASE_BASE;
+    let mut w = worker();
+    let p = scenes::find("vector_example")
+        .unwrap()
+        .prepare("default")
+        .unwrap();
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let sink = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    let (run, _) = w
+        .run_hbg_traced(h, &mut args, &p.scalars, true, Some(sink.clone()))
+        .expect("traced bind");
+    let events = sink.lock().unwrap();
+    let host: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Host)
+        .collect();
+    let kinds: Vec<u32> = host.iter().map(|e| e.kernel - TRACE_PHASE_BASE).collect();
+    assert_eq!(kinds, (0..PHASES.len() as u32).collect::<Vec<_>>());
+    for pair in host.windows(2) {
+        assert!(pair[0].start_ns <= pair[0].end_ns);
+        assert!(pair[0].end_ns <= pair[1].start_ns, "{pair:?}");
+    }
+    let (init, device) = (host[7], host[8]);
+    let execs: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Exec)
+        .collect();
+    assert_eq!(execs.len() as u64, run.outcome.dispatched);
+    assert!(execs
+        .iter()
+        .all(|e| e.start_ns >= init.start_ns && e.end_ns <= device.end_ns));
+    // An untraced bind records nothing into the sink.
+    let recorded = events.len();
+    drop(events);
+    let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    w.run_hbg(h, &mut args, &p.scalars).expect("bind");
+    assert_eq!(sink.lock().unwrap().len(), recorded);
+}

@@ -117,6 +117,7 @@ fn main() -> ExitCode {
             runtime,
             phases,
             host_only,
+            trace,
             ..
         } if runtime == "hbg" => exit(run_hbg(
             &scene,
@@ -124,8 +125,11 @@ fn main() -> ExitCode {
             rounds,
             &platform,
             clusters,
-            phases,
-            host_only,
+            HbgOutputs {
+                phases,
+                host_only,
+                trace,
+            },
         )),
         Command::Run {
             scene,
@@ -203,15 +207,29 @@ const HBG_HEAP_BYTES: u64 = 256 << 20;
 
 /// Runs a scene on the hbg runtime: per round, one bind (host orchestration into the mirror,
 /// the image shipped, the device scheduling); optionally the phase table over warm binds.
+/// What an hbg run prints or writes besides its per-round lines.
+struct HbgOutputs {
+    /// Per-phase statistics over the warm binds.
+    phases: bool,
+    /// Build the image only.
+    host_only: bool,
+    /// The first bind's trace: its phases on the host track, and the device's events.
+    trace: Option<std::path::PathBuf>,
+}
+
 fn run_hbg(
     scene: &str,
     case: Option<&str>,
     rounds: usize,
     platform: &str,
     clusters: Option<u32>,
-    phases: bool,
-    host_only: bool,
+    out: HbgOutputs,
 ) -> Result<bool, String> {
+    let HbgOutputs {
+        phases,
+        host_only,
+        trace,
+    } = out;
     use simpler_host::hbg::PHASES;
     use simpler_host::ChipArg;
     let (case, prepared, mut config) = setup(scene, case, platform, clusters)?;
@@ -242,9 +260,22 @@ fn run_hbg(
             .cloned()
             .map(ChipArg::Host)
             .collect();
+        let sink = (round == 0 && trace.is_some())
+            .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
         let (run, bind) = worker
-            .run_hbg_with(handle, &mut args, &prepared.scalars, !host_only)
+            .run_hbg_traced(
+                handle,
+                &mut args,
+                &prepared.scalars,
+                !host_only,
+                sink.clone(),
+            )
             .map_err(|e| format!("round {round}: {e}"))?;
+        if let (Some(sink), Some(path)) = (&sink, &trace) {
+            let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
+            let text = simpler_host::trace::to_chrome_json(&events, None);
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         let verdict = if host_only {
             "built".to_string()
         } else {
