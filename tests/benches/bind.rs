@@ -26,49 +26,8 @@ use simpler_host::hbg::PHASES;
 use simpler_host::scenes;
 use simpler_host::{ChipArg, ChipWorker, HostTensor};
 use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::alloc_count::{self as counter, Counting};
 use simpler_tests::measure::{report, report_summary};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Counts every heap allocation of the process.
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static MINE: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    ALLOCS.fetch_add(1, Ordering::Relaxed);
-    // A thread being torn down has no slot left; the process count still has it.
-    let _ = MINE.try_with(|c| c.set(c.get() + 1));
-}
-
-/// This thread's allocations so far (the reader `alloc_count` calls).
-fn mine() -> u64 {
-    MINE.with(Cell::get)
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -76,7 +35,7 @@ static GLOBAL: Counting = Counting;
 const WARM: usize = 10;
 
 fn main() {
-    simpler_host::alloc_count::install(mine);
+    simpler_host::alloc_count::install(counter::thread);
     for (scene, case) in [
         ("bgemm", "Case1"),
         ("bgemm", "Case0"),
@@ -112,9 +71,9 @@ fn main() {
         let mut graphs = [0u64; 3];
         for _ in 0..WARM {
             let mut a = args();
-            let before = ALLOCS.load(Ordering::Relaxed);
+            let before = counter::process();
             let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
-            allocs.push((ALLOCS.load(Ordering::Relaxed) - before) as f64);
+            allocs.push((counter::process() - before) as f64);
             thread_allocs.push(bind.phases.iter().map(|ph| ph.allocs).sum::<u64>() as f64);
             let phase = |n: &str| PHASES.iter().position(|p| *p == n).expect("phase");
             mirror_allocs.push(

@@ -39,37 +39,12 @@ use simpler_core::orchestrator::{
     Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
 };
 use simpler_core::scope::ScopeMode;
+use simpler_tests::alloc_count::{self as counter, Counting};
 use simpler_tests::harness::{with_runtime, Drain};
 use simpler_tests::measure::{report, report_summary, summarize};
 use simpler_tests::workloads::{Bgemm, PagedAttention};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// Counts every heap allocation of the process.
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -233,10 +208,10 @@ impl<'a, S: Scene> Arm<'a, S> {
     fn step(&mut self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>) {
         let f0 = minflt();
         let waits0 = w.drain.waits;
-        let a0 = ALLOCS.load(Ordering::Relaxed);
+        let a0 = counter::process();
         let whole = sample(&self.scene, orch, w, self.rounds, false);
         let split = sample(&self.scene, orch, w, self.rounds, true);
-        let a1 = ALLOCS.load(Ordering::Relaxed);
+        let a1 = counter::process();
         self.allocs += a1 - a0;
         self.waits += w.drain.waits - waits0;
         self.faults += minflt() - f0;

@@ -2,9 +2,12 @@
 //! the benchmarks. The library part holds what the tests and benches share.
 //!
 //! Modules:
-#![forbid(unsafe_code)]
+// `unsafe` only in `alloc_count` (a `GlobalAlloc` impl), which allows it with its reason.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+// The counting global allocator the allocation-counting tests and benchmarks install.
+pub mod alloc_count;
 // Fixtures: the reference's base tensor and descriptor builders used across suites.
 pub mod fixtures;
 // A sequential runner for the suites that fork (the L3 Worker's).

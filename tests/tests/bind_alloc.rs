@@ -13,45 +13,10 @@
 use simpler_host::hbg::{BindReport, PHASES};
 use simpler_host::{alloc_count, scenes, ChipArg, ChipWorker};
 use simpler_sim::{DeviceConfig, Topology};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
-struct Counting;
-
-thread_local! {
-    static MINE: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    // `try_with`: a thread being torn down has no slot left; its allocations are not counted.
-    let _ = MINE.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
+use simpler_tests::alloc_count::{self as counter, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn mine() -> u64 {
-    MINE.with(Cell::get)
-}
 
 fn phase(name: &str) -> usize {
     PHASES.iter().position(|p| *p == name).unwrap()
@@ -60,7 +25,7 @@ fn phase(name: &str) -> usize {
 /// Two warm-up binds, then ten, of `scene`/`case` on hbg (host-only: the device is not the
 /// subject); the ten reports.
 fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
-    alloc_count::install(mine);
+    alloc_count::install(counter::thread);
     let p = scenes::find(scene).unwrap().prepare(case).unwrap();
     let mut config = DeviceConfig::new(Topology::A2a3);
     config.ring.heap_bytes = 256 << 20;
@@ -109,10 +74,10 @@ fn check(scene: &str, case: &str) {
 
 #[test]
 fn the_counter_counts_this_threads_allocations() {
-    alloc_count::install(mine);
-    let before = mine();
+    alloc_count::install(counter::thread);
+    let before = counter::thread();
     let v = std::hint::black_box(vec![1u8; 64]);
-    assert_eq!(mine() - before, 1);
+    assert_eq!(counter::thread() - before, 1);
     drop(v);
 }
 

@@ -1,46 +1,11 @@
 //! A warm recording allocates nothing: after two warm-up rounds, recording the same bodies
-//! again on the same storage makes zero heap allocations (counted by a global allocator that
-//! counts only on the thread that asks, so other tests' threads do not pollute the count).
+//! again on the same storage makes zero heap allocations (counted per thread by
+//! `simpler_tests::alloc_count`, so other tests' threads do not pollute the count).
 
 use simpler_core::{AddressSpace, ArgDirection, ChipTensor, TaskTensor, TensorArgType};
 use simpler_host::record::{GraphBoundary, Recording};
 use simpler_host::scenes;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note() {
-    if COUNTING.with(Cell::get) {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc(layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        System.realloc(ptr, layout, new_size)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
+use simpler_tests::alloc_count::{self as counter, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -76,14 +41,15 @@ fn warm_recordings_allocate_nothing() {
     ];
     let mut r = Recording::new();
     let mut nodes = 0;
+    let mut from = 0;
     for round in 0..12 {
         if round == 2 {
-            COUNTING.with(|c| c.set(true));
             // The counter counts: one allocation on this thread is seen.
+            let before = counter::thread();
             let probe = std::hint::black_box(Box::new(round));
-            assert_eq!(ALLOCS.load(Ordering::Relaxed), 1);
+            assert_eq!(counter::thread() - before, 1);
             drop(probe);
-            ALLOCS.store(0, Ordering::Relaxed);
+            from = counter::thread();
         }
         for (k, (body, b)) in bodies.iter().enumerate() {
             let image = r.record(k as u64 + 1, *body, Some(b)).expect("record");
@@ -91,11 +57,6 @@ fn warm_recordings_allocate_nothing() {
             nodes += r.node_count();
         }
     }
-    COUNTING.with(|c| c.set(false));
     assert!(nodes > 0);
-    assert_eq!(
-        ALLOCS.load(Ordering::Relaxed),
-        0,
-        "allocations in 10 warm rounds"
-    );
+    assert_eq!(counter::thread() - from, 0, "allocations in 10 warm rounds");
 }
