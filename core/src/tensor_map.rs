@@ -12,7 +12,7 @@
 //! - `fine`: heads of a second chain every entry is also on, hashed by buffer address, size
 //!   class and position: an entry of `n` bytes has level `L = ceil(log2 n)` and sits in the
 //!   chain of block `start_byte >> L` at that level, so it lies within two blocks of its level.
-//!   `metas`, one per bucket, hold the levels present and the lowest version recorded. A lookup
+//!   Each bucket's head also holds the levels present and the lowest version recorded. A lookup
 //!   probes, at each present level, only the blocks its range can share with an entry there;
 //!   when that is more than [`FINE_PROBES`] chains (a wide probe over narrow entries), or the
 //!   probe's version is newer than a recorded one (which depends whatever the range), it walks
@@ -142,17 +142,23 @@ pub struct Head {
     epoch: u32,
 }
 
-/// What the entries a bucket received in the current epoch have in common (a superset: it is
-/// never narrowed when entries leave).
+/// A bucket: its chain's head and what the entries it received in the current epoch have in
+/// common (a superset: never narrowed when entries leave), stamped together. 32 bytes, so a
+/// lookup or an insert reads one cache line for both.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
-pub struct BucketMeta {
-    /// Bit `L` set: an entry of level `L` was inserted.
-    levels: u64,
+pub struct Bucket {
+    first: u32,
+    epoch: u32,
     /// The lowest version inserted.
     min_version: i32,
-    epoch: u32,
+    _pad: u32,
+    /// Bit `L` set: an entry of level `L` was inserted.
+    levels: u64,
+    _pad2: u64,
 }
+
+const_assert_eq!(size_of::<Bucket>(), 32);
 
 /// The size class of a byte range `[start, end)`: the least `L` with `end - start <= 2^L`
 /// (an empty range counts as one byte), at most 63.
@@ -182,8 +188,7 @@ pub struct TensorMapLayout {
     config: TensorMapConfig,
     layout: Layout,
     header: Span<Header>,
-    buckets: Span<Head>,
-    metas: Span<BucketMeta>,
+    buckets: Span<Bucket>,
     fine: Span<Head>,
     entries: Span<MapEntry>,
     free: Span<u32>,
@@ -215,8 +220,7 @@ impl TensorMapLayout {
         }
         let mut layout = Layout::new();
         let header = layout.array::<Header>(1)?;
-        let buckets = layout.array::<Head>(config.buckets as usize)?;
-        let metas = layout.array::<BucketMeta>(config.buckets as usize)?;
+        let buckets = layout.array::<Bucket>(config.buckets as usize)?;
         let fine = layout.array::<Head>(config.buckets as usize)?;
         let entries = layout.array::<MapEntry>(config.entries as usize)?;
         let free = layout.array::<u32>(config.entries as usize)?;
@@ -229,7 +233,6 @@ impl TensorMapLayout {
             layout,
             header,
             buckets,
-            metas,
             fine,
             entries,
             free,
@@ -279,8 +282,7 @@ pub struct MapFull {
 /// A TensorMap over a caller-provided region. Written by one thread (the orchestrator).
 pub struct TensorMap<'a> {
     header: &'a mut Header,
-    buckets: &'a mut [Head],
-    metas: &'a mut [BucketMeta],
+    buckets: &'a mut [Bucket],
     fine: &'a mut [Head],
     entries: &'a mut [MapEntry],
     free: &'a mut [u32],
@@ -382,7 +384,6 @@ impl<'a> TensorMap<'a> {
         let mut carver = Carver::new(region, &layout.layout)?;
         let header = &mut carver.pod(layout.header)?[0];
         let buckets = carver.pod(layout.buckets)?;
-        let metas = carver.pod(layout.metas)?;
         let fine = carver.pod(layout.fine)?;
         let entries = carver.pod(layout.entries)?;
         let free = carver.pod(layout.free)?;
@@ -396,7 +397,6 @@ impl<'a> TensorMap<'a> {
         Ok(Self {
             header,
             buckets,
-            metas,
             fine,
             entries,
             free,
@@ -406,8 +406,7 @@ impl<'a> TensorMap<'a> {
 
     /// Zeroes every epoch stamp (epoch 0 is never current).
     fn clear_stamps(&mut self) {
-        self.buckets.fill(Head::zeroed());
-        self.metas.fill(BucketMeta::zeroed());
+        self.buckets.fill(Bucket::zeroed());
         self.fine.fill(Head::zeroed());
         for heads in self.task_heads.iter_mut() {
             heads.fill(Head::zeroed());
@@ -519,22 +518,19 @@ impl<'a> TensorMap<'a> {
         );
         let fine = self.fine_of(addr, kind, level, start_byte >> level);
 
-        let bucket_head = &mut self.buckets[bucket];
-        if bucket_head.epoch != epoch {
-            *bucket_head = Head { first: NIL, epoch };
-        }
-        let old_bucket_first = bucket_head.first;
-        bucket_head.first = index;
-        let meta = &mut self.metas[bucket];
-        if meta.epoch != epoch {
-            *meta = BucketMeta {
-                levels: 0,
-                min_version: i32::MAX,
+        let b = &mut self.buckets[bucket];
+        if b.epoch != epoch {
+            *b = Bucket {
+                first: NIL,
                 epoch,
+                min_version: i32::MAX,
+                ..Bucket::zeroed()
             };
         }
-        meta.levels |= 1 << level;
-        meta.min_version = meta.min_version.min(tensor.version());
+        let old_bucket_first = b.first;
+        b.first = index;
+        b.levels |= 1 << level;
+        b.min_version = b.min_version.min(tensor.version());
         let fine_head = &mut self.fine[fine];
         if fine_head.epoch != epoch {
             *fine_head = Head { first: NIL, epoch };
@@ -631,10 +627,8 @@ impl<'a> TensorMap<'a> {
             range,
             buffer_elems,
         };
-        // The insert stamped the meta together with the bucket head.
-        let meta = self.metas[bucket];
-        if footprint.version <= meta.min_version {
-            if let Some(blocks) = fine_blocks(meta.levels, range) {
+        if footprint.version <= head.min_version {
+            if let Some(blocks) = fine_blocks(head.levels, range) {
                 for (level, first, last) in blocks {
                     for block in first..=last {
                         let chain = self.fine_of(addr, kind, level, block);
@@ -1194,7 +1188,7 @@ mod tests {
                                     || !seen.contains(&(*id, Overlap::Covered))
                             });
                         }
-                        let meta = map.metas[map.bucket_of(probe.buffer().addr, kind)];
+                        let meta = map.buckets[map.bucket_of(probe.buffer().addr, kind)];
                         let range = (
                             probe.start_offset() * 4,
                             (probe.start_offset() + probe.extent_elems()) * 4,
