@@ -239,31 +239,6 @@ impl From<TransportError> for WorkerError {
     }
 }
 
-/// Puts the device's events on the host's clock (they count from the device run's start) and
-/// adds the host's phases: staging, the run, copying back.
-fn record_host_phases(sink: &crate::transport::TraceSink, marks: [Duration; 4]) {
-    use simpler_aicpu::trace::HOST_TRACK;
-    use simpler_aicpu::{EventKind, TraceEvent};
-    let ns = |d: Duration| d.as_nanos() as u64;
-    let shift = ns(marks[1]);
-    let mut events = sink.lock().unwrap_or_else(|e| e.into_inner());
-    for e in events.iter_mut() {
-        e.start_ns += shift;
-        e.end_ns += shift;
-    }
-    for phase in 0..3 {
-        events.push(TraceEvent {
-            track: HOST_TRACK,
-            kind: EventKind::Host,
-            task: simpler_core::TaskId::INVALID,
-            kernel: phase as u32,
-            start_ns: ns(marks[phase]),
-            end_ns: ns(marks[phase + 1]),
-            value: 0,
-        });
-    }
-}
-
 /// What a successful run reports.
 #[derive(Clone, Copy, Debug)]
 pub struct RunReport {
@@ -508,7 +483,13 @@ impl ChipWorker {
         self.copy_back(args, &staged)?;
         let host = start.elapsed();
         if let Some(sink) = sink {
-            record_host_phases(&sink, [Duration::ZERO, run_start, run_end, host]);
+            // The host's phases: staging, the run, copying back.
+            let marks = [Duration::ZERO, run_start, run_end, host];
+            crate::trace::add_host_spans(
+                &sink,
+                run_start,
+                (0..3).map(|k| (k as u32, marks[k], marks[k + 1])),
+            );
         }
         Ok(RunReport { outcome, host })
     }
@@ -560,7 +541,7 @@ impl ChipWorker {
         for (index, arg) in args.iter().enumerate() {
             let (c, at) = match arg {
                 ChipArg::Host(t) => {
-                    let addr = self.stage(index, t, copy)?;
+                    let addr = self.stage(index, t)?;
                     let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
                     (c, Some(addr))
                 }
@@ -575,6 +556,9 @@ impl ChipWorker {
                 .map_err(|e| WorkerError::Entry(EntryError::Args(e)))?;
         }
         orch_args.adopt(chip).map_err(WorkerError::Entry)?;
+        if copy {
+            Self::copy_in(&*self.device, args, staged)?;
+        }
         Ok(())
     }
 
@@ -615,9 +599,8 @@ impl ChipWorker {
         Ok(())
     }
 
-    /// Allocates per-run GM for host tensor `index` and, with `copy`, copies it in unless it
-    /// is OUT.
-    fn stage(&self, index: usize, t: &HostTensor, copy: bool) -> Result<u64, WorkerError> {
+    /// Allocates per-run GM for host tensor `index` (its contents go in with [`Self::copy_in`]).
+    fn stage(&self, index: usize, t: &HostTensor) -> Result<u64, WorkerError> {
         let numel: u64 = t.shapes.iter().map(|&s| s as u64).product();
         let bytes = numel * t.dtype.elem_size() as u64;
         if bytes != t.data.len() as u64 {
@@ -631,12 +614,6 @@ impl ChipWorker {
             .device
             .alloc(bytes.max(1))?
             .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
-        if copy
-            && t.dir != ArgDirection::Out
-            && !self.device.copy_to_device(addr, t.data.clone())?
-        {
-            return Err(WorkerError::OutOfDeviceMemory { bytes });
-        }
         Ok(addr)
     }
 

@@ -733,35 +733,23 @@ impl ChipWorker {
 /// tmr host phases.
 pub const TRACE_PHASE_BASE: u32 = 16;
 
-/// Puts the device's events (counted from the device call's start, `device_at` into the
-/// bind) on the bind's clock and adds a host-track span per phase that ran.
+/// Adds the bind to its trace: the device's events (counted from the device call's start,
+/// `device_at` into the bind) on the bind's clock, and a host-track span per phase that ran.
 fn record_bind_phases(
     sink: &crate::transport::TraceSink,
     report: &BindReport,
     device_at: Duration,
 ) {
-    use simpler_aicpu::trace::HOST_TRACK;
-    use simpler_aicpu::{EventKind, TraceEvent};
-    let ns = |d: Duration| d.as_nanos() as u64;
-    let mut events = sink.lock().unwrap_or_else(|e| e.into_inner());
-    for e in events.iter_mut() {
-        e.start_ns += ns(device_at);
-        e.end_ns += ns(device_at);
-    }
-    for (i, ph) in report.phases.iter().enumerate() {
-        if ph.time.is_zero() {
-            continue;
-        }
-        events.push(TraceEvent {
-            track: HOST_TRACK,
-            kind: EventKind::Host,
-            task: TaskId::INVALID,
-            kernel: TRACE_PHASE_BASE + i as u32,
-            start_ns: ns(ph.at),
-            end_ns: ns(ph.at + ph.time),
-            value: 0,
-        });
-    }
+    let spans = report
+        .phases
+        .iter()
+        .enumerate()
+        .filter(|(_, ph)| !ph.time.is_zero());
+    crate::trace::add_host_spans(
+        sink,
+        device_at,
+        spans.map(|(i, ph)| (TRACE_PHASE_BASE + i as u32, ph.at, ph.at + ph.time)),
+    );
 }
 
 /// `graph_commit`: waits for every recording of the bind, places each Definition once, and

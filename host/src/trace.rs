@@ -11,6 +11,31 @@ use simpler_aicpu::{EventKind, TraceEvent};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+/// Puts a run's device events on the host's clock (they count from the device call's start,
+/// `device_at` into the host's span) and appends one host-track span per `(kind, start, end)`
+/// (`kind` indexes the host phase names `to_chrome_json` uses).
+pub(crate) fn add_host_spans(
+    sink: &crate::transport::TraceSink,
+    device_at: std::time::Duration,
+    spans: impl IntoIterator<Item = (u32, std::time::Duration, std::time::Duration)>,
+) {
+    let ns = |d: std::time::Duration| d.as_nanos() as u64;
+    let mut events = sink.lock().unwrap_or_else(|e| e.into_inner());
+    for e in events.iter_mut() {
+        e.start_ns += ns(device_at);
+        e.end_ns += ns(device_at);
+    }
+    events.extend(spans.into_iter().map(|(kind, start, end)| TraceEvent {
+        track: HOST_TRACK,
+        kind: EventKind::Host,
+        task: simpler_core::TaskId::INVALID,
+        kernel: kind,
+        start_ns: ns(start),
+        end_ns: ns(end),
+        value: 0,
+    }));
+}
+
 /// The track's display name.
 pub fn track_name(track: u32) -> String {
     if track >= HOST_TRACK {

@@ -68,3 +68,30 @@ pub fn dense_f32(buffer_id: u64, shapes: &[u32]) -> ValidTensor {
     );
     Tensor::row_major(desc, 0, shapes, DataType::Float32).expect("a dense view fits its backing")
 }
+
+/// A Graph boundary shaped like scene `name`'s case `case` entry: each entry tensor at its
+/// own made-up device address (tensor `i` at `0x1000_0000 · (i + 1)`), IN as INPUT, anything
+/// else as OUTPUT_EXISTING, and the case's scalars; for recording a scene's body directly.
+pub fn scene_boundary(name: &str, case: &str) -> simpler_host::record::GraphBoundary {
+    use simpler_core::{ArgDirection, ChipTensor, TaskTensor, TensorArgType};
+    let p = simpler_host::scenes::find(name)
+        .and_then(|s| s.prepare(case))
+        .expect("scene and case");
+    let mut b = simpler_host::record::GraphBoundary::default();
+    for (i, (t, dir)) in p.tensors.iter().zip(&p.signature).enumerate() {
+        let c = ChipTensor::contiguous(
+            0x1000_0000 * (i as u64 + 1),
+            &t.shapes,
+            t.dtype,
+            AddressSpace::Device,
+        );
+        b.tensors
+            .push(TaskTensor::adopt(&c).expect("a contiguous entry tensor"));
+        b.tags.push(match dir {
+            ArgDirection::In => TensorArgType::Input,
+            _ => TensorArgType::OutputExisting,
+        });
+    }
+    b.scalars = p.scalars.clone();
+    b
+}

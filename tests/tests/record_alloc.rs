@@ -2,33 +2,14 @@
 //! again on the same storage makes zero heap allocations (counted per thread by
 //! `simpler_tests::alloc_count`, so other tests' threads do not pollute the count).
 
-use simpler_core::{AddressSpace, ArgDirection, ChipTensor, TaskTensor, TensorArgType};
-use simpler_host::record::{GraphBoundary, Recording};
+use simpler_host::record::Recording;
 use simpler_host::scenes;
 use simpler_tests::alloc_count::{self as counter, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn boundary(name: &str, case: &str) -> GraphBoundary {
-    let p = scenes::find(name).unwrap().prepare(case).unwrap();
-    let mut b = GraphBoundary::default();
-    for (i, (t, dir)) in p.tensors.iter().zip(&p.signature).enumerate() {
-        let c = ChipTensor::contiguous(
-            0x1000_0000 * (i as u64 + 1),
-            &t.shapes,
-            t.dtype,
-            AddressSpace::Device,
-        );
-        b.tensors.push(TaskTensor::adopt(&c).unwrap());
-        b.tags.push(match dir {
-            ArgDirection::In => TensorArgType::Input,
-            _ => TensorArgType::OutputExisting,
-        });
-    }
-    b.scalars = p.scalars.clone();
-    b
-}
+use simpler_tests::fixtures::scene_boundary as boundary;
 
 #[test]
 fn warm_recordings_allocate_nothing() {

@@ -29,7 +29,7 @@
 //! a missing or doubled K step moves every element of `C` by far more than the tolerance. The
 //! golden sums the products in f64; tolerance 1e-3 absolute plus 1e-3 relative.
 
-use super::{compare, Prepared, Scene};
+use super::{compare, Prepared, Scene, XorShift};
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -167,24 +167,6 @@ pub(crate) fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
         })?;
     }
     Ok(())
-}
-
-/// xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift generators,
-/// scrambled", 2016): the deterministic source of the inputs.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A value in `[0, 1)` with 24 random bits, exact in f32.
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32
-    }
 }
 
 /// `n` inputs in `[0, 0.01)`.

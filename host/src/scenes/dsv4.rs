@@ -59,7 +59,7 @@
 //! evaluator runs the same op sequence over the host inputs (no kernel, no runtime), body
 //! by body. Tolerance 2e-4 absolute plus 2e-4 relative, over every OUT entry tensor.
 
-use super::{compare, Check, Prepared, Scene};
+use super::{compare, Check, Prepared, Scene, XorShift};
 use crate::chip_worker::HostTensor;
 use bytemuck::Zeroable;
 use simpler_aicore::kernels;
@@ -1293,24 +1293,7 @@ fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 // Inputs and the golden.
 // ------------------------------------------------------------------------------------------
 
-/// xorshift64* (Vigna 2016): the deterministic source of the inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A value in `[0, 1)` with 24 random bits, exact in f32.
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32
-    }
-}
-
-fn fill(rng: &mut Rng, spec: &Entry) -> Vec<f32> {
+fn fill(rng: &mut XorShift, spec: &Entry) -> Vec<f32> {
     let [n0, n1, r, c] = spec.shape.map(|x| x as usize);
     let n = n0 * n1 * r * c;
     match spec.init {
@@ -1347,7 +1330,7 @@ impl Scene for Dsv4Shaped {
         if case != "default" {
             return None;
         }
-        let mut rng = Rng(0xD5F4_0DEC_0DE5_7E9D);
+        let mut rng = XorShift(0xD5F4_0DEC_0DE5_7E9D);
         let data: Vec<Vec<f32>> = ENTRIES.iter().map(|spec| fill(&mut rng, spec)).collect();
         let mut gold = Gold {
             bufs: data

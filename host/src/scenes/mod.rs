@@ -94,3 +94,21 @@ pub fn compare(got: &[f32], golden: &[f64], atol: f64, rtol: f64) -> Check {
     }
     Check { max_diff, pass }
 }
+
+/// xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift generators,
+/// scrambled", 2016): the deterministic source of the inputs.
+pub(crate) struct XorShift(pub(crate) u64);
+
+impl XorShift {
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A value in `[0, 1)` with 24 random bits, exact in f32.
+    pub(crate) fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32
+    }
+}
