@@ -78,6 +78,8 @@ impl fmt::Display for LayoutError {
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Line(pub [u8; REGION_ALIGN]);
 
+static_assertions::const_assert_eq!(core::mem::size_of::<Line>(), REGION_ALIGN);
+
 /// Where one array of `T` lives inside a region.
 pub struct Span<T> {
     offset: usize,

@@ -142,6 +142,8 @@ pub struct Head {
     epoch: u32,
 }
 
+const_assert_eq!(size_of::<Head>(), 8);
+
 /// A bucket: its chain's head and what the entries it received in the current epoch have in
 /// common (a superset: never narrowed when entries leave), stamped together. 32 bytes, so a
 /// lookup or an insert reads one cache line for both.
@@ -181,6 +183,8 @@ struct Header {
     last_alive: [u32; MAX_RINGS],
     last_cleanup: [u32; MAX_RINGS],
 }
+
+const_assert_eq!(size_of::<Header>(), 24 + 8 * MAX_RINGS);
 
 /// Where each array of a TensorMap lives in its region.
 #[derive(Clone, Copy, Debug)]
