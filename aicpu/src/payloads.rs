@@ -7,7 +7,7 @@
 //! Only the used words are copied. The publish (a Release in the slot state machine) orders
 //! the writes before any scheduler's pop of the task (an Acquire).
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use simpler_core::image::{export_words, import_words, ImageError, Reader, Writer};
 use simpler_core::layout::{Carver, Layout, LayoutError, Span};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
@@ -47,16 +47,26 @@ impl MixedKernels {
 }
 
 const TENSOR_WORDS: usize = core::mem::size_of::<TaskTensor>() / 8;
-const HEADER_WORDS: usize = 3;
-/// Words of one slot's record.
-pub const RECORD_WORDS: usize =
-    HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS + CORE_MAX_SCALAR_ARGS;
+/// Words of a slot's head: the kernels, the block count, the tensor and scalar counts and
+/// where the body starts.
+const HEAD_WORDS: usize = 4;
+/// The head words an image carries: all but the body's start, which the import chooses.
+const EXPORTED_HEAD_WORDS: usize = 3;
+/// The most words one record's body takes: every tensor and every scalar at their caps.
+pub const MAX_BODY_WORDS: usize = CORE_MAX_TENSOR_ARGS * TENSOR_WORDS + CORE_MAX_SCALAR_ARGS;
 
-/// Where the payload records live.
+/// Where the payload records live: per ring, a dense array of slot heads and a body arena of
+/// `window × MAX_BODY_WORDS` words that the records' bodies (used tensors, then used scalars)
+/// fill one after another in submission order.
+///
+/// The arena is what keeps a task's payload write to the few cache lines it uses: records at
+/// a fixed stride of their caps (4 KiB) put every task on its own page, and a build from
+/// cold caches paid a miss and a TLB walk per task for them.
 #[derive(Clone, Copy, Debug)]
 pub struct PayloadsLayout {
     layout: Layout,
-    rings: [Span<AtomicU64>; MAX_RINGS],
+    heads: [Span<AtomicU64>; MAX_RINGS],
+    bodies: [Span<AtomicU64>; MAX_RINGS],
     windows: [u32; MAX_RINGS],
 }
 
@@ -64,13 +74,17 @@ impl PayloadsLayout {
     /// Records for rings of `windows` slots.
     pub fn new(windows: [u32; MAX_RINGS]) -> Result<Self, LayoutError> {
         let mut layout = Layout::new();
-        let mut rings = [Span::empty(); MAX_RINGS];
-        for (r, span) in rings.iter_mut().enumerate() {
-            *span = layout.array::<AtomicU64>(windows[r] as usize * RECORD_WORDS)?;
+        let mut heads = [Span::empty(); MAX_RINGS];
+        let mut bodies = [Span::empty(); MAX_RINGS];
+        for r in 0..MAX_RINGS {
+            let slots = windows[r] as usize;
+            heads[r] = layout.array::<AtomicU64>(slots * HEAD_WORDS)?;
+            bodies[r] = layout.array::<AtomicU64>(slots * MAX_BODY_WORDS)?;
         }
         Ok(Self {
             layout,
-            rings,
+            heads,
+            bodies,
             windows,
         })
     }
@@ -81,45 +95,100 @@ impl PayloadsLayout {
     }
 }
 
-/// The payload records of every slot.
+/// The payload records of every slot: a head per slot and a body in its ring's arena.
+///
+/// The orchestrator (the one writer of a ring) places each body right after the previous one,
+/// starting over at the arena's beginning when the rest is too short for it. The bodies of live
+/// tasks never collide: at most `window - 1` tasks of a ring are live (the orchestrator's claim
+/// keeps a slot free), a body is at most [`MAX_BODY_WORDS`], and the one restart within them
+/// wastes less than a body, so they span less than the arena's `window × MAX_BODY_WORDS`. A
+/// retired task's record is never read again, so its body may be overwritten.
 pub struct TaskPayloads<'a> {
-    rings: [&'a [AtomicU64]; MAX_RINGS],
+    heads: [&'a [AtomicU64]; MAX_RINGS],
+    bodies: [&'a [AtomicU64]; MAX_RINGS],
     masks: [u32; MAX_RINGS],
+    /// Per ring, where the next body goes: the ring's writer's own state, read and written
+    /// only by it (an atomic because the structure is shared with the schedulers).
+    cursors: [AtomicUsize; MAX_RINGS],
+}
+
+/// One record: its head's fields and its body (used tensors, then used scalars).
+struct Record<'r> {
+    head: &'r [AtomicU64],
+    tensors: usize,
+    scalars: usize,
+    body: &'r [AtomicU64],
+}
+
+impl Record<'_> {
+    fn scalar_words(&self) -> &[AtomicU64] {
+        &self.body[self.tensors * TENSOR_WORDS..]
+    }
+}
+
+/// The tensor and scalar counts a head holds, clamped to the caps.
+fn counts(head: &[AtomicU64]) -> (usize, usize) {
+    let counts = head[2].load(Ordering::Relaxed);
+    (
+        (counts as u32 as usize).min(CORE_MAX_TENSOR_ARGS),
+        ((counts >> 32) as usize).min(CORE_MAX_SCALAR_ARGS),
+    )
 }
 
 impl<'a> TaskPayloads<'a> {
-    /// Carves the records out of `region`.
+    fn carve(
+        region: &'a mut [u8],
+        layout: &PayloadsLayout,
+        zero: bool,
+    ) -> Result<Self, LayoutError> {
+        let mut c = Carver::new(region, &layout.layout)?;
+        let mut heads: [&'a [AtomicU64]; MAX_RINGS] = [&[]; MAX_RINGS];
+        let mut bodies: [&'a [AtomicU64]; MAX_RINGS] = [&[]; MAX_RINGS];
+        for r in 0..MAX_RINGS {
+            heads[r] = c.atomic_with(layout.heads[r], zero)?;
+            bodies[r] = c.atomic_with(layout.bodies[r], zero)?;
+        }
+        Ok(Self {
+            heads,
+            bodies,
+            masks: layout.windows.map(|w| w.wrapping_sub(1)),
+            cursors: Default::default(),
+        })
+    }
+
+    /// Carves the records out of `region`, zeroed.
     pub fn init(region: &'a mut [u8], layout: &PayloadsLayout) -> Result<Self, LayoutError> {
-        let mut c = Carver::new(region, &layout.layout)?;
-        let [a, b, d, e] = layout.rings;
-        Ok(Self {
-            rings: [c.atomic(a)?, c.atomic(b)?, c.atomic(d)?, c.atomic(e)?],
-            masks: layout.windows.map(|w| w.wrapping_sub(1)),
-        })
+        Self::carve(region, layout, true)
     }
 
-    /// Carves the records out of `region` keeping its bytes: a record is written whole when its
-    /// slot is claimed, so a region that held earlier records (or fresh zeroed pages, which
-    /// then stay untouched) needs no formatting.
+    /// Carves the records out of `region` keeping its bytes, the arenas' bodies placed from
+    /// their beginnings again: a record is written whole when its slot is claimed, so a region
+    /// that held earlier records (or fresh zeroed pages, which then stay untouched) needs no
+    /// formatting.
     pub fn attach(region: &'a mut [u8], layout: &PayloadsLayout) -> Result<Self, LayoutError> {
-        let mut c = Carver::new(region, &layout.layout)?;
-        let [a, b, d, e] = layout.rings;
-        Ok(Self {
-            rings: [
-                c.atomic_as_is(a)?,
-                c.atomic_as_is(b)?,
-                c.atomic_as_is(d)?,
-                c.atomic_as_is(e)?,
-            ],
-            masks: layout.windows.map(|w| w.wrapping_sub(1)),
-        })
+        Self::carve(region, layout, false)
     }
 
-    fn record(&self, task: TaskId) -> Option<&[AtomicU64]> {
+    fn head(&self, task: TaskId) -> Option<&[AtomicU64]> {
         let ring = task.ring() as usize;
-        let words = self.rings.get(ring)?;
+        let heads = self.heads.get(ring)?;
         let slot = (task.local() & self.masks[ring]) as usize;
-        words.get(slot * RECORD_WORDS..(slot + 1) * RECORD_WORDS)
+        heads.get(slot * HEAD_WORDS..(slot + 1) * HEAD_WORDS)
+    }
+
+    /// `task`'s record, if its head names a body inside the arena.
+    fn record(&self, task: TaskId) -> Option<Record<'_>> {
+        let head = self.head(task)?;
+        let (tensors, scalars) = counts(head);
+        let start = head[3].load(Ordering::Relaxed) as usize;
+        let len = tensors * TENSOR_WORDS + scalars;
+        let body = self.bodies[task.ring() as usize].get(start..start.checked_add(len)?)?;
+        Some(Record {
+            head,
+            tensors,
+            scalars,
+            body,
+        })
     }
 
     /// Writes `task`'s record. Tensors and scalars past the caps are the caller's error to
@@ -132,47 +201,56 @@ impl<'a> TaskPayloads<'a> {
         tensors: impl ExactSizeIterator<Item = TaskTensor>,
         scalars: &[u64],
     ) {
-        let Some(rec) = self.record(task) else {
+        let Some(head) = self.head(task) else {
             return;
         };
+        let ring = task.ring() as usize;
         let nt = tensors.len().min(CORE_MAX_TENSOR_ARGS);
         let ns = scalars.len().min(CORE_MAX_SCALAR_ARGS);
-        rec[0].store(
+        let len = nt * TENSOR_WORDS + ns;
+        let arena = self.bodies[ring];
+        let mut start = self.cursors[ring].load(Ordering::Relaxed);
+        if start + len > arena.len() {
+            start = 0;
+        }
+        // A ring with slots has an arena of at least one whole body.
+        let Some(body) = arena.get(start..start + len) else {
+            return;
+        };
+        self.cursors[ring].store(start + len, Ordering::Relaxed);
+        head[0].store(
             kernels.aic as u64 | (kernels.aiv0 as u64) << 32,
             Ordering::Relaxed,
         );
-        rec[1].store(
+        head[1].store(
             kernels.aiv1 as u64 | (block_num as u64) << 32,
             Ordering::Relaxed,
         );
-        rec[2].store(nt as u64 | (ns as u64) << 32, Ordering::Relaxed);
-        for (i, t) in tensors.take(nt).enumerate() {
+        head[2].store(nt as u64 | (ns as u64) << 32, Ordering::Relaxed);
+        head[3].store(start as u64, Ordering::Relaxed);
+        let (tensor_words, scalar_words) = body.split_at(nt * TENSOR_WORDS);
+        for (cells, t) in tensor_words.chunks_exact(TENSOR_WORDS).zip(tensors) {
             let words: [u64; TENSOR_WORDS] = bytemuck::cast(t);
-            let at = HEADER_WORDS + i * TENSOR_WORDS;
-            for (cell, w) in rec[at..at + TENSOR_WORDS].iter().zip(words) {
+            for (cell, w) in cells.iter().zip(words) {
                 cell.store(w, Ordering::Relaxed);
             }
         }
-        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
-        for (cell, &v) in rec[at..at + ns].iter().zip(scalars) {
+        for (cell, &v) in scalar_words.iter().zip(scalars) {
             cell.store(v, Ordering::Relaxed);
         }
     }
 
     /// Copies `task`'s first `out.len()` scalars (fewer if it has fewer) into `out`; returns
-    /// how many. Reads only the record's header and those scalar words.
+    /// how many. Reads only the record's head and those scalar words.
     pub fn scalars(&self, task: TaskId, out: &mut [u64]) -> usize {
         let Some(rec) = self.record(task) else {
             return 0;
         };
-        let ns = ((rec[2].load(Ordering::Relaxed) >> 32) as usize)
-            .min(CORE_MAX_SCALAR_ARGS)
-            .min(out.len());
-        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
-        for (o, cell) in out[..ns].iter_mut().zip(&rec[at..at + ns]) {
+        let n = rec.scalars.min(out.len());
+        for (o, cell) in out[..n].iter_mut().zip(rec.scalar_words()) {
             *o = cell.load(Ordering::Relaxed);
         }
-        ns
+        n
     }
 
     /// Overwrites scalar `index` of `task`'s record (the host patches a Graph's outer task
@@ -181,22 +259,22 @@ impl<'a> TaskPayloads<'a> {
         let Some(rec) = self.record(task) else {
             return false;
         };
-        let ns = ((rec[2].load(Ordering::Relaxed) >> 32) as usize).min(CORE_MAX_SCALAR_ARGS);
-        if index >= ns {
-            return false;
+        match rec.scalar_words().get(index) {
+            Some(cell) => {
+                cell.store(value, Ordering::Relaxed);
+                true
+            }
+            None => false,
         }
-        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS + index;
-        rec[at].store(value, Ordering::Relaxed);
-        true
     }
 
     /// The kernels and block count of `task`.
     pub fn kernels(&self, task: TaskId) -> (MixedKernels, u16) {
-        let Some(rec) = self.record(task) else {
+        let Some(head) = self.head(task) else {
             return (MixedKernels::NONE, 1);
         };
-        let w0 = rec[0].load(Ordering::Relaxed);
-        let w1 = rec[1].load(Ordering::Relaxed);
+        let w0 = head[0].load(Ordering::Relaxed);
+        let w1 = head[1].load(Ordering::Relaxed);
         (
             MixedKernels {
                 aic: w0 as u32,
@@ -213,49 +291,28 @@ impl<'a> TaskPayloads<'a> {
         let Some(rec) = self.record(task) else {
             return;
         };
-        let counts = rec[2].load(Ordering::Relaxed);
-        let (nt, ns) = (
-            (counts as u32 as usize).min(CORE_MAX_TENSOR_ARGS),
-            ((counts >> 32) as usize).min(CORE_MAX_SCALAR_ARGS),
-        );
-        for i in 0..nt {
-            let at = HEADER_WORDS + i * TENSOR_WORDS;
+        for cells in rec.body[..rec.tensors * TENSOR_WORDS].chunks_exact(TENSOR_WORDS) {
             let mut words = [0u64; TENSOR_WORDS];
-            for (w, cell) in words.iter_mut().zip(&rec[at..at + TENSOR_WORDS]) {
+            for (w, cell) in words.iter_mut().zip(cells) {
                 *w = cell.load(Ordering::Relaxed);
             }
             // Within the caps; the push cannot fail.
             let _ = args.push_tensor(bytemuck::cast(words));
         }
-        let at = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
-        for cell in &rec[at..at + ns] {
+        for cell in rec.scalar_words() {
             let _ = args.push_scalar(cell.load(Ordering::Relaxed));
         }
     }
 }
 
-/// The live image of the payloads: per ring, the first `tasks[r]` records, each with only its
-/// header, its used tensors and its used scalars (a record is 531 words; a task uses a few).
+/// The live image of the payloads: per ring, the first `tasks[r]` records in task order, each
+/// its head's first three words (kernels, block count, counts) and then its body. The import
+/// places the bodies one after another from the arena's beginning, as a build from an empty
+/// ring does, and writes where each starts into its head.
 impl TaskPayloads<'_> {
-    fn counts(rec: &[AtomicU64]) -> (usize, usize) {
-        let counts = rec[2].load(Ordering::Relaxed);
-        (
-            (counts as u32 as usize).min(CORE_MAX_TENSOR_ARGS),
-            ((counts >> 32) as usize).min(CORE_MAX_SCALAR_ARGS),
-        )
-    }
-
-    fn parts(rec: &[AtomicU64], nt: usize, ns: usize) -> [&[AtomicU64]; 2] {
-        let scalars = HEADER_WORDS + CORE_MAX_TENSOR_ARGS * TENSOR_WORDS;
-        [
-            &rec[HEADER_WORDS..HEADER_WORDS + nt * TENSOR_WORDS],
-            &rec[scalars..scalars + ns],
-        ]
-    }
-
-    fn records(&self, ring: usize, tasks: u32) -> Result<&[AtomicU64], ImageError> {
-        self.rings[ring]
-            .get(..tasks as usize * RECORD_WORDS)
+    fn heads(&self, ring: usize, tasks: u32) -> Result<&[AtomicU64], ImageError> {
+        self.heads[ring]
+            .get(..tasks as usize * HEAD_WORDS)
             .ok_or(ImageError::Usage {
                 field: "payload.tasks",
                 value: tasks as u64,
@@ -264,33 +321,63 @@ impl TaskPayloads<'_> {
 
     /// An upper bound of the image of the first `tasks[r]` records of every ring.
     pub fn image_bound(tasks: &[u32; MAX_RINGS]) -> usize {
-        tasks.iter().map(|&t| t as usize * RECORD_WORDS * 8).sum()
+        tasks
+            .iter()
+            .map(|&t| t as usize * (EXPORTED_HEAD_WORDS + MAX_BODY_WORDS) * 8)
+            .sum()
     }
 
     /// Writes the live image of the first `tasks[r]` records of every ring.
     pub fn export(&self, tasks: &[u32; MAX_RINGS], w: &mut Writer<'_>) -> Result<(), ImageError> {
         for (ring, &n) in tasks.iter().enumerate() {
-            for rec in self.records(ring, n)?.chunks_exact(RECORD_WORDS) {
-                let (nt, ns) = Self::counts(rec);
-                export_words(&rec[..HEADER_WORDS], w)?;
-                for part in Self::parts(rec, nt, ns) {
-                    export_words(part, w)?;
-                }
+            self.heads(ring, n)?;
+            for local in 0..n {
+                let rec =
+                    self.record(TaskId::new(ring as u32, local))
+                        .ok_or(ImageError::Usage {
+                            field: "payload.body",
+                            value: local as u64,
+                        })?;
+                export_words(&rec.head[..EXPORTED_HEAD_WORDS], w)?;
+                export_words(rec.body, w)?;
             }
         }
         Ok(())
     }
 
-    /// Reads an image written by [`Self::export`] for the same `tasks`.
+    /// Reads an image written by [`Self::export`] for the same `tasks`. A record with more
+    /// tensors or scalars than the caps, or bodies that overflow the arena, are refused.
     pub fn import(&self, tasks: &[u32; MAX_RINGS], r: &mut Reader<'_>) -> Result<(), ImageError> {
         for (ring, &n) in tasks.iter().enumerate() {
-            for rec in self.records(ring, n)?.chunks_exact(RECORD_WORDS) {
-                import_words(&rec[..HEADER_WORDS], r)?;
-                let (nt, ns) = Self::counts(rec);
-                for part in Self::parts(rec, nt, ns) {
-                    import_words(part, r)?;
+            let heads = self.heads(ring, n)?;
+            let arena = self.bodies[ring];
+            let mut start = 0usize;
+            for head in heads.chunks_exact(HEAD_WORDS) {
+                import_words(&head[..EXPORTED_HEAD_WORDS], r)?;
+                let counts = head[2].load(Ordering::Relaxed);
+                let (nt, ns) = (counts as u32 as usize, (counts >> 32) as usize);
+                if nt > CORE_MAX_TENSOR_ARGS {
+                    return Err(ImageError::Usage {
+                        field: "payload.tensors",
+                        value: nt as u64,
+                    });
                 }
+                if ns > CORE_MAX_SCALAR_ARGS {
+                    return Err(ImageError::Usage {
+                        field: "payload.scalars",
+                        value: ns as u64,
+                    });
+                }
+                let end = start + nt * TENSOR_WORDS + ns;
+                let body = arena.get(start..end).ok_or(ImageError::Usage {
+                    field: "payload.words",
+                    value: end as u64,
+                })?;
+                head[3].store(start as u64, Ordering::Relaxed);
+                import_words(body, r)?;
+                start = end;
             }
+            self.cursors[ring].store(start, Ordering::Relaxed);
         }
         Ok(())
     }
