@@ -193,6 +193,7 @@ pub struct TensorMapLayout {
     layout: Layout,
     header: Span<Header>,
     buckets: Span<Bucket>,
+    occupied: Span<u64>,
     fine: Span<Head>,
     entries: Span<MapEntry>,
     free: Span<u32>,
@@ -225,6 +226,7 @@ impl TensorMapLayout {
         let mut layout = Layout::new();
         let header = layout.array::<Header>(1)?;
         let buckets = layout.array::<Bucket>(config.buckets as usize)?;
+        let occupied = layout.array::<u64>((config.buckets as usize).div_ceil(64))?;
         let fine = layout.array::<Head>(config.buckets as usize)?;
         let entries = layout.array::<MapEntry>(config.entries as usize)?;
         let free = layout.array::<u32>(config.entries as usize)?;
@@ -237,6 +239,7 @@ impl TensorMapLayout {
             layout,
             header,
             buckets,
+            occupied,
             fine,
             entries,
             free,
@@ -287,6 +290,11 @@ pub struct MapFull {
 pub struct TensorMap<'a> {
     header: &'a mut Header,
     buckets: &'a mut [Bucket],
+    /// One bit per bucket, set by an insert since the last reset: a lookup of a bucket whose
+    /// bit is clear (a buffer nothing was registered on, such as a fresh output) answers
+    /// without reading the bucket. The bits fit a few cache lines where the buckets take
+    /// thousands, so such a lookup stays cheap when the map is cold.
+    occupied: &'a mut [u64],
     fine: &'a mut [Head],
     entries: &'a mut [MapEntry],
     free: &'a mut [u32],
@@ -359,6 +367,7 @@ impl<'a> TensorMap<'a> {
             ..Header::zeroed()
         };
         map.clear_stamps();
+        map.occupied.fill(0);
         Ok(map)
     }
 
@@ -388,6 +397,7 @@ impl<'a> TensorMap<'a> {
         let mut carver = Carver::new(region, &layout.layout)?;
         let header = &mut carver.pod(layout.header)?[0];
         let buckets = carver.pod(layout.buckets)?;
+        let occupied = carver.pod(layout.occupied)?;
         let fine = carver.pod(layout.fine)?;
         let entries = carver.pod(layout.entries)?;
         let free = carver.pod(layout.free)?;
@@ -401,6 +411,7 @@ impl<'a> TensorMap<'a> {
         Ok(Self {
             header,
             buckets,
+            occupied,
             fine,
             entries,
             free,
@@ -427,6 +438,7 @@ impl<'a> TensorMap<'a> {
         h.live = 0;
         h.last_alive = [0; MAX_RINGS];
         h.last_cleanup = [0; MAX_RINGS];
+        self.occupied.fill(0);
         if h.epoch == 0 {
             h.epoch = 1;
             self.clear_stamps();
@@ -522,6 +534,7 @@ impl<'a> TensorMap<'a> {
         );
         let fine = self.fine_of(addr, kind, level, start_byte >> level);
 
+        self.occupied[bucket / 64] |= 1 << (bucket % 64);
         let b = &mut self.buckets[bucket];
         if b.epoch != epoch {
             *b = Bucket {
@@ -598,6 +611,9 @@ impl<'a> TensorMap<'a> {
     ) {
         let addr = probe.buffer().addr;
         let bucket = self.bucket_of(addr, kind);
+        if self.occupied[bucket / 64] & 1 << (bucket % 64) == 0 {
+            return;
+        }
         let head = self.buckets[bucket];
         if head.epoch != self.header.epoch {
             return;
