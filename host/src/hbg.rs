@@ -240,22 +240,16 @@ impl BindGraphs<'_> {
         scalars: &[u64],
     ) -> Option<GraphRef> {
         let g = &mut *self.g;
-        let b = &mut g.scratch;
-        b.tensors.clear();
-        b.tags.clear();
-        b.scalars.clear();
-        b.tensors.extend(boundary.iter().map(|a| a.tensor));
-        b.tags.extend(boundary.iter().map(|a| a.tag));
-        b.scalars.extend_from_slice(scalars);
         let known = g.keys.iter().find(|(k, _)| *k == full_key).map(|&(_, e)| e);
         let entry = match known {
             Some(e) => {
-                // Compared with the first invocation's boundary, on the entry, under its lock.
+                // Compared with the first invocation's boundary, on the entry, under its lock
+                // (against the arguments as they are: a replay's boundary is not copied).
                 let inner = g.entries[e].lock();
                 let same = inner
                     .boundary
                     .as_ref()
-                    .is_some_and(|first| first.matches_with(&inner.reps, &g.scratch));
+                    .is_some_and(|first| first.matches_args(&inner.reps, boundary, scalars.len()));
                 drop(inner);
                 if !same {
                     log::warn!(
@@ -280,8 +274,8 @@ impl BindGraphs<'_> {
         // Stage the boundary first: without room the body runs inline and nothing is begun.
         let mark = g.staging.len();
         let mut at = None;
-        for (i, t) in g.scratch.tensors.iter().enumerate() {
-            let Some(p) = place(&mut g.staging, self.base, bytemuck::bytes_of(t)) else {
+        for (i, a) in boundary.iter().enumerate() {
+            let Some(p) = place(&mut g.staging, self.base, bytemuck::bytes_of(&a.tensor)) else {
                 // No room: nothing half-staged stays, and the body runs inline.
                 g.staging.truncate(mark);
                 g.counts[2] += 1;
@@ -292,7 +286,6 @@ impl BindGraphs<'_> {
             }
         }
         // The boundary scalars follow the tensors: replays read their own values there.
-        let scalars = &g.scratch.scalars;
         if !scalars.is_empty()
             && place(&mut g.staging, self.base, bytemuck::cast_slice(scalars)).is_none()
         {
@@ -301,6 +294,14 @@ impl BindGraphs<'_> {
             return None;
         }
         if known.is_none() {
+            // The first invocation's deep copy, kept on the entry.
+            let b = &mut g.scratch;
+            b.tensors.clear();
+            b.tags.clear();
+            b.scalars.clear();
+            b.tensors.extend(boundary.iter().map(|a| a.tensor));
+            b.tags.extend(boundary.iter().map(|a| a.tag));
+            b.scalars.extend_from_slice(scalars);
             g.entries[entry].begin(full_key, &g.scratch);
             self.pool.submit(g.entries[entry].clone(), body);
             g.keys.push((full_key, entry));
@@ -310,9 +311,9 @@ impl BindGraphs<'_> {
             g.counts[1] += 1;
         }
         g.pending = entry;
-        at.map(|boundary| GraphRef {
-            boundary,
-            scalars: g.scratch.scalars.len() as u32,
+        at.map(|at| GraphRef {
+            boundary: at,
+            scalars: scalars.len() as u32,
         })
     }
 }

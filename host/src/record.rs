@@ -41,7 +41,7 @@ use simpler_core::orchestrator::{
 use simpler_core::ring::{RingConfig, MAX_RINGS};
 use simpler_core::sched::{SchedConfig, SchedState};
 use simpler_core::scope::ScopeMode;
-use simpler_core::{OrchArgs, TaskId, TaskTensor, TensorArgType};
+use simpler_core::{BufferHandle, OrchArgs, TaskId, TaskTensor, TensorArgType};
 use std::fmt;
 use std::sync::atomic::AtomicU32;
 
@@ -116,48 +116,79 @@ impl GraphBoundary {
     /// [`Self::matches`] with this boundary's alias representatives (from [`alias_reps`])
     /// given, so a boundary compared many times has them worked out once.
     pub fn matches_with(&self, ra: &[u16; GRAPH_MAX_TENSOR_ARGS], other: &GraphBoundary) -> bool {
+        other.tensors.len() == other.tags.len()
+            && self.matches_parts(
+                ra,
+                other.tensors.len(),
+                |i| (&other.tensors[i], other.tags[i]),
+                other.scalars.len(),
+            )
+    }
+
+    /// [`Self::matches_with`] against a submission's arguments as they are, without a copy.
+    pub fn matches_args(
+        &self,
+        ra: &[u16; GRAPH_MAX_TENSOR_ARGS],
+        args: &[TaskArg],
+        scalars: usize,
+    ) -> bool {
+        self.matches_parts(ra, args.len(), |i| (&args[i].tensor, args[i].tag), scalars)
+    }
+
+    fn matches_parts<'o>(
+        &self,
+        ra: &[u16; GRAPH_MAX_TENSOR_ARGS],
+        n: usize,
+        other: impl Fn(usize) -> (&'o TaskTensor, TensorArgType),
+        scalars: usize,
+    ) -> bool {
         // Boundary scalars are per-invocation values (a replay supplies its own), so only
         // their count has to agree; a value the body computed from one is static Definition
         // data, which a replay reuses whatever its scalars (the documented trap).
-        let n = self.tensors.len();
-        if n != other.tensors.len()
+        if n != self.tensors.len()
             || n > GRAPH_MAX_TENSOR_ARGS
-            || self.tags != other.tags
-            || self.scalars.len() != other.scalars.len()
+            || self.tags.len() != n
+            || self.scalars.len() != scalars
+            || (0..n).any(|i| other(i).1 != self.tags[i])
         {
             return false;
         }
         let mut rb = [0u16; GRAPH_MAX_TENSOR_ARGS];
-        alias_reps(&other.tensors, &mut rb);
-        self.tensors
-            .iter()
-            .zip(&other.tensors)
-            .enumerate()
-            .all(|(i, (a, b))| {
-                let (pa, pb) = (ra[i] as usize, rb[i] as usize);
-                // Views of one buffer keep their distance: a recorded sub-view of the first
-                // is rebased on it.
-                a.buffer().size == b.buffer().size
-                    && a.ndims() == b.ndims()
-                    && a.dtype() == b.dtype()
-                    && a.shapes() == b.shapes()
-                    && a.strides() == b.strides()
-                    && pa == pb
-                    && a.start_offset()
-                        .wrapping_sub(self.tensors[pa].start_offset())
-                        == b.start_offset()
-                            .wrapping_sub(other.tensors[pb].start_offset())
-            })
+        alias_reps_of(n, |i| other(i).0.buffer(), &mut rb);
+        self.tensors.iter().enumerate().all(|(i, a)| {
+            let b = other(i).0;
+            let (pa, pb) = (ra[i] as usize, rb[i] as usize);
+            // Views of one buffer keep their distance: a recorded sub-view of the first
+            // is rebased on it.
+            a.buffer().size == b.buffer().size
+                && a.ndims() == b.ndims()
+                && a.dtype() == b.dtype()
+                && a.shapes() == b.shapes()
+                && a.strides() == b.strides()
+                && pa == pb
+                && a.start_offset()
+                    .wrapping_sub(self.tensors[pa].start_offset())
+                    == b.start_offset().wrapping_sub(other(pb).0.start_offset())
+        })
     }
 }
 
 /// For each tensor, the index of the first tensor over the same buffer (itself if none
 /// earlier): one pass with a small open-addressing table on the stack.
 pub fn alias_reps(tensors: &[TaskTensor], out: &mut [u16; GRAPH_MAX_TENSOR_ARGS]) {
+    alias_reps_of(tensors.len(), |i| tensors[i].buffer(), out);
+}
+
+/// [`alias_reps`] over the `n` buffers `buffer(i)` names.
+fn alias_reps_of(
+    n: usize,
+    buffer: impl Fn(usize) -> BufferHandle,
+    out: &mut [u16; GRAPH_MAX_TENSOR_ARGS],
+) {
     const SLOTS: usize = 2 * GRAPH_MAX_TENSOR_ARGS;
     let mut table = [u16::MAX; SLOTS];
-    for (i, t) in tensors.iter().enumerate().take(GRAPH_MAX_TENSOR_ARGS) {
-        let b = t.buffer();
+    for i in 0..n.min(GRAPH_MAX_TENSOR_ARGS) {
+        let b = buffer(i);
         let mut h = (b.addr ^ b.size.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize;
         loop {
             h %= SLOTS;
@@ -167,7 +198,7 @@ pub fn alias_reps(tensors: &[TaskTensor], out: &mut [u16; GRAPH_MAX_TENSOR_ARGS]
                     out[i] = i as u16;
                     break;
                 }
-                j if tensors[j as usize].buffer() == b => {
+                j if buffer(j as usize) == b => {
                     out[i] = j;
                     break;
                 }

@@ -298,3 +298,83 @@ fn an_allocation_node_has_no_scalars_whatever_was_recorded_before() {
     let view = DefinitionView::parse(&got).unwrap();
     assert_eq!(view.node(0).unwrap().scalar_count, 0);
 }
+
+/// A boundary over two buffers: rows `r0` and `r0 + gap` of a `[4, 16]` f32 buffer at `a`,
+/// and a `[16]` buffer at `b`.
+fn spaced(a: u64, b: u64, r0: u32, gap: u32) -> Vec<simpler_core::orchestrator::TaskArg> {
+    use simpler_core::orchestrator::TaskArg;
+    let buf = |addr, shape: &[u32]| {
+        let c = ChipTensor::contiguous(
+            addr,
+            shape,
+            simpler_core::DataType::Float32,
+            AddressSpace::Device,
+        );
+        TaskTensor::adopt(&c).expect("adopt")
+    };
+    let x = buf(a, &[4, 16]);
+    [
+        (x.view(&[1, 16], &[r0, 0]).unwrap(), TensorArgType::Input),
+        (
+            x.view(&[1, 16], &[r0 + gap, 0]).unwrap(),
+            TensorArgType::Input,
+        ),
+        (buf(b, &[16]), TensorArgType::InOut),
+    ]
+    .into_iter()
+    .map(|(tensor, tag)| TaskArg { tensor, tag })
+    .collect()
+}
+
+fn deep(args: &[simpler_core::orchestrator::TaskArg], scalars: &[u64]) -> GraphBoundary {
+    GraphBoundary {
+        tensors: args.iter().map(|a| a.tensor).collect(),
+        tags: args.iter().map(|a| a.tag).collect(),
+        scalars: scalars.to_vec(),
+    }
+}
+
+#[test]
+fn a_replay_compared_from_its_arguments_gets_the_deep_copys_verdict() {
+    let first_args = spaced(0x10_0000, 0x20_0000, 0, 1);
+    let first = deep(&first_args, &[7, 8]);
+    let mut reps = [0u16; simpler_core::graph::GRAPH_MAX_TENSOR_ARGS];
+    simpler_host::record::alias_reps(&first.tensors, &mut reps);
+    let mut retagged = spaced(0x50_0000, 0x60_0000, 2, 1);
+    retagged[2].tag = TensorArgType::OutputExisting;
+    let mut reshaped = spaced(0x50_0000, 0x60_0000, 2, 1);
+    reshaped[2].tensor = reshaped[2].tensor.view(&[8], &[0]).unwrap();
+    let cases: [(&str, Vec<_>, Vec<u64>, bool); 6] = [
+        // Other addresses, other rows at the same spacing, other scalar values: a replay.
+        (
+            "rebased",
+            spaced(0x50_0000, 0x60_0000, 2, 1),
+            vec![1, 2],
+            true,
+        ),
+        ("same", first_args.clone(), vec![7, 8], true),
+        (
+            "respaced",
+            spaced(0x50_0000, 0x60_0000, 0, 2),
+            vec![7, 8],
+            false,
+        ),
+        ("retagged", retagged, vec![7, 8], false),
+        ("reshaped", reshaped, vec![7, 8], false),
+        ("scalar count", first_args.clone(), vec![7], false),
+    ];
+    for (name, args, scalars, expected) in cases {
+        assert_eq!(
+            first.matches(&deep(&args, &scalars)),
+            expected,
+            "{name}: deep copy"
+        );
+        assert_eq!(
+            first.matches_args(&reps, &args, scalars.len()),
+            expected,
+            "{name}: from the arguments"
+        );
+    }
+    // A different tensor count never matches.
+    assert!(!first.matches_args(&reps, &first_args[..2], 2));
+}
