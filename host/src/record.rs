@@ -187,7 +187,7 @@ fn alias_reps_of(
 ) {
     const SLOTS: usize = 2 * GRAPH_MAX_TENSOR_ARGS;
     let mut table = [u16::MAX; SLOTS];
-    for i in 0..n.min(GRAPH_MAX_TENSOR_ARGS) {
+    for (i, o) in out.iter_mut().enumerate().take(n) {
         let b = buffer(i);
         let mut h = (b.addr ^ b.size.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize;
         loop {
@@ -195,11 +195,11 @@ fn alias_reps_of(
             match table[h] {
                 u16::MAX => {
                     table[h] = i as u16;
-                    out[i] = i as u16;
+                    *o = i as u16;
                     break;
                 }
                 j if buffer(j as usize) == b => {
-                    out[i] = j;
+                    *o = j;
                     break;
                 }
                 _ => h += 1,
