@@ -24,7 +24,7 @@ pub mod scheduler;
 // Trace events a traced run records.
 pub mod trace;
 
-pub use payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
+pub use payloads::{MixedKernels, PayloadSink, TaskPayloads, NO_KERNEL};
 pub use platform::Platform;
 pub use run::{RunError, RunOutcome};
 pub use runtime::{GraphBody, GraphRef, GraphSink, Rt, RtError, SubmitHook, SubmittedTask};

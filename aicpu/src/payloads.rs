@@ -11,6 +11,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use simpler_core::image::{export_words, import_words, ImageError, Reader, Writer};
 use simpler_core::layout::{Carver, Layout, LayoutError, Span};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
+use simpler_core::orchestrator::TaskArg;
 use simpler_core::ring::MAX_RINGS;
 use simpler_core::{CoreTaskArgs, TaskId, TaskTensor};
 
@@ -305,39 +306,31 @@ impl<'a> TaskPayloads<'a> {
     }
 }
 
-/// The live image of the payloads: per ring, the first `tasks[r]` records in task order, each
-/// its head's first three words (kernels, block count, counts) and then its body. The import
-/// places the bodies one after another from the arena's beginning, as a build from an empty
+/// The live image of the payloads: the records of the first `tasks[r]` tasks of every ring,
+/// each its task id, its head's first three words (kernels, block count, counts) and its
+/// body. Within a ring the records come in task order; rings may interleave (a host build
+/// writes its image in submission order, [`PayloadSink`] by [`PayloadSink`]). The import places
+/// each ring's bodies one after another from its arena's beginning, as a build from an empty
 /// ring does, and writes where each starts into its head.
 impl TaskPayloads<'_> {
-    fn heads(&self, ring: usize, tasks: u32) -> Result<&[AtomicU64], ImageError> {
-        self.heads[ring]
-            .get(..tasks as usize * HEAD_WORDS)
-            .ok_or(ImageError::Usage {
-                field: "payload.tasks",
-                value: tasks as u64,
-            })
-    }
-
     /// An upper bound of the image of the first `tasks[r]` records of every ring.
     pub fn image_bound(tasks: &[u32; MAX_RINGS]) -> usize {
         tasks
             .iter()
-            .map(|&t| t as usize * (EXPORTED_HEAD_WORDS + MAX_BODY_WORDS) * 8)
+            .map(|&t| t as usize * (1 + EXPORTED_HEAD_WORDS + MAX_BODY_WORDS) * 8)
             .sum()
     }
 
-    /// Writes the live image of the first `tasks[r]` records of every ring.
+    /// Writes the live image of the first `tasks[r]` records of every ring, ring by ring.
     pub fn export(&self, tasks: &[u32; MAX_RINGS], w: &mut Writer<'_>) -> Result<(), ImageError> {
         for (ring, &n) in tasks.iter().enumerate() {
-            self.heads(ring, n)?;
             for local in 0..n {
-                let rec =
-                    self.record(TaskId::new(ring as u32, local))
-                        .ok_or(ImageError::Usage {
-                            field: "payload.body",
-                            value: local as u64,
-                        })?;
+                let id = TaskId::new(ring as u32, local);
+                let rec = self.record(id).ok_or(ImageError::Usage {
+                    field: "payload.tasks",
+                    value: n as u64,
+                })?;
+                export_words(&[AtomicU64::new(id.0)], w)?;
                 export_words(&rec.head[..EXPORTED_HEAD_WORDS], w)?;
                 export_words(rec.body, w)?;
             }
@@ -345,40 +338,100 @@ impl TaskPayloads<'_> {
         Ok(())
     }
 
-    /// Reads an image written by [`Self::export`] for the same `tasks`. A record with more
-    /// tensors or scalars than the caps, or bodies that overflow the arena, are refused.
+    /// Reads an image of the first `tasks[r]` records of every ring (by [`Self::export`] or
+    /// a host build). Refused by field: more tasks than a ring has slots, a record of a ring
+    /// out of range, out of task order or past its ring's count, and more tensors or scalars
+    /// than the caps.
     pub fn import(&self, tasks: &[u32; MAX_RINGS], r: &mut Reader<'_>) -> Result<(), ImageError> {
         for (ring, &n) in tasks.iter().enumerate() {
-            let heads = self.heads(ring, n)?;
-            let arena = self.bodies[ring];
-            let mut start = 0usize;
-            for head in heads.chunks_exact(HEAD_WORDS) {
-                import_words(&head[..EXPORTED_HEAD_WORDS], r)?;
-                let counts = head[2].load(Ordering::Relaxed);
-                let (nt, ns) = (counts as u32 as usize, (counts >> 32) as usize);
-                if nt > CORE_MAX_TENSOR_ARGS {
-                    return Err(ImageError::Usage {
-                        field: "payload.tensors",
-                        value: nt as u64,
-                    });
-                }
-                if ns > CORE_MAX_SCALAR_ARGS {
-                    return Err(ImageError::Usage {
-                        field: "payload.scalars",
-                        value: ns as u64,
-                    });
-                }
-                let end = start + nt * TENSOR_WORDS + ns;
-                let body = arena.get(start..end).ok_or(ImageError::Usage {
-                    field: "payload.words",
-                    value: end as u64,
-                })?;
-                head[3].store(start as u64, Ordering::Relaxed);
-                import_words(body, r)?;
-                start = end;
+            if n as usize * HEAD_WORDS > self.heads[ring].len() {
+                return Err(ImageError::Usage {
+                    field: "payload.tasks",
+                    value: n as u64,
+                });
             }
-            self.cursors[ring].store(start, Ordering::Relaxed);
+        }
+        let mut next = [0u32; MAX_RINGS];
+        let mut starts = [0usize; MAX_RINGS];
+        let total: u64 = tasks.iter().map(|&t| t as u64).sum();
+        for _ in 0..total {
+            let word = AtomicU64::new(0);
+            import_words(core::slice::from_ref(&word), r)?;
+            let id = TaskId(word.load(Ordering::Relaxed));
+            let ring = id.ring() as usize;
+            if ring >= MAX_RINGS || id.local() != next[ring] || next[ring] >= tasks[ring] {
+                return Err(ImageError::Usage {
+                    field: "payload.order",
+                    value: id.0,
+                });
+            }
+            let head = self.head(id).ok_or(ImageError::Usage {
+                field: "payload.tasks",
+                value: tasks[ring] as u64,
+            })?;
+            next[ring] += 1;
+            import_words(&head[..EXPORTED_HEAD_WORDS], r)?;
+            let counts = head[2].load(Ordering::Relaxed);
+            let (nt, ns) = (counts as u32 as usize, (counts >> 32) as usize);
+            if nt > CORE_MAX_TENSOR_ARGS {
+                return Err(ImageError::Usage {
+                    field: "payload.tensors",
+                    value: nt as u64,
+                });
+            }
+            if ns > CORE_MAX_SCALAR_ARGS {
+                return Err(ImageError::Usage {
+                    field: "payload.scalars",
+                    value: ns as u64,
+                });
+            }
+            let start = starts[ring];
+            let end = start + nt * TENSOR_WORDS + ns;
+            let body = self.bodies[ring].get(start..end).ok_or(ImageError::Usage {
+                field: "payload.words",
+                value: end as u64,
+            })?;
+            head[3].store(start as u64, Ordering::Relaxed);
+            import_words(body, r)?;
+            starts[ring] = end;
+        }
+        for (cursor, start) in self.cursors.iter().zip(starts) {
+            cursor.store(start, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+/// Where an orchestrator puts each task's payload record: the shared records a device's
+/// schedulers read ([`TaskPayloads`]), or a host build's image.
+pub trait PayloadSink {
+    /// Records `task`'s payload: its kernels, block count, the tensors of `args` and
+    /// `scalars` (within the caps, checked by the caller).
+    fn record(
+        &self,
+        task: TaskId,
+        kernels: MixedKernels,
+        block_num: u16,
+        args: &[TaskArg],
+        scalars: &[u64],
+    );
+}
+
+impl PayloadSink for TaskPayloads<'_> {
+    fn record(
+        &self,
+        task: TaskId,
+        kernels: MixedKernels,
+        block_num: u16,
+        args: &[TaskArg],
+        scalars: &[u64],
+    ) {
+        self.write(
+            task,
+            kernels,
+            block_num,
+            args.iter().map(|a| a.tensor),
+            scalars,
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! dependencies, reading and writing single tensor elements, and a fatal report. The first
 //! error latches: every later call returns it, and the run ends with it.
 
-use crate::payloads::{MixedKernels, TaskPayloads};
+use crate::payloads::{MixedKernels, PayloadSink};
 use crate::scheduler::{single, CoreSlot};
 use core::sync::atomic::{AtomicU32, Ordering};
 use simpler_core::cores::ActiveMask;
@@ -130,7 +130,7 @@ pub const GRAPH_BOUNDARY_TOO_WIDE: u32 = 0x6772_0001;
 /// The orchestration function's handle on the runtime.
 pub struct Rt<'r, 'a> {
     orch: &'r mut Orchestrator<'a>,
-    payloads: &'r TaskPayloads<'a>,
+    payloads: &'r dyn PayloadSink,
     waiter: &'r mut dyn Waiter,
     gm: &'r dyn Gm,
     args: &'r OrchArgs,
@@ -144,7 +144,7 @@ impl<'r, 'a> Rt<'r, 'a> {
     /// A handle over one run's orchestrator. `abort` is non-zero once the run is aborted.
     pub fn new(
         orch: &'r mut Orchestrator<'a>,
-        payloads: &'r TaskPayloads<'a>,
+        payloads: &'r dyn PayloadSink,
         waiter: &'r mut dyn Waiter,
         gm: &'r dyn Gm,
         args: &'r OrchArgs,
@@ -422,13 +422,7 @@ impl<'r, 'a> Rt<'r, 'a> {
             &mut self.waiter,
             |id, args| {
                 let shown = if dispatched { args.len() } else { 0 };
-                payloads.write(
-                    id,
-                    kernels,
-                    block_num,
-                    args[..shown].iter().map(|a| a.tensor),
-                    scalars,
-                )
+                payloads.record(id, kernels, block_num, &args[..shown], scalars)
             },
         );
         let id = result.map_err(|e| self.fail(e.into()))?;

@@ -150,10 +150,10 @@ fn the_live_image_imports_into_a_fresh_region() {
     let mut w = Writer::new(&mut image);
     p.export(&tasks, &mut w).unwrap();
     let len = w.len();
-    // Only the used words travel: the heads' three words and each body.
+    // Only the used words travel: each record's task id, its head's three words and its body.
     let used: usize = log
         .iter()
-        .map(|(_, w)| 3 + w.tensors.len() * 16 + w.scalars.len())
+        .map(|(_, w)| 4 + w.tensors.len() * 16 + w.scalars.len())
         .sum();
     assert_eq!(len, used * 8);
 
@@ -173,8 +173,9 @@ fn import_error(image_words: &[u64], tasks: [u32; 4]) -> ImageError {
     p.import(&tasks, &mut Reader::new(&bytes)).unwrap_err()
 }
 
-fn head(nt: u64, ns: u64) -> [u64; 3] {
-    [0, 1 << 32, nt | ns << 32]
+/// The first record of ring 0: its task id and head words.
+fn head(nt: u64, ns: u64) -> [u64; 4] {
+    [TaskId::new(0, 0).0, 0, 1 << 32, nt | ns << 32]
 }
 
 #[test]
@@ -203,6 +204,27 @@ fn an_image_over_the_caps_or_the_arena_is_refused_by_field() {
             value: WINDOW as u64 + 1
         }
     );
+    // Records out of task order within a ring, repeated, past a ring's count, or of a ring
+    // that does not exist.
+    let record = |ring: u32, local: u32| [TaskId::new(ring, local).0, 0, 1 << 32, 0];
+    for (name, ids, tasks) in [
+        ("skipped", vec![(0, 1)], [2, 0, 0, 0]),
+        ("repeated", vec![(0, 0), (0, 0)], [2, 0, 0, 0]),
+        ("past the count", vec![(1, 0)], [1, 0, 0, 0]),
+        ("no such ring", vec![(7, 0)], [1, 0, 0, 0]),
+    ] {
+        let image: Vec<u64> = ids.iter().flat_map(|&(r, l)| record(r, l)).collect();
+        assert!(
+            matches!(
+                import_error(&image, tasks),
+                ImageError::Usage {
+                    field: "payload.order",
+                    ..
+                }
+            ),
+            "{name}"
+        );
+    }
     // A truncated body is short, not garbage.
     let mut short = head(1, 0).to_vec();
     short.extend_from_slice(&[0u64; 4]);

@@ -29,14 +29,14 @@
 //! bind and kept by the `ChipWorker` until it is finalized.
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
+use crate::image_payloads::ImagePayloads;
 use crate::l3::os::Mapping;
 use crate::record::{GraphBoundary, Inflight, InflightStatus, RecorderPool};
 use crate::transport::{HostImage, RunOptions};
-use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::graph::GraphDefinitionHeader;
-use simpler_core::image::{ImageError, Writer};
+use simpler_core::image::ImageError;
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
 use simpler_core::sched::SchedState;
@@ -321,12 +321,11 @@ impl BindGraphs<'_> {
 /// The retained host mirror of one chip's shared memory.
 pub(crate) struct Mirror {
     layout: OrchestratorLayout,
-    payloads_layout: PayloadsLayout,
     sched: Mapping,
     orch: Mapping,
-    payloads: Mapping,
+    /// The payload records, written in the image's format as the orchestration submits.
+    payloads: ImagePayloads,
     sched_image: ImageBuffer,
-    payload_image: ImageBuffer,
     graphs: Graphs,
     /// What the last bind used of the shared state (cleared at the next bind).
     last_usage: Option<simpler_core::image::Usage>,
@@ -334,20 +333,17 @@ pub(crate) struct Mirror {
 
 impl Mirror {
     /// The regions are page-aligned mappings of zero pages: a page is touched only when a
-    /// bind writes it (an aligned heap allocation would be zeroed eagerly: tens of ms for the
-    /// 70 MB of payload records at the defaults).
-    fn new(layout: OrchestratorLayout, payloads_layout: PayloadsLayout) -> Result<Self, HbgError> {
+    /// bind writes it (an aligned heap allocation would be zeroed eagerly).
+    fn new(layout: OrchestratorLayout) -> Result<Self, HbgError> {
         let region = |bytes: usize| {
             Mapping::anon_private(bytes.max(1)).map_err(|e| HbgError::Mirror(e.to_string()))
         };
         Ok(Self {
             sched: region(layout.sched().size())?,
             orch: region(layout.size())?,
-            payloads: region(payloads_layout.size())?,
+            payloads: ImagePayloads::default(),
             layout,
-            payloads_layout,
             sched_image: ImageBuffer::default(),
-            payload_image: ImageBuffer::default(),
             graphs: Graphs::default(),
             last_usage: None,
         })
@@ -531,14 +527,13 @@ impl ChipWorker {
 
         let clock = Clock::start(start);
         if self.hbg.is_none() {
-            let (layout, payloads_layout) = self.device.layouts()?;
-            let mirror = Mirror::new(layout, payloads_layout).map_err(WorkerError::Hbg)?;
+            let (layout, _) = self.device.layouts()?;
+            let mirror = Mirror::new(layout).map_err(WorkerError::Hbg)?;
             self.hbg = Some(Box::new(mirror));
         }
         let callable = &self.callables[handle.0];
         let mirror = self.hbg.as_mut().expect("made above");
         let layout = mirror.layout;
-        let payloads_layout = mirror.payloads_layout;
         // The first bind formats the mirror's shared state; later binds attach to it and clear
         // only what the previous bind used (its watermarks, claimed slots, queued cells):
         // slots are initialized when claimed.
@@ -551,10 +546,8 @@ impl ChipWorker {
             None => SchedState::init(sched, layout.sched()),
         }
         .map_err(layout_error)?;
-        // The payload records (70 MB at the defaults) are written whole at claim: attached as
-        // they are, never formatted, so a bind touches only the records it writes.
-        let payloads = TaskPayloads::attach(mirror.payloads.bytes_mut(), &payloads_layout)
-            .map_err(layout_error)?;
+        // The payload records go straight into the image (no mirror of the device's records).
+        mirror.payloads.clear();
         // Likewise the orchestrator's private state: its TensorMap is emptied in O(1).
         let orch_region = mirror.orch.bytes_mut();
         let mut orch = if attach {
@@ -589,8 +582,15 @@ impl ChipWorker {
                 pool: self.recorders.as_mut().expect("started above"),
                 base: staging_base,
             };
-            let mut rt = Rt::new(&mut orch, &payloads, &mut waiter, &views, orch_args, &abort)
-                .with_graphs(&mut sink);
+            let mut rt = Rt::new(
+                &mut orch,
+                &mirror.payloads,
+                &mut waiter,
+                &views,
+                orch_args,
+                &abort,
+            )
+            .with_graphs(&mut sink);
             let r = rt.scope(ScopeMode::Auto, |rt| (callable.orch)(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
@@ -600,7 +600,12 @@ impl ChipWorker {
         if let Some(pool) = self.recorders.as_mut() {
             pool.orchestrating(false);
         }
-        let committed = commit(&mut mirror.graphs, &payloads, &*self.device, staging_base);
+        let committed = commit(
+            &mut mirror.graphs,
+            &mirror.payloads,
+            &*self.device,
+            staging_base,
+        );
         report.phases[3] = clock.stop();
         if let Err(e) = result {
             return Err(WorkerError::Hbg(if waiter.blocked.is_some() {
@@ -627,12 +632,14 @@ impl ChipWorker {
                     .map_err(WorkerError::Hbg)?,
             )
             .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
-        let bound = TaskPayloads::image_bound(&usage.tasks);
-        let mut w = Writer::new(mirror.payload_image.get(bound).map_err(WorkerError::Hbg)?);
-        payloads
-            .export(&usage.tasks, &mut w)
-            .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
-        let p = w.len();
+        let p = mirror
+            .payloads
+            .image(&usage.tasks)
+            .ok_or(WorkerError::Hbg(HbgError::Image(ImageError::Usage {
+                field: "payload.tasks",
+                value: usage.tasks.iter().map(|&t| t as u64).sum(),
+            })))?
+            .len();
         report.tasks = usage.tasks.iter().map(|&t| t as u64).sum();
         report.image_bytes = n + p;
         report.graph_phases = mirror.graphs.phases;
@@ -687,7 +694,7 @@ impl ChipWorker {
         let image = HostImage {
             usage,
             sched: mirror.sched_image.filled(n),
-            payloads: mirror.payload_image.filled(p),
+            payloads: mirror.payloads.bytes(),
             edges,
         };
         let outcome = self.device.run_prebuilt(
@@ -759,7 +766,7 @@ fn record_bind_phases(
 /// graph, so there is no inline fallback).
 fn commit(
     g: &mut Graphs,
-    payloads: &TaskPayloads<'_>,
+    payloads: &ImagePayloads,
     device: &dyn crate::transport::DeviceTransport,
     staging_base: u64,
 ) -> Result<(), WorkerError> {

@@ -17,6 +17,8 @@ pub mod chip_worker;
 pub mod dag;
 // The host-built-graph runtime: the orchestration on the host into a mirror, shipped once.
 pub mod hbg;
+// hbg's payload records, written in the image's format as the orchestration submits.
+mod image_payloads;
 // Graph recording for hbg: a body recorded once into a Definition, on retained storage.
 pub mod record;
 // Level 3: chips and sub-workers in forked children, shared buffers, the import registry.

@@ -1,0 +1,236 @@
+//! hbg's payload records, written straight into the live image's format as the orchestration
+//! submits (per record: task id, kernels, block count, counts, used tensors, used scalars; see
+//! `TaskPayloads::import`), so a bind ships them as they are instead of exporting them from a
+//! mirror of the device's records.
+//!
+//! A task the orchestration claims without a record (an allocation task, which no core runs)
+//! gets an empty one when the next record of its ring is written, or when the image is taken.
+
+use simpler_aicpu::payloads::{MixedKernels, PayloadSink, NO_KERNEL};
+use simpler_core::orchestrator::TaskArg;
+use simpler_core::ring::MAX_RINGS;
+use simpler_core::TaskId;
+use std::cell::RefCell;
+
+/// Words of a record before its body: task id, two kernel words, counts.
+const PREFIX_WORDS: usize = 4;
+const TENSOR_WORDS: usize = std::mem::size_of::<simpler_core::TaskTensor>() / 8;
+
+#[derive(Default)]
+struct Stream {
+    /// The image, in words (the image is little-endian; so is every supported host).
+    words: Vec<u64>,
+    /// Per ring, where each task's record starts in `words`, by task order.
+    starts: [Vec<usize>; MAX_RINGS],
+}
+
+/// The image of one bind's payload records; retained across binds, so a warm bind's writes
+/// allocate nothing once it has held the largest graph.
+#[derive(Default)]
+pub(crate) struct ImagePayloads {
+    stream: RefCell<Stream>,
+}
+
+impl Stream {
+    /// Appends empty records for `ring`'s tasks before `local` that have none.
+    fn fill(&mut self, ring: usize, local: u32) {
+        while self.starts[ring].len() < local as usize {
+            let id = TaskId::new(ring as u32, self.starts[ring].len() as u32);
+            self.starts[ring].push(self.words.len());
+            self.words.extend_from_slice(&[
+                id.0,
+                NO_KERNEL as u64 | (NO_KERNEL as u64) << 32,
+                NO_KERNEL as u64 | 1 << 32,
+                0,
+            ]);
+        }
+    }
+}
+
+impl ImagePayloads {
+    /// Empties the image for a new bind, keeping its storage.
+    pub(crate) fn clear(&mut self) {
+        let s = self.stream.get_mut();
+        s.words.clear();
+        for starts in &mut s.starts {
+            starts.clear();
+        }
+    }
+
+    /// Overwrites scalar `index` of `task`'s record (a Graph's outer task, once its
+    /// Definition is placed); false if the task has no record or no such scalar.
+    pub(crate) fn patch_scalar(&self, task: TaskId, index: usize, value: u64) -> bool {
+        let mut s = self.stream.borrow_mut();
+        let Some(&at) = s
+            .starts
+            .get(task.ring() as usize)
+            .and_then(|v| v.get(task.local() as usize))
+        else {
+            return false;
+        };
+        let counts = s.words[at + 3];
+        let (nt, ns) = (counts as u32 as usize, (counts >> 32) as usize);
+        if index >= ns {
+            return false;
+        }
+        s.words[at + PREFIX_WORDS + nt * TENSOR_WORDS + index] = value;
+        true
+    }
+
+    /// The image of the first `tasks[r]` records of every ring (empty records added for
+    /// trailing tasks without one), or `None` if a ring has records past its count.
+    pub(crate) fn image(&mut self, tasks: &[u32; MAX_RINGS]) -> Option<&[u8]> {
+        let s = self.stream.get_mut();
+        for (ring, &n) in tasks.iter().enumerate() {
+            if s.starts[ring].len() > n as usize {
+                return None;
+            }
+            s.fill(ring, n);
+        }
+        Some(bytemuck::cast_slice(&s.words))
+    }
+}
+
+impl ImagePayloads {
+    /// The image as [`Self::image`] last completed it.
+    pub(crate) fn bytes(&mut self) -> &[u8] {
+        bytemuck::cast_slice(&self.stream.get_mut().words)
+    }
+}
+
+impl PayloadSink for ImagePayloads {
+    fn record(
+        &self,
+        task: TaskId,
+        kernels: MixedKernels,
+        block_num: u16,
+        args: &[TaskArg],
+        scalars: &[u64],
+    ) {
+        let mut s = self.stream.borrow_mut();
+        let ring = (task.ring() as usize).min(MAX_RINGS - 1);
+        s.fill(ring, task.local());
+        if s.starts[ring].len() != task.local() as usize {
+            // A record for a task already recorded (never done by the orchestrator): ignored,
+            // as the device's records would be overwritten in place.
+            return;
+        }
+        let at = s.words.len();
+        s.starts[ring].push(at);
+        s.words.extend_from_slice(&[
+            task.0,
+            kernels.aic as u64 | (kernels.aiv0 as u64) << 32,
+            kernels.aiv1 as u64 | (block_num as u64) << 32,
+            args.len() as u64 | (scalars.len() as u64) << 32,
+        ]);
+        for a in args {
+            s.words
+                .extend_from_slice(bytemuck::cast_slice(std::slice::from_ref(&a.tensor)));
+        }
+        s.words.extend_from_slice(scalars);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
+    use simpler_core::image::Reader;
+    use simpler_core::layout::Line;
+    use simpler_core::TensorArgType;
+    use simpler_core::{AddressSpace, BufferHandle, CoreTaskArgs, DataType, TaskTensor};
+
+    fn arg(addr: u64) -> TaskArg {
+        let tensor = TaskTensor::new(
+            BufferHandle { addr, size: 1024 },
+            8,
+            &[4, 4],
+            &[4, 1],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap();
+        TaskArg {
+            tensor,
+            tag: TensorArgType::Input,
+        }
+    }
+
+    /// The image the stream builds, imported into device records, reads back exactly what
+    /// the same writes into device records directly would: across two rings in interleaved
+    /// submission order, with tasks that got no record (allocation tasks, before another
+    /// record and at a ring's end) read as empty, and a patched scalar.
+    #[test]
+    fn the_stream_image_imports_as_the_device_records_it_describes() {
+        let layout = PayloadsLayout::new([16, 16, 0, 0]).unwrap();
+        let mut want_mem = vec![Line([0; 64]); layout.size().div_ceil(64)];
+        let want = TaskPayloads::init(bytemuck::cast_slice_mut(&mut want_mem), &layout).unwrap();
+        let mut stream = ImagePayloads::default();
+        let k = |n: u32| MixedKernels {
+            aic: n,
+            aiv0: NO_KERNEL,
+            aiv1: n + 1,
+        };
+        let none = MixedKernels {
+            aic: NO_KERNEL,
+            aiv0: NO_KERNEL,
+            aiv1: NO_KERNEL,
+        };
+        // (ring, local, kernels, block count, tensors, scalars); locals 1 of ring 1 and 3 of
+        // ring 0 are allocation tasks, with no record.
+        type Write = (u32, u32, MixedKernels, u16, Vec<TaskArg>, Vec<u64>);
+        let writes: [Write; 5] = [
+            (1, 0, k(1), 2, vec![arg(0x1000), arg(0x2000)], vec![5, 6, 7]),
+            (0, 0, k(3), 1, vec![arg(0x3000)], vec![]),
+            (0, 1, none, 1, vec![], vec![9, 0, 0, 0, 0]),
+            (1, 2, k(5), 4, vec![arg(0x4000); 3], vec![1]),
+            (0, 2, k(7), 1, vec![arg(0x5000)], vec![2, 3]),
+        ];
+        for (rings, empties) in [(&mut stream as &dyn PayloadSink, false), (&want, true)] {
+            for (ring, local, kernels, blocks, args, scalars) in &writes {
+                rings.record(TaskId::new(*ring, *local), *kernels, *blocks, args, scalars);
+            }
+            if empties {
+                for id in [TaskId::new(1, 1), TaskId::new(0, 3)] {
+                    want.record(id, none, 1, &[], &[]);
+                }
+            }
+        }
+        assert!(stream.patch_scalar(TaskId::new(0, 1), 4, 0xAB));
+        assert!(want.patch_scalar(TaskId::new(0, 1), 4, 0xAB));
+        assert!(
+            !stream.patch_scalar(TaskId::new(0, 1), 5, 1),
+            "past the scalar count"
+        );
+        assert!(
+            !stream.patch_scalar(TaskId::new(1, 9), 0, 1),
+            "no such record"
+        );
+
+        let tasks = [4, 3, 0, 0];
+        let image = stream
+            .image(&tasks)
+            .expect("every ring within its count")
+            .to_vec();
+        let mut got_mem = vec![Line([0; 64]); layout.size().div_ceil(64)];
+        let got = TaskPayloads::init(bytemuck::cast_slice_mut(&mut got_mem), &layout).unwrap();
+        got.import(&tasks, &mut Reader::new(&image))
+            .expect("import");
+        for (ring, &n) in tasks.iter().enumerate() {
+            for local in 0..n {
+                let id = TaskId::new(ring as u32, local);
+                let (mut a, mut b) = (CoreTaskArgs::new(), CoreTaskArgs::new());
+                got.read_args(id, &mut a);
+                want.read_args(id, &mut b);
+                assert_eq!(a.tensors(), b.tensors(), "{id:?}");
+                assert_eq!(a.scalars(), b.scalars(), "{id:?}");
+                assert_eq!(got.kernels(id), want.kernels(id), "{id:?}");
+            }
+        }
+        // A ring with records past the count the image is taken for is refused.
+        assert!(stream.image(&[2, 3, 0, 0]).is_none());
+        // Cleared, the stream starts the next bind empty.
+        stream.clear();
+        assert_eq!(stream.image(&[0; 4]).map(<[u8]>::len), Some(0));
+    }
+}
