@@ -994,6 +994,24 @@ impl Inflight {
     }
 }
 
+/// Makes this (recorder) thread give way to the orchestration thread when both want one CPU:
+/// a batch thread does not preempt a running one when it wakes, and a lower priority gives
+/// it a smaller share. Recordings overlap the orchestration only where a CPU is spare (at the
+/// commit the orchestration thread waits, and the recorders have every CPU). Best effort: on
+/// a system that refuses, the thread keeps the default policy.
+fn yield_to_the_orchestration() {
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    // SAFETY: both calls act on the calling thread (id 0) and read only the parameter struct
+    // passed by reference, which lives across the call; failure is reported by the return
+    // value, which is ignored (best effort).
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
+
 /// Recorder threads at start.
 pub const RECORDERS_AT_START: usize = 8;
 /// Recorder threads at most.
@@ -1217,6 +1235,7 @@ impl Drop for RecorderPool {
 }
 
 fn recorder_main(index: usize, shared: &PoolShared) {
+    yield_to_the_orchestration();
     // This thread's retained storage, reused by every body it records, and its copy of the
     // boundary it records against (retained too: a warm recording allocates nothing).
     let mut recording = Recording::new();

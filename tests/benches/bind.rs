@@ -4,7 +4,7 @@
 //! invocations; its orchestration and body allocate nothing, so its allocation count is the
 //! runtime's and the staging's), a2a3sim, 8 clusters.
 //!
-//! Each case: one cold bind, then 10 warm binds in host-only mode of the same staged entry
+//! Each case: one cold bind, then 20 warm binds in host-only mode of the same staged entry
 //! tensors (the orchestration runs into the retained mirror and the image is built; the device
 //! run is skipped, so the figures are the host's), then 3 full binds that also run on the device and check the golden. Printed per
 //! phase: median and minimum over the warm host-only binds; minor page faults per warm bind
@@ -38,7 +38,7 @@ use simpler_tests::measure::{report, report_summary};
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const WARM: usize = 10;
+const WARM: usize = 20;
 
 fn main() {
     simpler_host::alloc_count::install(counter::thread);
