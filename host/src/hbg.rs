@@ -451,6 +451,15 @@ impl ChipWorker {
             .set_while_building(n);
     }
 
+    /// Blocks until every recorder thread has stood its storage up (they start at callable
+    /// registration and do it beside the first binds; a benchmark of steady-state binds waits
+    /// for it).
+    pub fn wait_for_recorders(&self) {
+        if let Some(pool) = &self.recorders {
+            pool.wait_settled();
+        }
+    }
+
     /// Recorder threads running.
     pub fn recorder_threads(&self) -> usize {
         self.recorders.as_ref().map_or(0, RecorderPool::threads)

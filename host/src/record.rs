@@ -1045,12 +1045,16 @@ struct PoolState {
     while_building: usize,
     /// A stand-up failure to inject into the next recording any thread takes.
     inject: Option<StandUpPart>,
+    /// Threads that have made their first attempt to stand their storage up.
+    settled: usize,
 }
 
 struct PoolShared {
     state: std::sync::Mutex<PoolState>,
     /// One per thread slot: a submit wakes only the thread it queued a job for.
     cvs: Vec<std::sync::Condvar>,
+    /// Signalled as each thread settles ([`RecorderPool::wait_settled`]).
+    settled_cv: std::sync::Condvar,
 }
 
 impl PoolShared {
@@ -1088,10 +1092,12 @@ impl RecorderPool {
                 cpus,
                 while_building: (cpus - 1).max(1),
                 inject: None,
+                settled: 0,
             }),
             cvs: (0..RECORDERS_MAX)
                 .map(|_| std::sync::Condvar::new())
                 .collect(),
+            settled_cv: std::sync::Condvar::new(),
         });
         let mut pool = Self {
             shared,
@@ -1212,6 +1218,20 @@ impl RecorderPool {
         self.lock().inject = Some(part);
     }
 
+    /// Blocks until every thread started so far has made its first attempt to stand its
+    /// storage up (a start-up cost that runs beside whatever the process does meanwhile; a
+    /// benchmark waits for it so that it measures the steady state).
+    pub fn wait_settled(&self) {
+        let mut st = self.lock();
+        while st.settled < st.workers.len() {
+            st = self
+                .shared
+                .settled_cv
+                .wait(st)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
     /// The keys each thread has recorded, in order.
     pub fn recorded_by_thread(&self) -> Vec<Vec<u64>> {
         self.lock()
@@ -1246,6 +1266,11 @@ fn recorder_main(index: usize, shared: &PoolShared) {
     // Prewarmed: the storage stands up now, off any bind, so no bind's recording pays for it
     // (or allocates for it). A failure here is retried, and reported, by the first recording.
     let _ = recording.stand_up_storage();
+    {
+        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.settled += 1;
+        shared.settled_cv.notify_all();
+    }
     loop {
         let job = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
