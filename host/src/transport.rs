@@ -35,7 +35,7 @@ pub struct HostImage<'a> {
     pub usage: Usage,
     /// The shared state's image (`SchedState::export`).
     pub sched: &'a [u8],
-    /// The payload records' image (`TaskPayloads::export`).
+    /// The payload records' image (the format `TaskPayloads::import` reads).
     pub payloads: &'a [u8],
     /// Edges the host's submits recorded.
     pub edges: u64,

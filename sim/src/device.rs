@@ -161,7 +161,7 @@ pub struct Prebuilt {
     pub usage: simpler_core::image::Usage,
     /// `SchedState::export` of the mirror.
     pub sched: Vec<u8>,
-    /// `TaskPayloads::export` of the mirror.
+    /// The payload records' image (the format `TaskPayloads::import` reads).
     pub payloads: Vec<u8>,
     /// Edges the host's submits recorded.
     pub edges: u64,
