@@ -1,11 +1,13 @@
 //! Per-slot task payloads: what the cores need to run a task, written by the orchestrator
 //! before the task is published and read by the scheduler that dispatches it.
 //!
-//! Each slot of each ring holds one record of atomic words (so the structure can be shared by
-//! the orchestrator and scheduler threads without locks or `unsafe`): the kernel id per core
-//! slot, the SPMD block count, the tensor and scalar counts, then the used tensors and scalars.
-//! Only the used words are copied. The publish (a Release in the slot state machine) orders
-//! the writes before any scheduler's pop of the task (an Acquire).
+//! A record is atomic words (so the structure can be shared by the orchestrator and scheduler
+//! threads without locks or `unsafe`): per slot a head (the kernel id per core slot, the SPMD
+//! block count, the tensor and scalar counts, where the body starts), and a body in the
+//! ring's arena holding only the used tensors and scalars. The publish (a Release in the slot
+//! state machine) orders the writes before any scheduler's pop of the task (an Acquire).
+//! [`PayloadSink`] is what the orchestration API writes through: these records on a device,
+//! the live image directly on a host build.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use simpler_core::image::{export_words, import_words, ImageError, Reader, Writer};
