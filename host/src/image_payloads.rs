@@ -107,8 +107,12 @@ impl PayloadSink for ImagePayloads {
         args: &[TaskArg],
         scalars: &[u64],
     ) {
+        let ring = task.ring() as usize;
+        if ring >= MAX_RINGS {
+            // Not an id an orchestrator hands out; the device's records would ignore it too.
+            return;
+        }
         let mut s = self.stream.borrow_mut();
-        let ring = (task.ring() as usize).min(MAX_RINGS - 1);
         s.fill(ring, task.local());
         if s.starts[ring].len() != task.local() as usize {
             // A record for a task already recorded (never done by the orchestrator): ignored,
