@@ -568,11 +568,10 @@ fn hand_over<E>(
 
 /// Kernel ids for the single-slot submit helpers.
 pub fn single(slot: CoreSlot, kernel: u32) -> MixedKernels {
-    let mut k = MixedKernels::NONE;
-    match slot {
-        CoreSlot::Aic => k.aic = kernel,
-        CoreSlot::Aiv0 => k.aiv0 = kernel,
-        CoreSlot::Aiv1 => k.aiv1 = kernel,
+    let on = |s: CoreSlot| if s == slot { kernel } else { NO_KERNEL };
+    MixedKernels {
+        aic: on(CoreSlot::Aic),
+        aiv0: on(CoreSlot::Aiv0),
+        aiv1: on(CoreSlot::Aiv1),
     }
-    k
 }

@@ -322,7 +322,7 @@ impl TaskTensor {
                 offsets: offsets.len(),
             });
         }
-        let mut out = *self;
+        let mut shapes_out = self.shapes;
         let mut start = self.start_offset;
         for dim in 0..rank {
             let (shape, offset, limit) = (shapes[dim], offsets[dim], self.shapes[dim]);
@@ -339,9 +339,13 @@ impl TaskTensor {
             }
             // offset < limit <= u32::MAX and the source's extent fits u64, so this stays in range.
             start += offset as u64 * self.strides[dim] as u64;
-            out.shapes[dim] = shape;
+            shapes_out[dim] = shape;
         }
-        out.start_offset = start;
+        let mut out = Self {
+            shapes: shapes_out,
+            start_offset: start,
+            ..*self
+        };
         out.refresh_caches();
         Ok(out)
     }
