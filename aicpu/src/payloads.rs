@@ -49,7 +49,8 @@ impl MixedKernels {
     }
 }
 
-const TENSOR_WORDS: usize = core::mem::size_of::<TaskTensor>() / 8;
+/// Words of one tensor in a record.
+pub const TENSOR_WORDS: usize = core::mem::size_of::<TaskTensor>() / 8;
 /// Words of a slot's head: the kernels, the block count, the tensor and scalar counts and
 /// where the body starts.
 const HEAD_WORDS: usize = 4;
@@ -127,6 +128,22 @@ impl Record<'_> {
     fn scalar_words(&self) -> &[AtomicU64] {
         &self.body[self.tensors * TENSOR_WORDS..]
     }
+}
+
+/// A record's first three head words, as the device's records hold them and an image carries
+/// them: the kernels of the AIC and AIV0 slots, the AIV1 kernel and the block count, and the
+/// tensor and scalar counts.
+pub fn head_words(
+    kernels: MixedKernels,
+    block_num: u16,
+    tensors: usize,
+    scalars: usize,
+) -> [u64; 3] {
+    [
+        kernels.aic as u64 | (kernels.aiv0 as u64) << 32,
+        kernels.aiv1 as u64 | (block_num as u64) << 32,
+        tensors as u64 | (scalars as u64) << 32,
+    ]
 }
 
 /// The tensor and scalar counts a head holds, clamped to the caps.
@@ -221,15 +238,9 @@ impl<'a> TaskPayloads<'a> {
             return;
         };
         self.cursors[ring].store(start + len, Ordering::Relaxed);
-        head[0].store(
-            kernels.aic as u64 | (kernels.aiv0 as u64) << 32,
-            Ordering::Relaxed,
-        );
-        head[1].store(
-            kernels.aiv1 as u64 | (block_num as u64) << 32,
-            Ordering::Relaxed,
-        );
-        head[2].store(nt as u64 | (ns as u64) << 32, Ordering::Relaxed);
+        for (cell, w) in head.iter().zip(head_words(kernels, block_num, nt, ns)) {
+            cell.store(w, Ordering::Relaxed);
+        }
         head[3].store(start as u64, Ordering::Relaxed);
         let (tensor_words, scalar_words) = body.split_at(nt * TENSOR_WORDS);
         for (cells, t) in tensor_words.chunks_exact(TENSOR_WORDS).zip(tensors) {

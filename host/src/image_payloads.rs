@@ -6,7 +6,7 @@
 //! A task the orchestration claims without a record (an allocation task, which no core runs)
 //! gets an empty one when the next record of its ring is written, or when the image is taken.
 
-use simpler_aicpu::payloads::{MixedKernels, PayloadSink, NO_KERNEL};
+use simpler_aicpu::payloads::{head_words, MixedKernels, PayloadSink, TENSOR_WORDS};
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::ring::MAX_RINGS;
 use simpler_core::TaskId;
@@ -14,7 +14,6 @@ use std::cell::RefCell;
 
 /// Words of a record before its body: task id, two kernel words, counts.
 const PREFIX_WORDS: usize = 4;
-const TENSOR_WORDS: usize = std::mem::size_of::<simpler_core::TaskTensor>() / 8;
 
 #[derive(Default)]
 struct Stream {
@@ -37,12 +36,9 @@ impl Stream {
         while self.starts[ring].len() < local as usize {
             let id = TaskId::new(ring as u32, self.starts[ring].len() as u32);
             self.starts[ring].push(self.words.len());
-            self.words.extend_from_slice(&[
-                id.0,
-                NO_KERNEL as u64 | (NO_KERNEL as u64) << 32,
-                NO_KERNEL as u64 | 1 << 32,
-                0,
-            ]);
+            self.words.push(id.0);
+            self.words
+                .extend_from_slice(&head_words(MixedKernels::NONE, 1, 0, 0));
         }
     }
 }
@@ -121,12 +117,9 @@ impl PayloadSink for ImagePayloads {
         }
         let at = s.words.len();
         s.starts[ring].push(at);
-        s.words.extend_from_slice(&[
-            task.0,
-            kernels.aic as u64 | (kernels.aiv0 as u64) << 32,
-            kernels.aiv1 as u64 | (block_num as u64) << 32,
-            args.len() as u64 | (scalars.len() as u64) << 32,
-        ]);
+        s.words.push(task.0);
+        s.words
+            .extend_from_slice(&head_words(kernels, block_num, args.len(), scalars.len()));
         for a in args {
             s.words
                 .extend_from_slice(bytemuck::cast_slice(std::slice::from_ref(&a.tensor)));
@@ -138,7 +131,7 @@ impl PayloadSink for ImagePayloads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
+    use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads, NO_KERNEL};
     use simpler_core::image::Reader;
     use simpler_core::layout::Line;
     use simpler_core::TensorArgType;
@@ -175,11 +168,7 @@ mod tests {
             aiv0: NO_KERNEL,
             aiv1: n + 1,
         };
-        let none = MixedKernels {
-            aic: NO_KERNEL,
-            aiv0: NO_KERNEL,
-            aiv1: NO_KERNEL,
-        };
+        let none = MixedKernels::NONE;
         // (ring, local, kernels, block count, tensors, scalars); locals 1 of ring 1 and 3 of
         // ring 0 are allocation tasks, with no record.
         type Write = (u32, u32, MixedKernels, u16, Vec<TaskArg>, Vec<u64>);

@@ -33,8 +33,8 @@
 //! Run: `cargo bench -p simpler-tests --bench bind`.
 
 use simpler_host::hbg::PHASES;
-use simpler_host::scenes;
-use simpler_host::{ChipArg, ChipWorker, HostTensor};
+use simpler_host::scenes::{self, Prepared};
+use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
 use simpler_tests::measure::{report, report_summary};
@@ -45,6 +45,28 @@ static GLOBAL: Counting = Counting;
 const WARM: usize = 20;
 const SETTLE: usize = 10;
 
+/// `scene`'s `case` on its own worker (a2a3sim, 256 MiB heaps, 512 MiB of GM), its callable
+/// registered and its recorder threads done standing their storage up (they do it as they
+/// start; measure after that).
+fn worker(scene: &str, case: &str) -> (Prepared, ChipWorker, CallableHandle) {
+    let p = scenes::find(scene)
+        .expect("scene")
+        .prepare(case)
+        .expect("case");
+    let mut config = DeviceConfig::new(Topology::A2a3);
+    config.ring.heap_bytes = 256 << 20;
+    config.gm_bytes = 512 << 20;
+    let mut w = ChipWorker::init(config).expect("device");
+    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    w.wait_for_recorders();
+    (p, w, h)
+}
+
+/// The index of bind phase `name` in `PHASES`.
+fn phase(name: &str) -> usize {
+    PHASES.iter().position(|p| *p == name).expect("phase")
+}
+
 fn main() {
     simpler_host::alloc_count::install(counter::thread);
     for (scene, case) in [
@@ -53,17 +75,7 @@ fn main() {
         ("graph_vector", "default"),
         ("dsv4_shaped", "default"),
     ] {
-        let p = scenes::find(scene)
-            .expect("scene")
-            .prepare(case)
-            .expect("case");
-        let mut config = DeviceConfig::new(Topology::A2a3);
-        config.ring.heap_bytes = 256 << 20;
-        config.gm_bytes = 512 << 20;
-        let mut w = ChipWorker::init(config).expect("device");
-        let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
-        // The recorder threads stand their storage up as they start; measure after that.
-        w.wait_for_recorders();
+        let (p, mut w, h) = worker(scene, case);
         let args = || -> Vec<ChipArg> { p.tensors.iter().cloned().map(ChipArg::Host).collect() };
         // Cold. The warm host-only binds bind the same staged entry (a host-only bind leaves it
         // as it was), as a model served again binds its staged inputs; `entry_restaging`
@@ -94,7 +106,6 @@ fn main() {
             let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
             allocs.push((counter::process() - before) as f64);
             thread_allocs.push(bind.phases.iter().map(|ph| ph.allocs).sum::<u64>() as f64);
-            let phase = |n: &str| PHASES.iter().position(|p| *p == n).expect("phase");
             mirror_allocs.push(
                 (bind.phases[phase("arena_build")].allocs + bind.phases[phase("shared_mem")].allocs)
                     as f64,
@@ -103,7 +114,7 @@ fn main() {
             for (i, ph) in bind.phases.iter().enumerate() {
                 times[i].push(ph.time.as_secs_f64() * 1e6);
             }
-            cpu_orch.push(bind.phases[2].cpu.as_secs_f64() * 1e6);
+            cpu_orch.push(bind.phases[phase("host_orch")].cpu.as_secs_f64() * 1e6);
             let g = bind.graph_phases;
             if g.recorded_nodes > 0 {
                 per_node.push(g.record_node.as_secs_f64() * 1e9 / g.recorded_nodes as f64);
@@ -123,7 +134,7 @@ fn main() {
             // The control plane's phases (arena_build, host_orch, graph_commit, shared_mem); the entry
             // staging (args) copies the inputs and faults in proportion to their size.
             faults.push(bind.phases[1..5].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
-            args_faults.push(bind.phases[0].minflt as f64);
+            args_faults.push(bind.phases[phase("args")].minflt as f64);
             image = bind.image_bytes;
             tasks = bind.tasks;
             graphs = bind.graphs;
@@ -173,7 +184,10 @@ fn main() {
             &mut orch_cpu,
             "us",
         );
-        let mut per_task: Vec<f64> = times[2].iter().map(|t| t * 1e3 / tasks as f64).collect();
+        let mut per_task: Vec<f64> = times[phase("host_orch")]
+            .iter()
+            .map(|t| t * 1e3 / tasks as f64)
+            .collect();
         report_summary(
             "bind",
             &format!("{name}_host_orch_per_task"),
@@ -262,17 +276,7 @@ fn main() {
 /// graph_commit (the host's time to a committed graph).
 fn recording_policy() {
     const BINDS: usize = 20;
-    let p = scenes::find("dsv4_shaped")
-        .expect("scene")
-        .prepare("default")
-        .expect("case");
-    let mut config = DeviceConfig::new(Topology::A2a3);
-    config.ring.heap_bytes = 256 << 20;
-    config.gm_bytes = 512 << 20;
-    let mut w = ChipWorker::init(config).expect("device");
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
-    // The recorder threads stand their storage up as they start; measure after that.
-    w.wait_for_recorders();
+    let (p, mut w, h) = worker("dsv4_shaped", "default");
     let mut a: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let arms = [("overlapped", (cpus - 1).max(1)), ("deferred", 0)];
@@ -284,9 +288,13 @@ fn recording_policy() {
             if round >= 2 {
                 let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
                 let f = &mut figures[arm];
-                f[0].push(us(bind.phases[2].time));
-                f[1].push(us(bind.phases[2].cpu));
-                f[2].push(us(bind.phases[2].time + bind.phases[3].time));
+                let (orch, commit) = (
+                    &bind.phases[phase("host_orch")],
+                    &bind.phases[phase("graph_commit")],
+                );
+                f[0].push(us(orch.time));
+                f[1].push(us(orch.cpu));
+                f[2].push(us(orch.time + commit.time));
             }
         }
     }
@@ -312,27 +320,14 @@ fn entry_restaging() {
         ("bgemm", "Case0", "bgemm_Case0"),
         ("dsv4_shaped", "default", "dsv4_shaped"),
     ] {
-        let p = scenes::find(scene)
-            .expect("scene")
-            .prepare(case)
-            .expect("case");
-        let mut config = DeviceConfig::new(Topology::A2a3);
-        config.ring.heap_bytes = 256 << 20;
-        config.gm_bytes = 512 << 20;
-        let mut w = ChipWorker::init(config).expect("device");
-        let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
-        // The recorder threads stand their storage up as they start; measure after that.
-        w.wait_for_recorders();
+        let (p, mut w, h) = worker(scene, case);
         let stage = || -> Vec<ChipArg> { p.tensors.iter().cloned().map(ChipArg::Host).collect() };
         let mut staged = stage();
         // The restaged arm's previous entry is dropped when the next is staged, before its own
         // bind: freeing hundreds of MB evicts the caches too, and must not land before a
         // rebound bind.
         let mut fresh: Vec<ChipArg>;
-        let shared_mem = PHASES
-            .iter()
-            .position(|p| *p == "shared_mem")
-            .expect("phase");
+        let (host_orch, shared_mem) = (phase("host_orch"), phase("shared_mem"));
         let mut figures = vec![[Vec::new(), Vec::new(), Vec::new()]; 2];
         for round in 0..2 + BINDS {
             for (arm, f) in figures.iter_mut().enumerate() {
@@ -345,8 +340,8 @@ fn entry_restaging() {
                 let (_, bind) = w.run_hbg_with(h, a, &p.scalars, false).expect("bind");
                 if round >= 2 {
                     let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
-                    f[0].push(us(bind.phases[2].time));
-                    f[1].push(us(bind.phases[2].cpu));
+                    f[0].push(us(bind.phases[host_orch].time));
+                    f[1].push(us(bind.phases[host_orch].cpu));
                     f[2].push(us(bind.phases[shared_mem].time));
                 }
             }

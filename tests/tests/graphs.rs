@@ -18,20 +18,31 @@ const N: u32 = 256;
 const BODIES: usize = 8;
 const REPS: u32 = 2;
 
+/// The entry's two tensors as one node's arguments: `x` read, `y` written in place.
+fn x_into_y(rt: &mut Rt<'_, '_>) -> Result<[TaskArg; 2], RtError> {
+    match rt.args().tensors() {
+        [x, y] => Ok([
+            TaskArg {
+                tensor: *x,
+                tag: TensorArgType::Input,
+            },
+            TaskArg {
+                tensor: *y,
+                tag: TensorArgType::OutputExisting,
+            },
+        ]),
+        _ => Err(rt.report_fatal(1)),
+    }
+}
+
 /// Body k: y = x + (k + 1), then y = y + (k + 1) again (two nodes, the second after the
 /// first: a write-after-write on y and a read of it).
 macro_rules! bodies {
     ($($name:ident = $k:expr),*) => {
         $(fn $name(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-            let [x, y] = match rt.args().tensors() {
-                [x, y] => [*x, *y],
-                _ => return Err(rt.report_fatal(1)),
-            };
+            let mut first = x_into_y(rt)?;
+            let y = first[1].tensor;
             let s = (($k + 1) as f32).to_bits() as u64;
-            let mut first = [
-                TaskArg { tensor: x, tag: TensorArgType::Input },
-                TaskArg { tensor: y, tag: TensorArgType::OutputExisting },
-            ];
             rt.submit_aiv(ADD_SCALAR, &mut first, &[s])?;
             let mut second = [
                 TaskArg { tensor: y, tag: TensorArgType::Input },
@@ -57,20 +68,7 @@ const ALL: [GraphBody; BODIES] = [b0, b1, b2, b3, b4, b5, b6, b7];
 
 /// A body with a Graph inside: its recording is unsupported.
 fn nested(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let [x, y] = match rt.args().tensors() {
-        [x, y] => [*x, *y],
-        _ => return Err(rt.report_fatal(1)),
-    };
-    let mut inner = [
-        TaskArg {
-            tensor: x,
-            tag: TensorArgType::Input,
-        },
-        TaskArg {
-            tensor: y,
-            tag: TensorArgType::OutputExisting,
-        },
-    ];
+    let mut inner = x_into_y(rt)?;
     rt.submit_graph(0, b0, &mut inner, &[])?;
     Ok(())
 }
@@ -322,41 +320,15 @@ fn a_replay_whose_aliased_views_are_spaced_differently_runs_inline_and_stays_rig
 
 /// Adds boundary scalar 0 (f32 bits) to `x` into `y`, passing the scalar on unchanged.
 fn add_forwarded(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let [x, y] = match rt.args().tensors() {
-        [x, y] => [*x, *y],
-        _ => return Err(rt.report_fatal(1)),
-    };
-    let mut a = [
-        TaskArg {
-            tensor: x,
-            tag: TensorArgType::Input,
-        },
-        TaskArg {
-            tensor: y,
-            tag: TensorArgType::OutputExisting,
-        },
-    ];
+    let mut a = x_into_y(rt)?;
     rt.submit_aiv(ADD_SCALAR, &mut a, &rt.args().scalars()[..1])?;
     Ok(())
 }
 
 /// The same, through a copy of the scalar: a plain value to the recorder.
 fn add_copied(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let [x, y] = match rt.args().tensors() {
-        [x, y] => [*x, *y],
-        _ => return Err(rt.report_fatal(1)),
-    };
     let s = rt.args().scalars()[0];
-    let mut a = [
-        TaskArg {
-            tensor: x,
-            tag: TensorArgType::Input,
-        },
-        TaskArg {
-            tensor: y,
-            tag: TensorArgType::OutputExisting,
-        },
-    ];
+    let mut a = x_into_y(rt)?;
     rt.submit_aiv(ADD_SCALAR, &mut a, &[s])?;
     Ok(())
 }
