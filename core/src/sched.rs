@@ -14,7 +14,7 @@ use crate::edge::{EdgeCell, EdgeRef};
 use crate::layout::{Carver, Layout, LayoutError, Line, Span};
 use crate::ready_queue::{ReadyQueue, ReadyQueueLayout};
 use crate::ring::{RingConfig, RingFlow, MAX_RINGS};
-use crate::slot::{SlotRef, SlotState, SlotStatus, SCOPE_BIT};
+use crate::slot::{SlotRef, SlotState, SlotStatus, SCOPE_BIT, SELF_REF};
 use crate::task_tensor::TaskId;
 use core::sync::atomic::Ordering;
 
@@ -423,7 +423,9 @@ impl<'a> SchedState<'a> {
                 self.release_fanout(SlotRef(cell.producer.load(Ordering::Relaxed)), 1);
             }
         }
-        self.release_fanout(r, 0);
+        // Last: until this release the slot cannot be consumed, so it still holds `task` (and
+        // its edge list) for the loops above.
+        self.release_fanout(r, SELF_REF);
     }
 
     /// Transition 8: adds `amount` released references to a task's fanout; consumes it when it
@@ -437,6 +439,11 @@ impl<'a> SchedState<'a> {
                 .load(Ordering::Relaxed)
                 .wrapping_add(amount);
             slot.fanout_refcount.store(refs, Ordering::Relaxed);
+            let count = slot.fanout_count.load(Ordering::Relaxed);
+            debug_assert!(
+                refs & SCOPE_BIT <= count & SCOPE_BIT && refs & !SCOPE_BIT <= count & !SCOPE_BIT,
+                "slot {r:?}: {refs:#x} fanout references released of {count:#x} claimed"
+            );
             let done = refs == slot.fanout_count.load(Ordering::Relaxed)
                 && slot.status.load(Ordering::Relaxed) == SlotStatus::Completed as u32;
             if done {
@@ -562,8 +569,11 @@ impl<'a> SchedState<'a> {
 
     /// Transition 7: an allocation task has no work; it is complete as soon as it exists.
     pub(crate) fn publish_completed(&self, r: SlotRef) {
-        self.slot(r)
-            .status
+        let slot = self.slot(r);
+        // Nothing else can reference the task before this publish, so no lock: it never runs,
+        // so its completion's reference is released at once.
+        slot.fanout_refcount.store(SELF_REF, Ordering::Relaxed);
+        slot.status
             .store(SlotStatus::Completed as u32, Ordering::Release);
     }
 

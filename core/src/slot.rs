@@ -42,10 +42,19 @@
 //! into an uncompleted producer's list, the producer cannot be consumed before it completes and
 //! releases the consumer.
 //!
-//! **Lifetime.** `fanout_count` starts at [`SCOPE_BIT`] (the owning scope's reference) and
-//! gains one per consumer edge claimed at submit. `fanout_refcount` gains one per released
-//! edge (WAIT-only edges right after wiring, RETAIN edges when the consumer completes) and
-//! [`SCOPE_BIT`] when the scope ends. A completed task whose two counts agree is CONSUMED.
+//! **Lifetime.** `fanout_count` starts at [`SCOPE_BIT`] (the owning scope's reference) plus
+//! [`SELF_REF`] (the task's own completion's) and gains one per RETAIN edge claimed at submit.
+//! `fanout_refcount` gains one per RETAIN edge when its consumer completes, [`SCOPE_BIT`] when
+//! the scope ends, and [`SELF_REF`] as the last step of the task's completion (at publish for
+//! an allocation task, which never runs). A completed task whose two counts agree is CONSUMED.
+//!
+//! The self reference keeps the slot the task's own until its completion is done with it. The
+//! completing thread releases its consumers first, then the producers it retained, reading its
+//! edge list from the slot; a consumer released early can complete and drop the last other
+//! reference meanwhile. Without the self reference that consumed the task mid-completion, its
+//! slot could be reclaimed and claimed again, and the completion went on to release the
+//! RETAIN producers of the slot's next task: one release too many, which left that producer's
+//! counts unequal for good, so it never retired and its ring filled up.
 //!
 //! ## Memory ordering
 //!
@@ -65,6 +74,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The owning scope's reference in `fanout_count` / `fanout_refcount`.
 pub const SCOPE_BIT: u32 = 0x8000_0000;
+
+/// The task's own completion's reference in `fanout_count` / `fanout_refcount`.
+pub const SELF_REF: u32 = 1;
 
 /// `fanin_count` of a task still being wired: no count of releases can equal it.
 pub(crate) const UNPUBLISHED: u32 = u32::MAX;
@@ -134,7 +146,7 @@ impl SlotRef {
 pub struct SlotState {
     pub(crate) status: AtomicU32,
     pub(crate) fanout_lock: AtomicU32,
-    /// Under `fanout_lock`: SCOPE_BIT plus consumer edges claimed.
+    /// Under `fanout_lock`: SCOPE_BIT, SELF_REF, plus RETAIN edges claimed.
     pub(crate) fanout_count: AtomicU32,
     /// Under `fanout_lock`: head of the list of WAIT edges to notify at completion.
     pub(crate) fanout_head: AtomicU32,
@@ -206,7 +218,8 @@ impl SlotState {
     ) {
         self.task_id.store(task.0, Ordering::Relaxed);
         self.heap_end.store(heap_end, Ordering::Relaxed);
-        self.fanout_count.store(SCOPE_BIT, Ordering::Relaxed);
+        self.fanout_count
+            .store(SCOPE_BIT + SELF_REF, Ordering::Relaxed);
         self.fanout_head.store(NIL, Ordering::Relaxed);
         self.fanout_refcount.store(0, Ordering::Relaxed);
         // No release can match this before publish stores the real count (see the module
