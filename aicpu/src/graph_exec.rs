@@ -20,9 +20,10 @@ use crate::payloads::NO_KERNEL;
 use simpler_core::chip::BufferHandle;
 use simpler_core::gm::Gm;
 use simpler_core::graph::{
-    GraphDefinitionHeader, GraphNodeDefinition, GraphScalarSourceRef, GraphTensor,
+    GraphDefinitionHeader, GraphNodeDefinition, GraphPredicate, GraphScalarSourceRef, GraphTensor,
     GraphTensorSourceRef, ScalarSourceKind, Section, TensorSourceKind, GRAPH_MAX_NODES,
 };
+use simpler_core::predicate::DispatchPredicate;
 use simpler_core::{AddressSpace, CoreTaskArgs, DataType, TaskId, TaskTensor};
 
 /// The first scalar of an outer GRAPH task.
@@ -244,6 +245,37 @@ impl Expansion {
             })?;
         }
         Ok(node)
+    }
+
+    /// The dispatch predicate of the node `node` records, its operand rebound for this
+    /// invocation, if it has one.
+    pub fn predicate(
+        &self,
+        gm: &dyn Gm,
+        node: &GraphNodeDefinition,
+    ) -> Result<Option<DispatchPredicate>, GraphExecError> {
+        let Some(at) = (node.predicate_slot as usize).checked_sub(1) else {
+            return Ok(None);
+        };
+        let p: GraphPredicate = self.element(gm, Section::Predicates, at)?;
+        if p.operand_source.kind() == Some(TensorSourceKind::OwnOutput) {
+            return Err(GraphExecError::Definition {
+                what: "predicate operand",
+            });
+        }
+        let operand = self.materialize(gm, &p.operand, &p.operand_source)?;
+        if p.elem_offset >= operand.extent_elems() {
+            return Err(GraphExecError::Definition {
+                what: "predicate element",
+            });
+        }
+        Ok(Some(DispatchPredicate {
+            addr: operand.data_addr() + p.elem_offset * p.elem_size as u64,
+            target: p.target,
+            elem_size: p.elem_size,
+            op: p.op,
+            reserved: [0; 6],
+        }))
     }
 
     /// This invocation's boundary scalar `index`.

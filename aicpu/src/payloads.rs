@@ -4,7 +4,8 @@
 //! A record is atomic words (so the structure can be shared by the orchestrator and scheduler
 //! threads without locks or `unsafe`): per slot a head (the kernel id per core slot, the SPMD
 //! block count, the tensor and scalar counts, where the body starts), and a body in the
-//! ring's arena holding only the used tensors and scalars. The publish (a Release in the slot
+//! ring's arena holding only the used tensors and scalars, then the task's dispatch predicate
+//! if it has one. The publish (a Release in the slot
 //! state machine) orders the writes before any scheduler's pop of the task (an Acquire).
 //! [`PayloadSink`] is what the orchestration API writes through: these records on a device,
 //! the live image directly on a host build.
@@ -14,6 +15,7 @@ use simpler_core::image::{export_words, import_words, ImageError, Reader, Writer
 use simpler_core::layout::{Carver, Layout, LayoutError, Span};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::orchestrator::TaskArg;
+use simpler_core::predicate::DispatchPredicate;
 use simpler_core::ring::MAX_RINGS;
 use simpler_core::{CoreTaskArgs, TaskId, TaskTensor};
 
@@ -56,8 +58,13 @@ pub const TENSOR_WORDS: usize = core::mem::size_of::<TaskTensor>() / 8;
 const HEAD_WORDS: usize = 4;
 /// The head words an image carries: all but the body's start, which the import chooses.
 const EXPORTED_HEAD_WORDS: usize = 3;
-/// The most words one record's body takes: every tensor and every scalar at their caps.
-pub const MAX_BODY_WORDS: usize = CORE_MAX_TENSOR_ARGS * TENSOR_WORDS + CORE_MAX_SCALAR_ARGS;
+/// The most words one record's body takes: every tensor and every scalar at their caps, and a
+/// predicate.
+pub const MAX_BODY_WORDS: usize =
+    CORE_MAX_TENSOR_ARGS * TENSOR_WORDS + CORE_MAX_SCALAR_ARGS + DispatchPredicate::WORDS;
+/// The bit of a head's counts word (above the tensor count) saying the body ends with a
+/// [`DispatchPredicate`].
+const PREDICATE_FLAG: u64 = 1 << 31;
 
 /// Where the payload records live: per ring, a dense array of slot heads and a body arena of
 /// `window × MAX_BODY_WORDS` words that the records' bodies (used tensors, then used scalars)
@@ -121,38 +128,66 @@ struct Record<'r> {
     head: &'r [AtomicU64],
     tensors: usize,
     scalars: usize,
+    predicated: bool,
     body: &'r [AtomicU64],
 }
 
 impl Record<'_> {
     fn scalar_words(&self) -> &[AtomicU64] {
-        &self.body[self.tensors * TENSOR_WORDS..]
+        let at = self.tensors * TENSOR_WORDS;
+        &self.body[at..at + self.scalars]
     }
+
+    fn predicate_words(&self) -> Option<&[AtomicU64]> {
+        let at = self.tensors * TENSOR_WORDS + self.scalars;
+        self.predicated
+            .then(|| &self.body[at..at + DispatchPredicate::WORDS])
+    }
+}
+
+/// Words of a body of `tensors` tensors, `scalars` scalars and maybe a predicate.
+const fn body_words(tensors: usize, scalars: usize, predicated: bool) -> usize {
+    tensors * TENSOR_WORDS
+        + scalars
+        + if predicated {
+            DispatchPredicate::WORDS
+        } else {
+            0
+        }
 }
 
 /// A record's first three head words, as the device's records hold them and an image carries
 /// them: the kernels of the AIC and AIV0 slots, the AIV1 kernel and the block count, and the
-/// tensor and scalar counts.
+/// tensor and scalar counts with whether a predicate follows them.
 pub fn head_words(
     kernels: MixedKernels,
     block_num: u16,
     tensors: usize,
     scalars: usize,
+    predicated: bool,
 ) -> [u64; 3] {
     [
         kernels.aic as u64 | (kernels.aiv0 as u64) << 32,
         kernels.aiv1 as u64 | (block_num as u64) << 32,
-        tensors as u64 | (scalars as u64) << 32,
+        tensors as u64 | (scalars as u64) << 32 | if predicated { PREDICATE_FLAG } else { 0 },
     ]
 }
 
-/// The tensor and scalar counts a head holds, clamped to the caps.
-fn counts(head: &[AtomicU64]) -> (usize, usize) {
-    let counts = head[2].load(Ordering::Relaxed);
+/// The tensor and scalar counts a head's counts word (the third of [`head_words`]) holds,
+/// unclamped, and whether a predicate follows.
+pub const fn decode_counts(counts: u64) -> (usize, usize, bool) {
     (
-        (counts as u32 as usize).min(CORE_MAX_TENSOR_ARGS),
-        ((counts >> 32) as usize).min(CORE_MAX_SCALAR_ARGS),
+        (counts & (PREDICATE_FLAG - 1)) as usize,
+        (counts >> 32) as usize,
+        counts & PREDICATE_FLAG != 0,
     )
+}
+
+/// The tensor and scalar counts a head holds, clamped to the caps, and whether a predicate
+/// follows.
+fn counts(head: &[AtomicU64]) -> (usize, usize, bool) {
+    let (t, s, p) = decode_counts(head[2].load(Ordering::Relaxed));
+    (t.min(CORE_MAX_TENSOR_ARGS), s.min(CORE_MAX_SCALAR_ARGS), p)
 }
 
 impl<'a> TaskPayloads<'a> {
@@ -199,14 +234,15 @@ impl<'a> TaskPayloads<'a> {
     /// `task`'s record, if its head names a body inside the arena.
     fn record(&self, task: TaskId) -> Option<Record<'_>> {
         let head = self.head(task)?;
-        let (tensors, scalars) = counts(head);
+        let (tensors, scalars, predicated) = counts(head);
         let start = head[3].load(Ordering::Relaxed) as usize;
-        let len = tensors * TENSOR_WORDS + scalars;
+        let len = body_words(tensors, scalars, predicated);
         let body = self.bodies[task.ring() as usize].get(start..start.checked_add(len)?)?;
         Some(Record {
             head,
             tensors,
             scalars,
+            predicated,
             body,
         })
     }
@@ -220,6 +256,7 @@ impl<'a> TaskPayloads<'a> {
         block_num: u16,
         tensors: impl ExactSizeIterator<Item = TaskTensor>,
         scalars: &[u64],
+        predicate: Option<&DispatchPredicate>,
     ) {
         let Some(head) = self.head(task) else {
             return;
@@ -227,7 +264,7 @@ impl<'a> TaskPayloads<'a> {
         let ring = task.ring() as usize;
         let nt = tensors.len().min(CORE_MAX_TENSOR_ARGS);
         let ns = scalars.len().min(CORE_MAX_SCALAR_ARGS);
-        let len = nt * TENSOR_WORDS + ns;
+        let len = body_words(nt, ns, predicate.is_some());
         let arena = self.bodies[ring];
         let mut start = self.cursors[ring].load(Ordering::Relaxed);
         if start + len > arena.len() {
@@ -238,11 +275,13 @@ impl<'a> TaskPayloads<'a> {
             return;
         };
         self.cursors[ring].store(start + len, Ordering::Relaxed);
-        for (cell, w) in head.iter().zip(head_words(kernels, block_num, nt, ns)) {
+        let words = head_words(kernels, block_num, nt, ns, predicate.is_some());
+        for (cell, w) in head.iter().zip(words) {
             cell.store(w, Ordering::Relaxed);
         }
         head[3].store(start as u64, Ordering::Relaxed);
-        let (tensor_words, scalar_words) = body.split_at(nt * TENSOR_WORDS);
+        let (tensor_words, rest) = body.split_at(nt * TENSOR_WORDS);
+        let (scalar_words, predicate_words) = rest.split_at(ns);
         for (cells, t) in tensor_words.chunks_exact(TENSOR_WORDS).zip(tensors) {
             let words: [u64; TENSOR_WORDS] = bytemuck::cast(t);
             for (cell, w) in cells.iter().zip(words) {
@@ -252,6 +291,22 @@ impl<'a> TaskPayloads<'a> {
         for (cell, &v) in scalar_words.iter().zip(scalars) {
             cell.store(v, Ordering::Relaxed);
         }
+        if let Some(p) = predicate {
+            for (cell, w) in predicate_words.iter().zip(p.to_words()) {
+                cell.store(w, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `task`'s dispatch predicate, if its record carries one.
+    pub fn predicate(&self, task: TaskId) -> Option<DispatchPredicate> {
+        let rec = self.record(task)?;
+        let cells = rec.predicate_words()?;
+        let mut words = [0u64; DispatchPredicate::WORDS];
+        for (w, cell) in words.iter_mut().zip(cells) {
+            *w = cell.load(Ordering::Relaxed);
+        }
+        Some(DispatchPredicate::from_words(words))
     }
 
     /// Copies `task`'s first `out.len()` scalars (fewer if it has fewer) into `out`; returns
@@ -384,8 +439,7 @@ impl TaskPayloads<'_> {
             })?;
             next[ring] += 1;
             import_words(&head[..EXPORTED_HEAD_WORDS], r)?;
-            let counts = head[2].load(Ordering::Relaxed);
-            let (nt, ns) = (counts as u32 as usize, (counts >> 32) as usize);
+            let (nt, ns, predicated) = decode_counts(head[2].load(Ordering::Relaxed));
             if nt > CORE_MAX_TENSOR_ARGS {
                 return Err(ImageError::Usage {
                     field: "payload.tensors",
@@ -399,7 +453,7 @@ impl TaskPayloads<'_> {
                 });
             }
             let start = starts[ring];
-            let end = start + nt * TENSOR_WORDS + ns;
+            let end = start + body_words(nt, ns, predicated);
             let body = self.bodies[ring].get(start..end).ok_or(ImageError::Usage {
                 field: "payload.words",
                 value: end as u64,
@@ -418,8 +472,8 @@ impl TaskPayloads<'_> {
 /// Where an orchestrator puts each task's payload record: the shared records a device's
 /// schedulers read ([`TaskPayloads`]), or a host build's image.
 pub trait PayloadSink {
-    /// Records `task`'s payload: its kernels, block count, the tensors of `args` and
-    /// `scalars` (within the caps, checked by the caller).
+    /// Records `task`'s payload: its kernels, block count, the tensors of `args`, `scalars`
+    /// (within the caps, checked by the caller) and its dispatch predicate.
     fn record(
         &self,
         task: TaskId,
@@ -427,6 +481,7 @@ pub trait PayloadSink {
         block_num: u16,
         args: &[TaskArg],
         scalars: &[u64],
+        predicate: Option<&DispatchPredicate>,
     );
 }
 
@@ -438,6 +493,7 @@ impl PayloadSink for TaskPayloads<'_> {
         block_num: u16,
         args: &[TaskArg],
         scalars: &[u64],
+        predicate: Option<&DispatchPredicate>,
     ) {
         self.write(
             task,
@@ -445,6 +501,7 @@ impl PayloadSink for TaskPayloads<'_> {
             block_num,
             args.iter().map(|a| a.tensor),
             scalars,
+            predicate,
         );
     }
 }

@@ -13,6 +13,7 @@ use simpler_core::deps::ExplicitDep;
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::orchestrator::{Orchestrator, SubmitError, Task, TaskArg, Waiter};
+use simpler_core::predicate::{Predicate, PredicateError};
 use simpler_core::scope::{ScopeError, ScopeMode};
 use simpler_core::slot::SlotStatus;
 use simpler_core::{OrchArgs, TaskId, TaskTensor};
@@ -44,6 +45,14 @@ pub enum RtError {
     Fatal(u32),
     /// The run was aborted from outside (a kernel failure, the watchdog).
     Aborted(u32),
+    /// A dispatch predicate was refused.
+    Predicate(PredicateError),
+}
+
+impl From<PredicateError> for RtError {
+    fn from(e: PredicateError) -> Self {
+        Self::Predicate(e)
+    }
 }
 
 impl From<SubmitError> for RtError {
@@ -77,6 +86,8 @@ pub struct SubmittedTask<'t> {
     pub scope_depth: usize,
     /// Whether it is an allocation task.
     pub alloc: bool,
+    /// Its dispatch predicate (`None` for a kernel-less task, which drops one).
+    pub predicate: Option<&'t Predicate>,
 }
 
 /// Sees every task right after it is submitted, with the edges its submit recorded
@@ -381,6 +392,34 @@ impl<'r, 'a> Rt<'r, 'a> {
         scalars: &[u64],
         deps: &[ExplicitDep],
     ) -> Result<TaskId, RtError> {
+        self.submit_task(kernels, block_num, args, scalars, deps, None)
+    }
+
+    /// [`Self::submit`] with a dispatch predicate: the task runs only if `predicate` holds
+    /// when it is ready to dispatch; otherwise it retires without running and its consumers
+    /// go on (they see its outputs as it left them: unwritten, for runtime-allocated ones).
+    /// The operand's producers become the task's producers. A kernel-less task drops it.
+    pub fn submit_predicated(
+        &mut self,
+        predicate: &Predicate,
+        kernels: MixedKernels,
+        block_num: u16,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, RtError> {
+        self.submit_task(kernels, block_num, args, scalars, deps, Some(predicate))
+    }
+
+    fn submit_task(
+        &mut self,
+        kernels: MixedKernels,
+        block_num: u16,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+        deps: &[ExplicitDep],
+        predicate: Option<&Predicate>,
+    ) -> Result<TaskId, RtError> {
         self.check()?;
         if scalars.len() > CORE_MAX_SCALAR_ARGS {
             return Err(self.fail(RtError::TooManyScalars {
@@ -412,17 +451,29 @@ impl<'r, 'a> Rt<'r, 'a> {
         // outer task, a dummy) keeps its header and scalars only, which also keeps it small
         // in an hbg image.
         let dispatched = !mask.is_empty();
+        // Nothing to skip on a kernel-less task: its predicate is dropped, as the reference
+        // drops it (no dependency on the operand either).
+        let predicate = predicate.filter(|_| dispatched);
+        let resolved = predicate.map(Predicate::resolve);
         let result = self.orch.submit_with(
             Task {
                 mask,
                 block_num,
                 args: &mut *args,
                 deps,
+                predicate,
             },
             &mut self.waiter,
             |id, args| {
                 let shown = if dispatched { args.len() } else { 0 };
-                payloads.record(id, kernels, block_num, &args[..shown], scalars)
+                payloads.record(
+                    id,
+                    kernels,
+                    block_num,
+                    &args[..shown],
+                    scalars,
+                    resolved.as_ref(),
+                )
             },
         );
         let id = result.map_err(|e| self.fail(e.into()))?;
@@ -436,6 +487,7 @@ impl<'r, 'a> Rt<'r, 'a> {
             scalars,
             scope_depth,
             alloc: false,
+            predicate,
         });
         Ok(id)
     }
@@ -488,6 +540,7 @@ impl<'r, 'a> Rt<'r, 'a> {
             scalars: &[],
             scope_depth,
             alloc: true,
+            predicate: None,
         });
         Ok(id)
     }

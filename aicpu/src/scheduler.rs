@@ -12,6 +12,7 @@ use crate::platform::Platform;
 use simpler_core::cores::{ActiveMask, ResourceShape};
 use simpler_core::gm::Gm;
 use simpler_core::handshake::{next_token, FIN_BIT, NO_ERROR};
+use simpler_core::predicate::PredicateError;
 use simpler_core::sched::SchedState;
 use simpler_core::CoreTaskArgs;
 use simpler_core::TaskId;
@@ -94,6 +95,13 @@ pub enum SchedError {
         /// Why.
         error: GraphExecError,
     },
+    /// A task's dispatch predicate could not be evaluated.
+    Predicate {
+        /// The task.
+        task: TaskId,
+        /// Why.
+        error: PredicateError,
+    },
 }
 
 /// When a timed pass started, finished handling completions, and ended (platform cycles).
@@ -123,6 +131,9 @@ pub struct Scheduler {
     pub completed: u64,
     /// Subtasks this thread dispatched.
     pub dispatched: u64,
+    /// Tasks whose dispatch predicate failed: retired without running (counted in
+    /// `completed` too), ordinary tasks and Graph nodes alike.
+    pub skipped: u64,
     /// Passes this thread ran.
     pub loops: u64,
     /// Ready-queue pops it attempted, and those that found a task.
@@ -147,6 +158,7 @@ impl Scheduler {
             partial: [None; 3],
             completed: 0,
             dispatched: 0,
+            skipped: 0,
             loops: 0,
             pops: 0,
             pop_hits: 0,
@@ -217,10 +229,13 @@ impl Scheduler {
             shared.complete(task);
             self.completed += 1;
         }
+        let skipped = self.skipped;
         for shape in [ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv] {
-            progress |= self.dispatch_shape(shape, platform, shared, payloads)?;
+            progress |= self.dispatch_shape(shape, platform, shared, payloads, gm)?;
         }
         progress |= self.dispatch_graphs(platform, shared, gm)?;
+        // A task retired by its predicate is progress even if nothing was dispatched.
+        progress |= self.skipped != skipped;
         if timed {
             self.last_pass = PassTimes {
                 start,
@@ -349,9 +364,21 @@ impl Scheduler {
                         | ((kernels[1] != NO_KERNEL) as u8) << 1
                         | ((kernels[2] != NO_KERNEL) as u8) << 2,
                 );
-                if mask.is_empty() {
+                // A failing predicate retires the node as a kernel-less one (decided before its
+                // first block is placed).
+                let skip = e.next_block == 0
+                    && !mask.is_empty()
+                    && match e.predicate(gm, &node).map_err(err)? {
+                        Some(p) => !p.evaluate(gm).map_err(|error| SchedError::Predicate {
+                            task: Expansion::id(slot, i),
+                            error,
+                        })?,
+                        None => false,
+                    };
+                if mask.is_empty() || skip {
                     self.expansions[slot].as_mut().map(Expansion::pop_front);
                     self.finish_internal(slot, i, true, gm, shared)?;
+                    self.skipped += skip as u64;
                     progress = true;
                     continue;
                 }
@@ -408,20 +435,42 @@ impl Scheduler {
         self.cores[i].running.is_none()
     }
 
-    /// The next task of `shape` to place: a partially placed SPMD task first.
-    fn next_task(&mut self, shape: ResourceShape, shared: &SchedState<'_>) -> Option<Partial> {
+    /// The next task of `shape` to place: a partially placed SPMD task first. A popped task
+    /// whose dispatch predicate fails is retired here, without running, and the next popped.
+    fn next_task(
+        &mut self,
+        shape: ResourceShape,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
+    ) -> Result<Option<Partial>, SchedError> {
         let s = shape as usize;
         if let Some(p) = self.partial[s] {
-            return Some(p);
+            return Ok(Some(p));
         }
-        self.pops += 1;
-        let task = shared.pop_ready(shape)?;
-        self.pop_hits += 1;
-        shared.mark_running(task);
-        Some(Partial {
-            task,
-            next_block: 0,
-        })
+        loop {
+            self.pops += 1;
+            let Some(task) = shared.pop_ready(shape) else {
+                return Ok(None);
+            };
+            self.pop_hits += 1;
+            shared.mark_running(task);
+            if let Some(predicate) = payloads.predicate(task) {
+                let runs = predicate
+                    .evaluate(gm)
+                    .map_err(|error| SchedError::Predicate { task, error })?;
+                if !runs {
+                    shared.complete(task);
+                    self.completed += 1;
+                    self.skipped += 1;
+                    continue;
+                }
+            }
+            return Ok(Some(Partial {
+                task,
+                next_block: 0,
+            }));
+        }
     }
 
     fn dispatch_shape(
@@ -430,6 +479,7 @@ impl Scheduler {
         platform: &mut impl Platform,
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
     ) -> Result<bool, SchedError> {
         let mut progress = false;
         loop {
@@ -449,7 +499,7 @@ impl Scheduler {
             if shape == ResourceShape::Mix && !(0..self.count).any(|i| self.idle(i)) {
                 return Ok(progress);
             }
-            let Some(mut p) = self.next_task(shape, shared) else {
+            let Some(mut p) = self.next_task(shape, shared, payloads, gm)? else {
                 return Ok(progress);
             };
             let (kernels, block_num) = payloads.kernels(p.task);

@@ -1,11 +1,13 @@
 //! Task payload records: what a write stores is what dispatch reads back, for every task a ring
-//! can hold live at once, whatever the mix of record sizes; the live image round-trips into a
+//! can hold live at once, whatever the mix of record sizes and predicates; the live image
+//! round-trips into a
 //! fresh region; and an image whose records break the caps is refused with the field at fault.
 
 use simpler_aicpu::payloads::{MixedKernels, PayloadsLayout, TaskPayloads};
 use simpler_core::image::{ImageError, Reader, Writer};
 use simpler_core::layout::Line;
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
+use simpler_core::predicate::DispatchPredicate;
 use simpler_core::{AddressSpace, BufferHandle, CoreTaskArgs, DataType, TaskId, TaskTensor};
 
 const WINDOW: u32 = 8;
@@ -34,12 +36,14 @@ fn tensor(task: u32, i: usize) -> TaskTensor {
     .unwrap()
 }
 
-/// What task `local` of a run writes: `nt` tensors, `ns` scalars, its own kernels.
+/// What task `local` of a run writes: `nt` tensors, `ns` scalars, its own kernels, and a
+/// predicate on every third task.
 struct Written {
     kernels: MixedKernels,
     block_num: u16,
     tensors: Vec<TaskTensor>,
     scalars: Vec<u64>,
+    predicate: Option<DispatchPredicate>,
 }
 
 fn written(local: u32, nt: usize, ns: usize) -> Written {
@@ -52,6 +56,13 @@ fn written(local: u32, nt: usize, ns: usize) -> Written {
         block_num: (local % 7 + 1) as u16,
         tensors: (0..nt).map(|i| tensor(local, i)).collect(),
         scalars: (0..ns).map(|i| (local as u64) << 16 | i as u64).collect(),
+        predicate: (local % 3 == 0).then_some(DispatchPredicate {
+            addr: 0x4000 + local as u64,
+            target: -(local as i64),
+            elem_size: 4,
+            op: (local % 6 + 1) as u8,
+            reserved: [0; 6],
+        }),
     }
 }
 
@@ -62,6 +73,7 @@ fn write(p: &TaskPayloads<'_>, id: TaskId, w: &Written) {
         w.block_num,
         w.tensors.iter().copied(),
         &w.scalars,
+        w.predicate.as_ref(),
     );
 }
 
@@ -71,6 +83,7 @@ fn assert_reads(p: &TaskPayloads<'_>, id: TaskId, w: &Written) {
     assert_eq!(args.tensors(), &w.tensors[..], "tensors of {id:?}");
     assert_eq!(args.scalars(), &w.scalars[..], "scalars of {id:?}");
     assert_eq!(p.kernels(id), (w.kernels, w.block_num), "kernels of {id:?}");
+    assert_eq!(p.predicate(id), w.predicate, "predicate of {id:?}");
     let mut scalars = [0u64; CORE_MAX_SCALAR_ARGS];
     let n = p.scalars(id, &mut scalars);
     assert_eq!(&scalars[..n], &w.scalars[..]);
@@ -123,6 +136,7 @@ fn patching_a_scalar_changes_that_scalar_only_and_refuses_one_past_the_count() {
     let p = TaskPayloads::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
     let id = TaskId::new(0, 3);
     let mut w = written(3, 2, 4);
+    assert!(w.predicate.is_some(), "a predicate follows the scalars");
     write(&p, id, &w);
     assert!(p.patch_scalar(id, 1, 0xFEED));
     w.scalars[1] = 0xFEED;
@@ -153,7 +167,9 @@ fn the_live_image_imports_into_a_fresh_region() {
     // Only the used words travel: each record's task id, its head's three words and its body.
     let used: usize = log
         .iter()
-        .map(|(_, w)| 4 + w.tensors.len() * 16 + w.scalars.len())
+        .map(|(_, w)| {
+            4 + w.tensors.len() * 16 + w.scalars.len() + 3 * w.predicate.is_some() as usize
+        })
         .sum();
     assert_eq!(len, used * 8);
 
@@ -234,6 +250,7 @@ fn an_image_over_the_caps_or_the_arena_is_refused_by_field() {
     ));
 }
 
+/// Whole-cap records with a predicate each: the largest a body gets.
 #[test]
 fn a_ring_of_whole_cap_records_fills_the_arena_exactly_and_imports() {
     let layout = layout();
@@ -241,7 +258,10 @@ fn a_ring_of_whole_cap_records_fills_the_arena_exactly_and_imports() {
     let p = TaskPayloads::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
     let tasks = [WINDOW, 0, 0, 0];
     let log: Vec<Written> = (0..WINDOW)
-        .map(|l| written(l, CORE_MAX_TENSOR_ARGS, CORE_MAX_SCALAR_ARGS))
+        .map(|l| Written {
+            predicate: written(0, 0, 0).predicate,
+            ..written(l, CORE_MAX_TENSOR_ARGS, CORE_MAX_SCALAR_ARGS)
+        })
         .collect();
     for (l, w) in log.iter().enumerate() {
         write(&p, TaskId::new(0, l as u32), w);

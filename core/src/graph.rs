@@ -1060,6 +1060,17 @@ const_assert_eq!(size_of::<TaskTensor>(), 128);
 // Builder input
 // ------------------------------------------------------------------------------------------
 
+/// Whether a predicate reads an element inside its operand's extent, of a width the device
+/// compares, with a known operator.
+fn predicate_ok(elem_offset: u64, extent: u64, elem_size: u8, op: u8) -> bool {
+    elem_offset < extent
+        && matches!(elem_size, 1 | 2 | 4 | 8)
+        && crate::predicate::PredicateOp::from_raw(op).is_some()
+}
+
+/// The `task_attrs` bit of a node with a dispatch predicate (the reference's `has_predicate`).
+pub const TASK_ATTR_PREDICATE: u8 = 1 << 2;
+
 /// One recorded node: its fields and the ranges it owns in the input's flat arrays.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecordedNode {
@@ -1335,6 +1346,12 @@ pub enum DefinitionError {
         /// The node.
         node: usize,
     },
+    /// A predicate names no element of its operand, or compares in a way the device does not
+    /// (an unknown operator, a width other than 1, 2, 4 or 8 bytes).
+    PredicateElement {
+        /// The node.
+        node: usize,
+    },
     /// The execution storage does not fit a `u32`.
     StorageTooLarge,
     /// The output buffer is shorter than the image.
@@ -1469,6 +1486,10 @@ impl fmt::Display for DefinitionError {
             Self::PredicateOwnOutput { node } => {
                 write!(f, "node {node}: the predicate reads the node's own output")
             }
+            Self::PredicateElement { node } => write!(
+                f,
+                "node {node}: the predicate's element, width or operator is invalid"
+            ),
             Self::StorageTooLarge => f.write_str("execution storage exceeds u32"),
             Self::OutputTooSmall { needed, provided } => {
                 write!(f, "image needs {needed} bytes, {provided} given")
@@ -1768,6 +1789,14 @@ fn plan(input: &DefinitionInput<'_>) -> Result<Plan, DefinitionError> {
             }
             if !source_ok(src.kind, src.index, src.packed_offset, i, b, window) {
                 return Err(DefinitionError::TensorSource { node: i, arg: None });
+            }
+            if !predicate_ok(
+                pred.elem_offset,
+                pred.operand.extent_elems(),
+                pred.elem_size,
+                pred.op,
+            ) {
+                return Err(DefinitionError::PredicateElement { node: i });
             }
             predicates += 1;
         }
@@ -2387,6 +2416,14 @@ impl<'a> DefinitionView<'a> {
                 self.check_tensor(&pred.operand, Section::Predicates, p as usize - 1)?;
                 if pred.operand_source.kind() == Some(TensorSourceKind::OwnOutput) {
                     return Err(bad(Section::Predicates, p as usize - 1, "operand_source"));
+                }
+                if !predicate_ok(
+                    pred.elem_offset,
+                    pred.operand.extent_elem,
+                    pred.elem_size,
+                    pred.op,
+                ) {
+                    return Err(bad(Section::Predicates, p as usize - 1, "elem_offset"));
                 }
                 self.check_source(&pred.operand_source, i, Section::Predicates, p as usize - 1)?;
             }

@@ -67,6 +67,8 @@ pub mod limits;
 pub mod orchestrator;
 // Whether two views of one buffer may share an element (range test, exact box test).
 pub mod overlap;
+// Dispatch predicates: run a task only if one element compares true.
+pub mod predicate;
 // Bounded lock-free MPMC ready queues (Vyukov).
 pub mod ready_queue;
 // Ring selection, the heap ring, and the flow-control words shared with schedulers.

@@ -31,6 +31,7 @@ use crate::deps::{self, DepFlags, ExplicitDep};
 use crate::edge::{EdgeCursor, EdgeRef};
 use crate::layout::{Carver, Layout, LayoutError, Span};
 use crate::limits::CORE_MAX_TENSOR_ARGS;
+use crate::predicate::Predicate;
 use crate::ring::{HeapClaim, HeapRing, MAX_RINGS, PACKED_OUTPUT_ALIGN};
 use crate::sched::{SchedState, SchedStateLayout};
 use crate::scope::{ScopeError, ScopeMode, ScopeStack};
@@ -64,6 +65,9 @@ pub struct Task<'t> {
     pub args: &'t mut [TaskArg],
     /// Dependencies beyond what its tensors imply.
     pub deps: &'t [ExplicitDep],
+    /// Its dispatch predicate, if any: the operand's producers become its producers (as an
+    /// INPUT's would), and the scheduler decides at dispatch whether it runs.
+    pub predicate: Option<&'t Predicate>,
 }
 
 /// A resource a submit is waiting for.
@@ -528,6 +532,10 @@ impl<'a> Orchestrator<'a> {
             subtasks,
             bytes,
             task.args,
+            task.predicate.map(|p| TaskArg {
+                tensor: *p.operand(),
+                tag: TensorArgType::Input,
+            }),
             task.deps,
             false,
             waiter,
@@ -561,6 +569,7 @@ impl<'a> Orchestrator<'a> {
             1,
             bytes,
             outputs,
+            None,
             &[],
             true,
             waiter,
@@ -587,6 +596,7 @@ impl<'a> Orchestrator<'a> {
         subtasks: u32,
         bytes: u64,
         args: &mut [TaskArg],
+        reads: Option<TaskArg>,
         explicit: &[ExplicitDep],
         alloc_only: bool,
         waiter: &mut impl Waiter,
@@ -642,7 +652,14 @@ impl<'a> Orchestrator<'a> {
                     .map_err(late)?;
             }
         }
-        for a in args.iter().filter(|a| deps::follows_creator(a.tag)) {
+        // `reads`: a tensor the task reads without passing it to its kernels (a predicate's
+        // operand), tracked as an INPUT.
+        let args: &[TaskArg] = args;
+        for a in args
+            .iter()
+            .chain(reads.iter())
+            .filter(|a| deps::follows_creator(a.tag))
+        {
             let owner = a.tensor.owner_task_id();
             if owner.is_valid() && !self.wiring.is_retired(owner) {
                 self.wiring
@@ -663,7 +680,7 @@ impl<'a> Orchestrator<'a> {
         let manual_scope = self.scopes.is_manual();
         let war = self.track_war;
         let mut inserts = 0u32;
-        for a in args.iter() {
+        for a in args.iter().chain(reads.iter()) {
             if !deps::follows_creator(a.tag) || manual_scope || a.tensor.manual_dep() {
                 continue;
             }
@@ -707,7 +724,7 @@ impl<'a> Orchestrator<'a> {
         }
         if inserts > 0 {
             self.reserve_map(inserts, waiter).map_err(late)?;
-            for a in args.iter() {
+            for a in args.iter().chain(reads.iter()) {
                 if manual_scope || a.tensor.manual_dep() {
                     continue;
                 }

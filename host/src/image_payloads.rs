@@ -1,13 +1,15 @@
 //! hbg's payload records, written straight into the live image's format as the orchestration
-//! submits (per record: task id, kernels, block count, counts, used tensors, used scalars; see
+//! submits (per record: task id, kernels, block count, counts, used tensors, used scalars, the
+//! dispatch predicate if any; see
 //! `TaskPayloads::import`), so a bind ships them as they are instead of exporting them from a
 //! mirror of the device's records.
 //!
 //! A task the orchestration claims without a record (an allocation task, which no core runs)
 //! gets an empty one when the next record of its ring is written, or when the image is taken.
 
-use simpler_aicpu::payloads::{head_words, MixedKernels, PayloadSink, TENSOR_WORDS};
+use simpler_aicpu::payloads::{decode_counts, head_words, MixedKernels, PayloadSink, TENSOR_WORDS};
 use simpler_core::orchestrator::TaskArg;
+use simpler_core::predicate::DispatchPredicate;
 use simpler_core::ring::MAX_RINGS;
 use simpler_core::TaskId;
 use std::cell::RefCell;
@@ -38,7 +40,7 @@ impl Stream {
             self.starts[ring].push(self.words.len());
             self.words.push(id.0);
             self.words
-                .extend_from_slice(&head_words(MixedKernels::NONE, 1, 0, 0));
+                .extend_from_slice(&head_words(MixedKernels::NONE, 1, 0, 0, false));
         }
     }
 }
@@ -64,8 +66,7 @@ impl ImagePayloads {
         else {
             return false;
         };
-        let counts = s.words[at + 3];
-        let (nt, ns) = (counts as u32 as usize, (counts >> 32) as usize);
+        let (nt, ns, _) = decode_counts(s.words[at + 3]);
         if index >= ns {
             return false;
         }
@@ -102,6 +103,7 @@ impl PayloadSink for ImagePayloads {
         block_num: u16,
         args: &[TaskArg],
         scalars: &[u64],
+        predicate: Option<&DispatchPredicate>,
     ) {
         let ring = task.ring() as usize;
         if ring >= MAX_RINGS {
@@ -118,13 +120,22 @@ impl PayloadSink for ImagePayloads {
         let at = s.words.len();
         s.starts[ring].push(at);
         s.words.push(task.0);
-        s.words
-            .extend_from_slice(&head_words(kernels, block_num, args.len(), scalars.len()));
+        let head = head_words(
+            kernels,
+            block_num,
+            args.len(),
+            scalars.len(),
+            predicate.is_some(),
+        );
+        s.words.extend_from_slice(&head);
         for a in args {
             s.words
                 .extend_from_slice(bytemuck::cast_slice(std::slice::from_ref(&a.tensor)));
         }
         s.words.extend_from_slice(scalars);
+        if let Some(p) = predicate {
+            s.words.extend_from_slice(&p.to_words());
+        }
     }
 }
 
@@ -172,20 +183,33 @@ mod tests {
         // (ring, local, kernels, block count, tensors, scalars); locals 1 of ring 1 and 3 of
         // ring 0 are allocation tasks, with no record.
         type Write = (u32, u32, MixedKernels, u16, Vec<TaskArg>, Vec<u64>);
-        let writes: [Write; 5] = [
+        let writes: [Write; 6] = [
             (1, 0, k(1), 2, vec![arg(0x1000), arg(0x2000)], vec![5, 6, 7]),
             (0, 0, k(3), 1, vec![arg(0x3000)], vec![]),
             (0, 1, none, 1, vec![], vec![9, 0, 0, 0, 0]),
             (1, 2, k(5), 4, vec![arg(0x4000); 3], vec![1]),
             (0, 2, k(7), 1, vec![arg(0x5000)], vec![2, 3]),
+            (1, 3, k(9), 1, vec![arg(0x6000)], vec![4]),
         ];
+        // Ring 1's last task and ring 0's first are predicated.
+        let predicate = |id: TaskId| {
+            let p = DispatchPredicate {
+                addr: 0x6000 + id.0,
+                target: -(id.local() as i64),
+                elem_size: 2,
+                op: 3,
+                reserved: [0; 6],
+            };
+            (id == TaskId::new(1, 3) || id == TaskId::new(0, 0)).then_some(p)
+        };
         for (rings, empties) in [(&mut stream as &dyn PayloadSink, false), (&want, true)] {
             for (ring, local, kernels, blocks, args, scalars) in &writes {
-                rings.record(TaskId::new(*ring, *local), *kernels, *blocks, args, scalars);
+                let id = TaskId::new(*ring, *local);
+                rings.record(id, *kernels, *blocks, args, scalars, predicate(id).as_ref());
             }
             if empties {
                 for id in [TaskId::new(1, 1), TaskId::new(0, 3)] {
-                    want.record(id, none, 1, &[], &[]);
+                    want.record(id, none, 1, &[], &[], None);
                 }
             }
         }
@@ -200,7 +224,17 @@ mod tests {
             "no such record"
         );
 
-        let tasks = [4, 3, 0, 0];
+        assert!(
+            stream.patch_scalar(TaskId::new(1, 3), 0, 0xCD),
+            "before a predicate"
+        );
+        assert!(want.patch_scalar(TaskId::new(1, 3), 0, 0xCD));
+        assert!(
+            !stream.patch_scalar(TaskId::new(1, 3), 1, 1),
+            "a predicate is no scalar"
+        );
+
+        let tasks = [4, 4, 0, 0];
         let image = stream
             .image(&tasks)
             .expect("every ring within its count")
@@ -218,10 +252,11 @@ mod tests {
                 assert_eq!(a.tensors(), b.tensors(), "{id:?}");
                 assert_eq!(a.scalars(), b.scalars(), "{id:?}");
                 assert_eq!(got.kernels(id), want.kernels(id), "{id:?}");
+                assert_eq!(got.predicate(id), predicate(id), "{id:?}");
             }
         }
         // A ring with records past the count the image is taken for is refused.
-        assert!(stream.image(&[2, 3, 0, 0]).is_none());
+        assert!(stream.image(&[2, 4, 0, 0]).is_none());
         // Cleared, the stream starts the next bind empty.
         stream.clear();
         assert_eq!(stream.image(&[0; 4]).map(<[u8]>::len), Some(0));

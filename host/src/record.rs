@@ -30,8 +30,9 @@ use simpler_core::deps::DepFlags;
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::graph::{
     build_definition, definition_size, DefinitionBoundary, DefinitionError, DefinitionInput,
-    ExecutionStorageShape, RecordedNode, RecordedScalarSource, RecordedTensorSource,
-    TensorSourceKind, GRAPH_MAX_NODES, GRAPH_MAX_SCALAR_ARGS, GRAPH_MAX_TENSOR_ARGS,
+    ExecutionStorageShape, RecordedNode, RecordedPredicate, RecordedScalarSource,
+    RecordedTensorSource, TensorSourceKind, GRAPH_MAX_NODES, GRAPH_MAX_SCALAR_ARGS,
+    GRAPH_MAX_TENSOR_ARGS, TASK_ATTR_PREDICATE,
 };
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::orchestrator::TaskArg;
@@ -270,6 +271,8 @@ struct Arrays {
     scalars: Vec<u64>,
     scalar_sources: Vec<RecordedScalarSource>,
     fanins: Vec<usize>,
+    /// Predicates, at most one per node.
+    predicates: Vec<RecordedPredicate>,
     /// Output windows `[start, end)` per node, in record order (sorted, disjoint).
     outputs: Vec<(u64, u64)>,
     /// Node index of each private task slot, per ring.
@@ -432,6 +435,7 @@ impl Recording {
         a.scalars = Vec::with_capacity(GRAPH_MAX_NODES * CORE_MAX_SCALAR_ARGS);
         a.scalar_sources = Vec::with_capacity(GRAPH_MAX_NODES * CORE_MAX_SCALAR_ARGS);
         a.fanins = Vec::with_capacity(GRAPH_MAX_NODES * 4);
+        a.predicates = Vec::with_capacity(GRAPH_MAX_NODES);
         a.outputs = Vec::with_capacity(GRAPH_MAX_NODES);
         a.ids = core::array::from_fn(|_| vec![u32::MAX; RECORD_WINDOW as usize]);
         // The Definition buffer at a size most bodies never exceed, from zeroed pages (touched
@@ -472,6 +476,7 @@ impl Recording {
         give_back(&mut a.scalars, scalars);
         give_back(&mut a.scalar_sources, scalars);
         give_back(&mut a.outputs, GRAPH_MAX_NODES);
+        give_back(&mut a.predicates, GRAPH_MAX_NODES);
         // Node slots are never cleared (only `node_count` bounds them); the fanin array keeps
         // its high-water mark by design.
         a.fanins.clear();
@@ -573,7 +578,7 @@ impl Recording {
             scalars: &a.scalars,
             scalar_sources: &a.scalar_sources,
             fanins: &a.fanins,
-            predicates: &[],
+            predicates: &a.predicates,
             boundary: Some(DefinitionBoundary {
                 tensors: &boundary.tensors,
                 tags: &boundary.tags,
@@ -798,6 +803,32 @@ impl SubmitHook for NodeSink<'_, '_> {
             self.arrays.scalars.push(value);
             self.arrays.scalar_sources.push(source);
         }
+        // A predicate's operand is classified like an argument; one a replay could not rebind
+        // (or the node's own output, which it has not written when the predicate is read)
+        // cannot be recorded. The runtime already dropped the predicate of a kernel-less task.
+        let predicate_index = task.predicate.and_then(|p| {
+            let source = match self.classify(node, own, p.operand()) {
+                None => {
+                    self.arrays.unsupported =
+                        Some("a predicate's operand is neither boundary nor internal");
+                    return None;
+                }
+                Some(s) if s.kind == TensorSourceKind::OwnOutput => {
+                    self.arrays.unsupported = Some("a predicate reads its node's own output");
+                    return None;
+                }
+                Some(s) => s,
+            };
+            self.arrays.predicates.push(RecordedPredicate {
+                operand: *p.operand(),
+                source,
+                elem_offset: p.elem_offset(),
+                target: p.target(),
+                elem_size: p.elem_size(),
+                op: p.op() as u8,
+            });
+            Some(self.arrays.predicates.len() as u32 - 1)
+        });
         let fanin_offset = self.arrays.fanins.len();
         for (producer, _) in fanin {
             let p = self.arrays.ids[producer.ring() as usize]
@@ -824,7 +855,11 @@ impl SubmitHook for NodeSink<'_, '_> {
         let rec = RecordedNode {
             kernel_ids: [kernel_id(k.aic), kernel_id(k.aiv0), kernel_id(k.aiv1)],
             active_mask: mask,
-            task_attrs: 0,
+            task_attrs: if predicate_index.is_some() {
+                TASK_ATTR_PREDICATE
+            } else {
+                0
+            },
             logical_block_num: task.block_num as i16,
             total_required_subtasks: subtasks.min(i16::MAX as u32) as i16,
             total_output_size: output_size,
@@ -835,7 +870,7 @@ impl SubmitHook for NodeSink<'_, '_> {
             scalar_count: (self.arrays.scalars.len() - scalar_offset) as u32,
             fanin_offset: fanin_offset as u32,
             fanin_count: (self.arrays.fanins.len() - fanin_offset) as u32,
-            predicate_index: None,
+            predicate_index,
         };
         // Node slots persist: overwrite the slot if it exists, else add one.
         if node < self.arrays.nodes.len() {

@@ -75,6 +75,7 @@ fn task(mask: ActiveMask, args: &mut [TaskArg]) -> Task<'_> {
         block_num: 1,
         args,
         deps: &[],
+        predicate: None,
     }
 }
 

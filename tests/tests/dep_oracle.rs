@@ -943,6 +943,7 @@ fn execute(
                             block_num: 1,
                             args: &mut rt_args,
                             deps: &explicit,
+                            predicate: None,
                         },
                         &mut NoWait,
                     )
@@ -1578,6 +1579,7 @@ fn dtype_reinterpreting_views_that_share_bytes_depend() {
                 block_num: 1,
                 args: &mut args,
                 deps: &[],
+                predicate: None,
             };
             orch.submit(task, &mut NoWait).unwrap()
         };

@@ -48,6 +48,7 @@ fn aiv(args: &mut [TaskArg]) -> Task<'_> {
         block_num: 1,
         args,
         deps: &[],
+        predicate: None,
     }
 }
 
@@ -189,6 +190,7 @@ fn writers_and_readers_of_an_external_buffer() {
                     block_num: 1,
                     args: &mut args,
                     deps: &deps,
+                    predicate: None,
                 },
                 &mut NoWait,
             )
@@ -317,7 +319,8 @@ fn argument_limits_are_errors() {
                     mask: ActiveMask::AIV0,
                     block_num: 1,
                     args: &mut one,
-                    deps: &deps
+                    deps: &deps,
+                    predicate: None,
                 },
                 &mut NoWait
             ),
@@ -332,7 +335,8 @@ fn argument_limits_are_errors() {
                     mask: ActiveMask::AIV0,
                     block_num: 0,
                     args: &mut one,
-                    deps: &[]
+                    deps: &[],
+                    predicate: None,
                 },
                 &mut NoWait
             ),
@@ -402,4 +406,60 @@ fn write_after_read_is_tracked_only_when_asked() {
             }
         });
     }
+}
+
+/// A predicate's operand takes part in dependency inference as an INPUT would, without being
+/// a kernel argument: its creator (WAIT | RETAIN) and the writers of the region it lies in
+/// (WAIT) become the predicated task's producers.
+#[test]
+fn a_predicates_operand_makes_its_producers_the_tasks_producers() {
+    use simpler_core::predicate::{Predicate, PredicateOp};
+    with_runtime(small(), |orch, shared| {
+        orch.scope_begin(ScopeMode::Auto).unwrap();
+        // A runtime-allocated count (its creator), and an external buffer a task writes.
+        let mut gate = [arg(
+            TaskTensor::create_info(&[4], DataType::Int32).unwrap(),
+            TensorArgType::Output,
+        )];
+        let creator = orch.submit(aiv(&mut gate), &mut NoWait).unwrap();
+        let count = gate[0].tensor;
+        let flags = ext(0xC000, 16);
+        let writer = orch
+            .submit(
+                aiv(&mut [arg(flags, TensorArgType::OutputExisting)]),
+                &mut NoWait,
+            )
+            .unwrap();
+        let x = ext(0xA000, 16);
+        let predicated = |orch: &mut simpler_core::orchestrator::Orchestrator<'_>,
+                          p: &Predicate| {
+            let mut args = [arg(x, TensorArgType::Input)];
+            orch.submit(
+                Task {
+                    predicate: Some(p),
+                    ..aiv(&mut args)
+                },
+                &mut NoWait,
+            )
+            .unwrap()
+        };
+        let on_count = Predicate::new(&count, &[2], PredicateOp::Gt, 0).unwrap();
+        let t = predicated(orch, &on_count);
+        assert_eq!(
+            fanin(shared, t),
+            vec![(creator, DepFlags::WAIT | DepFlags::RETAIN)]
+        );
+        let on_flag =
+            Predicate::new(&flags.view(&[4], &[8]).unwrap(), &[3], PredicateOp::Ne, 0).unwrap();
+        let t = predicated(orch, &on_flag);
+        assert_eq!(fanin(shared, t), vec![(writer, DepFlags::WAIT)]);
+        // The same task without a predicate depends on neither.
+        let plain = orch
+            .submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
+            .unwrap();
+        assert_eq!(fanin(shared, plain), vec![]);
+        orch.scope_end().unwrap();
+        Drain::new(shared).run();
+        assert!(shared.drained());
+    });
 }

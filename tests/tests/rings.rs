@@ -47,6 +47,7 @@ fn task(args: &mut [TaskArg]) -> Task<'_> {
         block_num: 1,
         args,
         deps: &[],
+        predicate: None,
     }
 }
 

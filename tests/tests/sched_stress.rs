@@ -806,6 +806,7 @@ impl Driver<'_, '_, '_, '_> {
                 block_num,
                 args: &mut args,
                 deps: &deps,
+                predicate: None,
             },
             &mut self.waiter,
         );
@@ -1264,6 +1265,7 @@ fn a_ring_draining_onto_a_scope_pinned_head_is_not_a_deadlock() {
                     block_num: 1,
                     args: &mut [],
                     deps: &[],
+                    predicate: None,
                 };
                 let result = orch.submit(task, &mut Retry(Instant::now(), 0));
                 let flow = shared.flow(1);
