@@ -532,10 +532,7 @@ impl<'a> Orchestrator<'a> {
             subtasks,
             bytes,
             task.args,
-            task.predicate.map(|p| TaskArg {
-                tensor: *p.operand(),
-                tag: TensorArgType::Input,
-            }),
+            task.predicate.map(Predicate::operand),
             task.deps,
             false,
             waiter,
@@ -596,7 +593,7 @@ impl<'a> Orchestrator<'a> {
         subtasks: u32,
         bytes: u64,
         args: &mut [TaskArg],
-        reads: Option<TaskArg>,
+        reads: Option<&TaskTensor>,
         explicit: &[ExplicitDep],
         alloc_only: bool,
         waiter: &mut impl Waiter,
@@ -652,20 +649,15 @@ impl<'a> Orchestrator<'a> {
                     .map_err(late)?;
             }
         }
+        for a in args.iter().filter(|a| deps::follows_creator(a.tag)) {
+            self.wiring
+                .creator_edge(me, &a.tensor, waiter)
+                .map_err(late)?;
+        }
         // `reads`: a tensor the task reads without passing it to its kernels (a predicate's
-        // operand), tracked as an INPUT.
-        let args: &[TaskArg] = args;
-        for a in args
-            .iter()
-            .chain(reads.iter())
-            .filter(|a| deps::follows_creator(a.tag))
-        {
-            let owner = a.tensor.owner_task_id();
-            if owner.is_valid() && !self.wiring.is_retired(owner) {
-                self.wiring
-                    .add_edge(me, owner, DepFlags::WAIT | DepFlags::RETAIN, waiter)
-                    .map_err(late)?;
-            }
+        // operand), tracked as an INPUT, off the loops every task runs.
+        if let Some(r) = reads {
+            self.wiring.creator_edge(me, r, waiter).map_err(late)?;
         }
         for dep in explicit
             .iter()
@@ -680,7 +672,7 @@ impl<'a> Orchestrator<'a> {
         let manual_scope = self.scopes.is_manual();
         let war = self.track_war;
         let mut inserts = 0u32;
-        for a in args.iter().chain(reads.iter()) {
+        for a in args.iter() {
             if !deps::follows_creator(a.tag) || manual_scope || a.tensor.manual_dep() {
                 continue;
             }
@@ -722,9 +714,19 @@ impl<'a> Orchestrator<'a> {
                 self.reader_edges(&a.tensor, me, waiter).map_err(late)?;
             }
         }
+        let tracked_read = reads.filter(|r| !manual_scope && !r.manual_dep());
+        if let Some(r) = tracked_read {
+            self.read_edges(r, me, waiter).map_err(late)?;
+            inserts += war as u32;
+        }
         if inserts > 0 {
             self.reserve_map(inserts, waiter).map_err(late)?;
-            for a in args.iter().chain(reads.iter()) {
+            if war {
+                if let Some(r) = tracked_read {
+                    let _ = self.map.insert(r, id, EntryKind::Reader);
+                }
+            }
+            for a in args.iter() {
                 if manual_scope || a.tensor.manual_dep() {
                     continue;
                 }
@@ -743,6 +745,28 @@ impl<'a> Orchestrator<'a> {
         self.wiring.wire_and_publish(ring, me);
         self.scopes.push(id).map_err(|e| late(e.into()))?;
         Ok(id)
+    }
+
+    /// A read of `tensor` outside the kernel's arguments (a predicate's operand): a WAIT edge
+    /// from every writer it overlaps, as an INPUT's lookup records (an INPUT evicts nothing).
+    #[inline(never)]
+    fn read_edges(
+        &mut self,
+        tensor: &TaskTensor,
+        me: SlotRef,
+        waiter: &mut impl Waiter,
+    ) -> Result<(), SubmitError> {
+        let mut failure = None;
+        let wiring = &mut self.wiring;
+        self.map.lookup(tensor, EntryKind::Writer, |producer, _| {
+            if failure.is_none() {
+                if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
+                    failure = Some(e);
+                }
+            }
+            Visit::Keep
+        });
+        failure.map_or(Ok(()), Err)
     }
 
     /// Write-after-read: records a WAIT edge from every live reader of a region `tensor` writes,
@@ -979,6 +1003,22 @@ impl<'a> Wiring<'a> {
         self.edges += 1;
         pslot.seen_epoch.store(self.epoch, Ordering::Relaxed);
         pslot.seen_edge.store(index, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The creator edge (WAIT | RETAIN) of a tensor a task reads or writes, if its owner is
+    /// still live.
+    #[inline(always)]
+    fn creator_edge(
+        &mut self,
+        me: SlotRef,
+        tensor: &TaskTensor,
+        waiter: &mut impl Waiter,
+    ) -> Result<(), SubmitError> {
+        let owner = tensor.owner_task_id();
+        if owner.is_valid() && !self.is_retired(owner) {
+            self.add_edge(me, owner, DepFlags::WAIT | DepFlags::RETAIN, waiter)?;
+        }
         Ok(())
     }
 

@@ -463,3 +463,37 @@ fn a_predicates_operand_makes_its_producers_the_tasks_producers() {
         assert!(shared.drained());
     });
 }
+
+/// With write-after-read tracking, a predicate's read of a buffer is a read like an INPUT's:
+/// a later writer of the element waits for the predicated task.
+#[test]
+fn with_war_tracking_a_later_writer_waits_for_a_predicates_read() {
+    use simpler_core::predicate::{Predicate, PredicateOp};
+    with_runtime(small(), |orch, shared| {
+        orch.set_track_war(true);
+        orch.scope_begin(ScopeMode::Auto).unwrap();
+        let flags = ext(0xC000, 16);
+        let x = ext(0xA000, 16);
+        let p = Predicate::new(&flags, &[5], PredicateOp::Eq, 1).unwrap();
+        let mut args = [arg(x, TensorArgType::Input)];
+        let reader = orch
+            .submit(
+                Task {
+                    predicate: Some(&p),
+                    ..aiv(&mut args)
+                },
+                &mut NoWait,
+            )
+            .unwrap();
+        let writer = orch
+            .submit(
+                aiv(&mut [arg(flags, TensorArgType::OutputExisting)]),
+                &mut NoWait,
+            )
+            .unwrap();
+        assert_eq!(fanin(shared, writer), vec![(reader, DepFlags::WAIT)]);
+        orch.scope_end().unwrap();
+        Drain::new(shared).run();
+        assert!(shared.drained());
+    });
+}
