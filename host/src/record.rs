@@ -1055,10 +1055,14 @@ pub const RECORDERS_MAX: usize = 16;
 struct Job {
     entry: std::sync::Arc<Inflight>,
     body: GraphBody,
+    /// The thread whose turn it was at submit: the one that takes the job, unless that thread
+    /// is busy recording when another comes free.
+    worker: usize,
 }
 
 struct Worker {
-    jobs: std::collections::VecDeque<Job>,
+    /// Jobs in the queue for which this thread is the preferred one.
+    queued: usize,
     busy: bool,
     /// Waiting on its condition variable: only then does a wake-up need a notify (each one
     /// is a system call, and on this VM waking a thread costs the waker ~10 us).
@@ -1068,6 +1072,8 @@ struct Worker {
 
 struct PoolState {
     workers: Vec<Worker>,
+    /// The one FIFO of jobs every thread takes from.
+    queue: std::collections::VecDeque<Job>,
     stop: bool,
     next: usize,
     /// Recordings running now, and how many may run at once (one per CPU: more threads only
@@ -1094,18 +1100,54 @@ struct PoolShared {
 
 impl PoolShared {
     /// Wakes thread `w` if it is asleep (`st` is the locked state). A thread that is awake
-    /// checks its queue under the lock before it sleeps again, so it needs no notify.
+    /// checks the queue under the lock before it sleeps again, so it needs no notify.
     fn wake(&self, st: &mut PoolState, w: usize) {
         if std::mem::replace(&mut st.workers[w].sleeping, false) {
             self.cvs[w].notify_one();
         }
     }
+
+    /// Wakes up to `permits` threads for jobs that may start now: each waiting job's preferred
+    /// thread if it is free, else (its preferred thread busy) a sleeping free one to take it.
+    fn wake_for_queue(&self, st: &mut PoolState, mut permits: usize) {
+        for k in 0..st.queue.len() {
+            if permits == 0 {
+                return;
+            }
+            let w = st.queue[k].worker;
+            let taker = if st.workers[w].busy {
+                st.workers.iter().position(|x| !x.busy && x.sleeping)
+            } else {
+                Some(w)
+            };
+            if let Some(t) = taker {
+                self.wake(st, t);
+                permits -= 1;
+            }
+        }
+    }
 }
 
-/// The recorder pool: 8 threads started with it, growing to 16, alive until it is dropped.
-/// Jobs go to workers in a rotating order that advances by one per bind ([`Self::rotate`]), so
-/// over two binds of the same bodies every thread records a second, different body and its
-/// retained storage is reused by another body. Each thread owns its [`Recording`].
+impl PoolState {
+    /// The oldest job thread `index` may take: one that prefers it, or one whose preferred
+    /// thread is busy recording (so no job waits behind a busy thread while another is free).
+    fn take(&mut self, index: usize) -> Option<Job> {
+        let at = self
+            .queue
+            .iter()
+            .position(|j| j.worker == index || self.workers[j.worker].busy)?;
+        let job = self.queue.remove(at)?;
+        self.workers[job.worker].queued -= 1;
+        Some(job)
+    }
+}
+
+/// The recorder pool: 8 threads started with it, growing to 16, alive until it is dropped,
+/// taking jobs from one FIFO. Each job names the thread whose turn it is, in a rotating order
+/// that advances by one per bind ([`Self::rotate`]), so over two binds of the same bodies every
+/// thread records a second, different body and its retained storage is reused by another body;
+/// a job whose thread is busy goes to the first thread that comes free. Each thread owns its
+/// [`Recording`].
 pub struct RecorderPool {
     shared: std::sync::Arc<PoolShared>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -1120,6 +1162,9 @@ impl RecorderPool {
         let shared = std::sync::Arc::new(PoolShared {
             state: std::sync::Mutex::new(PoolState {
                 workers: Vec::with_capacity(RECORDERS_MAX),
+                // A bind queues at most GRAPH_MAX_DEFINITIONS jobs; room for a few binds' worth
+                // keeps the queue from growing (allocating) in a warm bind.
+                queue: std::collections::VecDeque::with_capacity(4 * RECORDERS_MAX),
                 stop: false,
                 next: 0,
                 running: 0,
@@ -1155,7 +1200,7 @@ impl RecorderPool {
                 return false;
             }
             st.workers.push(Worker {
-                jobs: std::collections::VecDeque::with_capacity(GRAPH_MAX_NODES / 64),
+                queued: 0,
                 busy: false,
                 sleeping: false,
                 recorded: Vec::with_capacity(64),
@@ -1183,9 +1228,9 @@ impl RecorderPool {
         self.threads.len()
     }
 
-    /// Queues the recording of `entry` (begun by the caller) with `body`: to the thread whose
+    /// Queues the recording of `entry` (begun by the caller) with `body`, for the thread whose
     /// turn it is, or, when that one is occupied, the next idle one; only when every thread is
-    /// occupied does the pool grow (up to 16 threads) rather than queue behind one.
+    /// occupied does the pool grow (up to 16 threads) rather than wait for one.
     pub fn submit(&mut self, entry: std::sync::Arc<Inflight>, body: GraphBody) {
         let chosen = {
             let mut st = self.lock();
@@ -1194,7 +1239,7 @@ impl RecorderPool {
             st.next = st.next.wrapping_add(1);
             (0..n)
                 .map(|k| (start + k) % n)
-                .find(|&w| !st.workers[w].busy && st.workers[w].jobs.is_empty())
+                .find(|&w| !st.workers[w].busy && st.workers[w].queued == 0)
                 .ok_or(start)
         };
         let worker = match chosen {
@@ -1203,13 +1248,22 @@ impl RecorderPool {
             Err(start) => start,
         };
         let mut st = self.lock();
-        st.workers[worker].jobs.push_back(Job { entry, body });
+        st.workers[worker].queued += 1;
+        st.queue.push_back(Job {
+            entry,
+            body,
+            worker,
+        });
         // Wake the thread only if it may start now: while every permit is taken, the
-        // recording that finishes first wakes a thread with a job waiting, so the submitting
+        // recording that finishes first wakes a thread for a job waiting, so the submitting
         // (orchestration) thread does not pay a wake-up per job for threads that would go
         // straight back to sleep.
         if st.running < st.limit {
-            self.shared.wake(&mut st, worker);
+            if st.workers[worker].busy {
+                self.shared.wake_for_queue(&mut st, 1);
+            } else {
+                self.shared.wake(&mut st, worker);
+            }
         }
     }
 
@@ -1221,16 +1275,8 @@ impl RecorderPool {
     pub fn orchestrating(&mut self, on: bool) {
         let mut st = self.lock();
         st.limit = if on { st.while_building } else { st.cpus };
-        let mut free = st.limit.saturating_sub(st.running);
-        for w in 0..st.workers.len() {
-            if free == 0 {
-                break;
-            }
-            if !st.workers[w].busy && !st.workers[w].jobs.is_empty() {
-                self.shared.wake(&mut st, w);
-                free -= 1;
-            }
-        }
+        let free = st.limit.saturating_sub(st.running);
+        self.shared.wake_for_queue(&mut st, free);
     }
 
     /// Sets how many recordings may run at once while the orchestration builds; 0 defers every
@@ -1310,11 +1356,12 @@ fn recorder_main(index: usize, shared: &PoolShared) {
         let job = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             loop {
-                if st.running < st.limit && !st.workers[index].jobs.is_empty() {
-                    let job = st.workers[index]
-                        .jobs
-                        .pop_front()
-                        .expect("checked non-empty");
+                let job = if st.running < st.limit {
+                    st.take(index)
+                } else {
+                    None
+                };
+                if let Some(job) = job {
                     st.running += 1;
                     st.workers[index].busy = true;
                     if let Some(part) = st.inject.take() {
@@ -1360,16 +1407,15 @@ fn recorder_main(index: usize, shared: &PoolShared) {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.running -= 1;
             st.workers[index].busy = false;
-            // A permit is free: wake one thread that has a job waiting for it (this one loops
-            // back and takes its own next job first).
-            if st.workers[index].jobs.is_empty() {
-                if let Some(w) = st
-                    .workers
-                    .iter()
-                    .position(|w| !w.busy && !w.jobs.is_empty())
-                {
-                    shared.wake(&mut st, w);
-                }
+            // A permit is free. This thread loops back and takes a job of its own, or one
+            // whose thread is busy, if there is one; otherwise wake a thread for the oldest
+            // job waiting.
+            let mine = st
+                .queue
+                .iter()
+                .any(|j| j.worker == index || st.workers[j.worker].busy);
+            if !mine {
+                shared.wake_for_queue(&mut st, 1);
             }
             let recorded = &mut st.workers[index].recorded;
             if recorded.len() == recorded.capacity() {
@@ -1383,5 +1429,78 @@ fn recorder_main(index: usize, shared: &PoolShared) {
             allocs_before,
             outcome.map(|()| recording.last_definition()),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(_: &mut simpler_aicpu::Rt<'_, '_>) -> Result<(), simpler_aicpu::RtError> {
+        Ok(())
+    }
+
+    fn state(workers: usize) -> PoolState {
+        PoolState {
+            workers: (0..workers)
+                .map(|_| Worker {
+                    queued: 0,
+                    busy: false,
+                    sleeping: true,
+                    recorded: Vec::new(),
+                })
+                .collect(),
+            queue: std::collections::VecDeque::new(),
+            stop: false,
+            next: 0,
+            running: 0,
+            limit: 1,
+            cpus: 1,
+            while_building: 1,
+            inject: None,
+            settled: 0,
+        }
+    }
+
+    /// Queues jobs for `workers` (their preferred threads), tagged by their position.
+    fn queue(st: &mut PoolState, workers: &[usize]) {
+        for (k, &worker) in workers.iter().enumerate() {
+            let entry = std::sync::Arc::new(Inflight::default());
+            entry.lock().full_key = k as u64;
+            st.workers[worker].queued += 1;
+            st.queue.push_back(Job {
+                entry,
+                body,
+                worker,
+            });
+        }
+    }
+
+    fn taken(st: &mut PoolState, index: usize) -> Option<u64> {
+        st.take(index).map(|j| j.entry.lock().full_key)
+    }
+
+    /// The one FIFO: a thread takes the oldest job that names it; a job naming an idle thread
+    /// waits for that thread; a job naming a busy thread goes to whichever thread asks first.
+    #[test]
+    fn a_thread_takes_its_own_oldest_job_or_one_whose_thread_is_busy() {
+        let mut st = state(3);
+        queue(&mut st, &[1, 0, 1, 2]);
+        assert_eq!(taken(&mut st, 1), Some(0), "its oldest");
+        assert_eq!(taken(&mut st, 1), Some(2), "then its next, past thread 0's");
+        assert_eq!(
+            taken(&mut st, 1),
+            None,
+            "thread 0 and 2 are idle: theirs wait for them"
+        );
+        st.workers[2].busy = true;
+        assert_eq!(
+            taken(&mut st, 1),
+            Some(3),
+            "thread 2 is busy: its job is free to take"
+        );
+        assert_eq!(taken(&mut st, 0), Some(1));
+        assert!(st.queue.is_empty());
+        assert!(st.workers.iter().all(|w| w.queued == 0));
     }
 }
