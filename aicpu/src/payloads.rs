@@ -52,7 +52,7 @@ impl MixedKernels {
 }
 
 /// Words of one tensor in a record.
-pub const TENSOR_WORDS: usize = core::mem::size_of::<TaskTensor>() / 8;
+pub const TENSOR_WORDS: usize = TaskTensor::PACKED_WORDS;
 /// Words of a slot's head: the kernels, the block count, the tensor and scalar counts and
 /// where the body starts.
 const HEAD_WORDS: usize = 4;
@@ -283,8 +283,7 @@ impl<'a> TaskPayloads<'a> {
         let (tensor_words, rest) = body.split_at(nt * TENSOR_WORDS);
         let (scalar_words, predicate_words) = rest.split_at(ns);
         for (cells, t) in tensor_words.chunks_exact(TENSOR_WORDS).zip(tensors) {
-            let words: [u64; TENSOR_WORDS] = bytemuck::cast(t);
-            for (cell, w) in cells.iter().zip(words) {
+            for (cell, w) in cells.iter().zip(t.packed()) {
                 cell.store(w, Ordering::Relaxed);
             }
         }
@@ -366,7 +365,7 @@ impl<'a> TaskPayloads<'a> {
                 *w = cell.load(Ordering::Relaxed);
             }
             // Within the caps; the push cannot fail.
-            let _ = args.push_tensor(bytemuck::cast(words));
+            let _ = args.push_tensor(TaskTensor::from_packed(words));
         }
         for cell in rec.scalar_words() {
             let _ = args.push_scalar(cell.load(Ordering::Relaxed));

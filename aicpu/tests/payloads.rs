@@ -3,7 +3,7 @@
 //! round-trips into a
 //! fresh region; and an image whose records break the caps is refused with the field at fault.
 
-use simpler_aicpu::payloads::{MixedKernels, PayloadsLayout, TaskPayloads};
+use simpler_aicpu::payloads::{MixedKernels, PayloadsLayout, TaskPayloads, TENSOR_WORDS};
 use simpler_core::image::{ImageError, Reader, Writer};
 use simpler_core::layout::Line;
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
@@ -168,7 +168,9 @@ fn the_live_image_imports_into_a_fresh_region() {
     let used: usize = log
         .iter()
         .map(|(_, w)| {
-            4 + w.tensors.len() * 16 + w.scalars.len() + 3 * w.predicate.is_some() as usize
+            4 + w.tensors.len() * TENSOR_WORDS
+                + w.scalars.len()
+                + 3 * w.predicate.is_some() as usize
         })
         .sum();
     assert_eq!(len, used * 8);

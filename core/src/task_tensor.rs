@@ -99,6 +99,8 @@ const_assert_eq!(offset_of!(TaskTensor, shapes), 44);
 const_assert_eq!(offset_of!(TaskTensor, extent_elem_cache), 64);
 const_assert_eq!(offset_of!(TaskTensor, strides), 72);
 const_assert_eq!(offset_of!(TaskTensor, _pad), 92);
+// Every field lies in the first `PACKED_WORDS` words.
+static_assertions::const_assert!(offset_of!(TaskTensor, _pad) <= TaskTensor::PACKED_WORDS * 8);
 
 /// Why a chip argument could not be adopted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,6 +311,27 @@ impl TaskTensor {
         self.is_contiguous = dense as u8;
     }
 
+    /// Words of [`Self::packed`].
+    pub const PACKED_WORDS: usize = 12;
+
+    /// The tensor as the words a payload record stores: every field, without the trailing
+    /// padding (96 of its 128 bytes).
+    #[inline]
+    pub fn packed(&self) -> [u64; Self::PACKED_WORDS] {
+        let words: &[u64; 16] = bytemuck::cast_ref(self);
+        let mut out = [0u64; Self::PACKED_WORDS];
+        out.copy_from_slice(&words[..Self::PACKED_WORDS]);
+        out
+    }
+
+    /// The tensor [`Self::packed`] gave `words` for (its padding zero).
+    #[inline]
+    pub fn from_packed(words: [u64; Self::PACKED_WORDS]) -> Self {
+        let mut all = [0u64; 16];
+        all[..Self::PACKED_WORDS].copy_from_slice(&words);
+        bytemuck::cast(all)
+    }
+
     /// A view of `shapes` starting at `offsets` (per-dimension element coordinates). Strides are
     /// kept, so a view of a view addresses exactly the source's elements; owner, version and
     /// `manual_dep` are inherited.
@@ -468,6 +491,33 @@ mod tests {
         assert_eq!((id.ring(), id.local()), (3, 17));
         assert!(id.is_valid());
         assert!(!TaskId::INVALID.is_valid());
+    }
+
+    #[test]
+    fn the_packed_words_hold_every_field() {
+        let m = matrix(6, 10)
+            .with_owner(TaskId::new(2, 77))
+            .with_version(3)
+            .with_manual_dep(true);
+        let v = m.view(&[2, 3], &[4, 5]).unwrap();
+        for t in [m, v] {
+            assert_eq!(TaskTensor::from_packed(t.packed()), t);
+        }
+        // A 5-D tensor's last stride is in the last packed word.
+        let five = TaskTensor::new(
+            BufferHandle {
+                addr: 0x2000,
+                size: 1 << 20,
+            },
+            0,
+            &[2, 3, 4, 5, 6],
+            &[720, 240, 60, 12, 2],
+            DataType::Int8,
+            AddressSpace::Device,
+        )
+        .unwrap();
+        assert_eq!(TaskTensor::from_packed(five.packed()).strides()[4], 2);
+        assert_eq!(TaskTensor::from_packed(five.packed()), five);
     }
 
     #[test]

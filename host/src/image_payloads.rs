@@ -129,8 +129,7 @@ impl PayloadSink for ImagePayloads {
         );
         s.words.extend_from_slice(&head);
         for a in args {
-            s.words
-                .extend_from_slice(bytemuck::cast_slice(std::slice::from_ref(&a.tensor)));
+            s.words.extend_from_slice(&a.tensor.packed());
         }
         s.words.extend_from_slice(scalars);
         if let Some(p) = predicate {
