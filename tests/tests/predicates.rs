@@ -419,3 +419,42 @@ fn a_predicate_index_outside_its_operand_aborts_the_recording() {
         }))
     );
 }
+
+/// A predicate on a value an earlier node of the body produces: the operand is recorded as
+/// that node's output, and the Definition has the edge the per-task submit derives from the
+/// operand (the predicated node's kernel arguments do not include it).
+#[test]
+fn a_predicate_on_an_internal_value_records_its_producer_as_a_fanin() {
+    fn body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+        let [_, x, y] = entry(rt)?;
+        let mut gate = [
+            TaskArg {
+                tensor: row(&x, 0)?,
+                tag: TensorArgType::Input,
+            },
+            TaskArg {
+                tensor: TaskTensor::create_info(&[1, N], DataType::Float32)
+                    .map_err(|_| RtError::Fatal(6))?,
+                tag: TensorArgType::Output,
+            },
+        ];
+        rt.submit(aiv(), 1, &mut gate, &scalar(), &[])?;
+        let p = Predicate::new(&gate[1].tensor, &[0, 5], PredicateOp::Gt, 0)?;
+        let mut a = add(row(&x, 1)?, row(&y, 1)?);
+        rt.submit_predicated(&p, aiv(), 1, &mut a, &scalar(), &[])?;
+        Ok(())
+    }
+    let mut r = Recording::new();
+    let image = r
+        .record(1, body, Some(&boundary()))
+        .expect("record")
+        .to_vec();
+    let view = DefinitionView::parse(&image).expect("parse");
+    assert_eq!(view.task_count(), 2);
+    let fanin: Vec<u16> = view.fanin(1).unwrap().collect();
+    assert_eq!(fanin, [0], "the predicate's producer");
+    let p = view.node_predicate(1).unwrap();
+    assert_eq!(p.operand_source.kind(), Some(TensorSourceKind::Internal));
+    assert_eq!(p.operand_source.source_index, 0);
+    assert_eq!(p.elem_offset, 5);
+}
