@@ -341,7 +341,10 @@ impl<'a> SchedState<'a> {
         debug_assert_eq!(
             slot.status.load(Ordering::Relaxed),
             SlotStatus::Pending as u32,
-            "a task made ready twice, or before its publish"
+            "a task made ready twice, or before its publish: {:?} (fanin {} of {})",
+            slot.task_id(),
+            slot.fanin_refcount.load(Ordering::Relaxed),
+            slot.fanin_count.load(Ordering::Relaxed),
         );
         slot.status
             .store(SlotStatus::Ready as u32, Ordering::Release);
