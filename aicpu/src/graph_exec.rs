@@ -269,13 +269,13 @@ impl Expansion {
                 what: "predicate element",
             });
         }
-        Ok(Some(DispatchPredicate {
-            addr: operand.data_addr() + p.elem_offset * p.elem_size as u64,
-            target: p.target,
-            elem_size: p.elem_size,
-            op: p.op,
-            reserved: [0; 6],
-        }))
+        Ok(Some(DispatchPredicate::at(
+            operand.data_addr(),
+            p.elem_offset,
+            p.elem_size,
+            p.op,
+            p.target,
+        )))
     }
 
     /// This invocation's boundary scalar `index`.

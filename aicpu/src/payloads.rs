@@ -299,6 +299,10 @@ impl<'a> TaskPayloads<'a> {
 
     /// `task`'s dispatch predicate, if its record carries one.
     pub fn predicate(&self, task: TaskId) -> Option<DispatchPredicate> {
+        // Most tasks have none: the head's flag answers before the body is located.
+        if !counts(self.head(task)?).2 {
+            return None;
+        }
         let rec = self.record(task)?;
         let cells = rec.predicate_words()?;
         let mut words = [0u64; DispatchPredicate::WORDS];

@@ -711,12 +711,14 @@ impl<'a> Orchestrator<'a> {
                 }
             }
             if after_readers {
-                self.reader_edges(&a.tensor, me, waiter).map_err(late)?;
+                self.wait_for_entries(&a.tensor, EntryKind::Reader, true, me, waiter)
+                    .map_err(late)?;
             }
         }
         let tracked_read = reads.filter(|r| !manual_scope && !r.manual_dep());
         if let Some(r) = tracked_read {
-            self.read_edges(r, me, waiter).map_err(late)?;
+            self.wait_for_entries(r, EntryKind::Writer, false, me, waiter)
+                .map_err(late)?;
             inserts += war as u32;
         }
         if inserts > 0 {
@@ -747,52 +749,35 @@ impl<'a> Orchestrator<'a> {
         Ok(id)
     }
 
-    /// A read of `tensor` outside the kernel's arguments (a predicate's operand): a WAIT edge
-    /// from every writer it overlaps, as an INPUT's lookup records (an INPUT evicts nothing).
+    /// Off the default path: a WAIT edge from the task of every live entry of `kind` that
+    /// `tensor` may overlap, superseding (removing) the entries it covers when `evict`. Used for
+    /// write-after-read (a writer after the readers of its region, `Reader`, evicting) and for
+    /// a read outside the kernel's arguments (a predicate's operand: `Writer`, evicting nothing,
+    /// as an INPUT's lookup). The default path's writer lookup is written out in
+    /// `submit_inner` so that it stays inlined there.
     #[inline(never)]
-    fn read_edges(
+    fn wait_for_entries(
         &mut self,
         tensor: &TaskTensor,
+        kind: EntryKind,
+        evict: bool,
         me: SlotRef,
         waiter: &mut impl Waiter,
     ) -> Result<(), SubmitError> {
         let mut failure = None;
         let wiring = &mut self.wiring;
-        self.map.lookup(tensor, EntryKind::Writer, |producer, _| {
+        self.map.lookup(tensor, kind, |producer, overlap| {
             if failure.is_none() {
                 if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
                     failure = Some(e);
                 }
             }
-            Visit::Keep
+            if evict && overlap == crate::overlap::Overlap::Covered {
+                Visit::Remove
+            } else {
+                Visit::Keep
+            }
         });
-        failure.map_or(Ok(()), Err)
-    }
-
-    /// Write-after-read: records a WAIT edge from every live reader of a region `tensor` writes,
-    /// and supersedes the readers it covers. Off the default path.
-    #[inline(never)]
-    fn reader_edges(
-        &mut self,
-        tensor: &TaskTensor,
-        me: SlotRef,
-        waiter: &mut impl Waiter,
-    ) -> Result<(), SubmitError> {
-        let mut failure = None;
-        let wiring = &mut self.wiring;
-        self.map
-            .lookup(tensor, EntryKind::Reader, |producer, overlap| {
-                if failure.is_none() {
-                    if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
-                        failure = Some(e);
-                    }
-                }
-                if overlap == crate::overlap::Overlap::Covered {
-                    Visit::Remove
-                } else {
-                    Visit::Keep
-                }
-            });
         failure.map_or(Ok(()), Err)
     }
 

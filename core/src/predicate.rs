@@ -216,7 +216,7 @@ impl Predicate {
             self.operand.data_addr(),
             self.elem_offset,
             self.elem_size(),
-            self.op,
+            self.op as u8,
             self.target,
         )
     }
@@ -255,20 +255,16 @@ impl DispatchPredicate {
     /// Words of one in a payload record.
     pub const WORDS: usize = 3;
 
-    /// The element `elem_offset` elements past `base` (the operand's first element).
-    pub const fn at(
-        base: u64,
-        elem_offset: u64,
-        elem_size: u8,
-        op: PredicateOp,
-        target: i64,
-    ) -> Self {
+    /// The element `elem_offset` elements past `base` (the operand's first element), compared
+    /// by the raw operator `op` (checked when evaluated: a Definition's predicate comes from an
+    /// image).
+    pub const fn at(base: u64, elem_offset: u64, elem_size: u8, op: u8, target: i64) -> Self {
         Self {
             // Wrapping: an address is opaque until the device reads it, which checks it.
             addr: base.wrapping_add(elem_offset.wrapping_mul(elem_size as u64)),
             target,
             elem_size,
-            op: op as u8,
+            op,
             reserved: [0; 6],
         }
     }

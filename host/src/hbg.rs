@@ -31,7 +31,7 @@
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
 use crate::image_payloads::ImagePayloads;
 use crate::l3::os::Mapping;
-use crate::record::{GraphBoundary, Inflight, InflightStatus, RecorderPool};
+use crate::record::{Inflight, InflightStatus, RecorderPool};
 use crate::transport::{HostImage, RunOptions};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
 use simpler_core::gm::{Gm, GmFault};
@@ -181,7 +181,6 @@ pub(crate) struct Graphs {
     /// The last commit: (key, heap block) per outer task, in submission order.
     committed: Vec<(u64, u64)>,
     staging: Vec<u8>,
-    scratch: GraphBoundary,
     pending: usize,
     binds: u64,
     /// This bind's time in `definition` (graph_begin).
@@ -295,14 +294,7 @@ impl BindGraphs<'_> {
         }
         if known.is_none() {
             // The first invocation's deep copy, kept on the entry.
-            let b = &mut g.scratch;
-            b.tensors.clear();
-            b.tags.clear();
-            b.scalars.clear();
-            b.tensors.extend(boundary.iter().map(|a| a.tensor));
-            b.tags.extend(boundary.iter().map(|a| a.tag));
-            b.scalars.extend_from_slice(scalars);
-            g.entries[entry].begin(full_key, &g.scratch);
+            g.entries[entry].begin(full_key, boundary, scalars);
             self.pool.submit(g.entries[entry].clone(), body);
             g.keys.push((full_key, entry));
             g.used += 1;

@@ -86,6 +86,23 @@ pub enum Uncacheable {
 }
 
 impl GraphBoundary {
+    /// Makes this a copy of `tensors` (with their tags) and `scalars`, keeping its storage (no
+    /// allocation once it has held as many).
+    pub fn assign(
+        &mut self,
+        tensors: impl Iterator<Item = (TaskTensor, TensorArgType)>,
+        scalars: &[u64],
+    ) {
+        self.tensors.clear();
+        self.tags.clear();
+        for (t, tag) in tensors {
+            self.tensors.push(t);
+            self.tags.push(tag);
+        }
+        self.scalars.clear();
+        self.scalars.extend_from_slice(scalars);
+    }
+
     /// The cacheability gate: 1 to 128 tensors, at most 64 scalars, no OUTPUT tag.
     pub fn cacheable(&self) -> Result<(), Uncacheable> {
         let n = self.tensors.len();
@@ -967,18 +984,13 @@ impl Inflight {
     }
 
     /// Prepares the entry for a new key: copies `boundary` into its retained storage.
-    pub fn begin(&self, full_key: u64, boundary: &GraphBoundary) {
+    pub fn begin(&self, full_key: u64, boundary: &[TaskArg], scalars: &[u64]) {
         let mut inner = self.lock();
         inner.full_key = full_key;
         let b = inner.boundary.get_or_insert_with(GraphBoundary::default);
-        b.tensors.clear();
-        b.tensors.extend_from_slice(&boundary.tensors);
-        b.tags.clear();
-        b.tags.extend_from_slice(&boundary.tags);
-        b.scalars.clear();
-        b.scalars.extend_from_slice(&boundary.scalars);
+        b.assign(boundary.iter().map(|a| (a.tensor, a.tag)), scalars);
         let mut reps = [0u16; GRAPH_MAX_TENSOR_ARGS];
-        alias_reps(&boundary.tensors, &mut reps);
+        alias_reps(&b.tensors, &mut reps);
         inner.reps = reps;
         inner.error = None;
         inner.image.clear();
@@ -1384,12 +1396,10 @@ fn recorder_main(index: usize, shared: &PoolShared) {
         let (key, present) = {
             let inner = job.entry.lock();
             if let Some(b) = inner.boundary.as_ref() {
-                boundary.tensors.clear();
-                boundary.tensors.extend_from_slice(&b.tensors);
-                boundary.tags.clear();
-                boundary.tags.extend_from_slice(&b.tags);
-                boundary.scalars.clear();
-                boundary.scalars.extend_from_slice(&b.scalars);
+                boundary.assign(
+                    b.tensors.iter().copied().zip(b.tags.iter().copied()),
+                    &b.scalars,
+                );
             }
             (inner.full_key, inner.boundary.is_some())
         };

@@ -123,23 +123,28 @@ fn gated_graphs(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 fn produced(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
     let [_, x, y] = entry(rt)?;
     for r in 0..ROWS {
-        let mut gate = [
-            TaskArg {
-                tensor: row(&x, r)?,
-                tag: TensorArgType::Input,
-            },
-            TaskArg {
-                tensor: TaskTensor::create_info(&[1, N], DataType::Float32)
-                    .map_err(|_| RtError::Fatal(6))?,
-                tag: TensorArgType::Output,
-            },
-        ];
+        let mut gate = gate_args(&x, r)?;
         rt.submit(aiv(), 1, &mut gate, &[gate_shift(r).to_bits() as u64], &[])?;
         let p = Predicate::new(&gate[1].tensor, &[0, 0], PredicateOp::Gt, 0)?;
         let mut a = add(row(&x, r)?, row(&y, r)?);
         rt.submit_predicated(&p, aiv(), 1, &mut a, &scalar(), &[])?;
     }
     Ok(())
+}
+
+/// A gate task's arguments: row `r` of `x` in, a fresh runtime-allocated `[1, N]` tile out.
+fn gate_args(x: &TaskTensor, r: u32) -> Result<[TaskArg; 2], RtError> {
+    Ok([
+        TaskArg {
+            tensor: row(x, r)?,
+            tag: TensorArgType::Input,
+        },
+        TaskArg {
+            tensor: TaskTensor::create_info(&[1, N], DataType::Float32)
+                .map_err(|_| RtError::Fatal(6))?,
+            tag: TensorArgType::Output,
+        },
+    ])
 }
 
 /// What the gate task of row `r` adds: rows alternate between a positive and a negative
@@ -427,17 +432,7 @@ fn a_predicate_index_outside_its_operand_aborts_the_recording() {
 fn a_predicate_on_an_internal_value_records_its_producer_as_a_fanin() {
     fn body(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
         let [_, x, y] = entry(rt)?;
-        let mut gate = [
-            TaskArg {
-                tensor: row(&x, 0)?,
-                tag: TensorArgType::Input,
-            },
-            TaskArg {
-                tensor: TaskTensor::create_info(&[1, N], DataType::Float32)
-                    .map_err(|_| RtError::Fatal(6))?,
-                tag: TensorArgType::Output,
-            },
-        ];
+        let mut gate = gate_args(&x, 0)?;
         rt.submit(aiv(), 1, &mut gate, &scalar(), &[])?;
         let p = Predicate::new(&gate[1].tensor, &[0, 5], PredicateOp::Gt, 0)?;
         let mut a = add(row(&x, 1)?, row(&y, 1)?);
