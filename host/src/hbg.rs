@@ -93,6 +93,8 @@ pub struct GraphPhases {
     /// Heap allocations on the recording path: the recorder threads, from taking a job to
     /// publishing its Definition, summed (0 unless the program installed a counter).
     pub record_allocs: u64,
+    /// Parked recorder threads the orchestration thread woke during `host_orch`.
+    pub host_orch_wakes: u64,
 }
 
 /// What one bind cost, by phase (in [`PHASES`] order), and what it shipped.
@@ -572,6 +574,7 @@ impl ChipWorker {
             let bind = g.binds;
             let pool = self.recorders.get_or_insert_with(RecorderPool::start);
             pool.rotate(bind);
+            g.phases.host_orch_wakes = pool.orchestration_wakes();
             pool.orchestrating(true);
         }
         let mut waiter = NoWait { blocked: None };
@@ -596,6 +599,10 @@ impl ChipWorker {
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
         report.phases[2] = clock.stop();
+        if let Some(pool) = self.recorders.as_ref() {
+            let g = &mut mirror.graphs.phases;
+            g.host_orch_wakes = pool.orchestration_wakes() - g.host_orch_wakes;
+        }
         let clock = Clock::start(start);
         // Commit even when the orchestration failed: no recording may outlive its bind.
         if let Some(pool) = self.recorders.as_mut() {
@@ -790,6 +797,7 @@ fn commit(
     g.phases = GraphPhases {
         graph_begin: g.begin_time,
         recording_wait: wait_start.elapsed(),
+        host_orch_wakes: g.phases.host_orch_wakes,
         ..GraphPhases::default()
     };
     if let Some(f) = failure {

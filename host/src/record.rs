@@ -1100,6 +1100,9 @@ struct PoolState {
     inject: Option<StandUpPart>,
     /// Threads that have made their first attempt to stand their storage up.
     settled: usize,
+    /// Parked threads the submitting (orchestration) thread woke, through `submit` and
+    /// `orchestrating`: each a system call that costs the waker several us on a VM.
+    orchestration_wakes: u64,
 }
 
 struct PoolShared {
@@ -1113,18 +1116,23 @@ struct PoolShared {
 impl PoolShared {
     /// Wakes thread `w` if it is asleep (`st` is the locked state). A thread that is awake
     /// checks the queue under the lock before it sleeps again, so it needs no notify.
-    fn wake(&self, st: &mut PoolState, w: usize) {
-        if std::mem::replace(&mut st.workers[w].sleeping, false) {
+    /// Returns whether it woke it.
+    fn wake(&self, st: &mut PoolState, w: usize) -> bool {
+        let asleep = std::mem::replace(&mut st.workers[w].sleeping, false);
+        if asleep {
             self.cvs[w].notify_one();
         }
+        asleep
     }
 
     /// Wakes up to `permits` threads for jobs that may start now: each waiting job's preferred
     /// thread if it is free, else (its preferred thread busy) a sleeping free one to take it.
-    fn wake_for_queue(&self, st: &mut PoolState, mut permits: usize) {
+    /// Returns how many it woke.
+    fn wake_for_queue(&self, st: &mut PoolState, mut permits: usize) -> u64 {
+        let mut woke = 0;
         for k in 0..st.queue.len() {
             if permits == 0 {
-                return;
+                break;
             }
             let w = st.queue[k].worker;
             let taker = if st.workers[w].busy {
@@ -1133,10 +1141,11 @@ impl PoolShared {
                 Some(w)
             };
             if let Some(t) = taker {
-                self.wake(st, t);
+                woke += self.wake(st, t) as u64;
                 permits -= 1;
             }
         }
+        woke
     }
 }
 
@@ -1185,6 +1194,7 @@ impl RecorderPool {
                 while_building: (cpus - 1).max(1),
                 inject: None,
                 settled: 0,
+                orchestration_wakes: 0,
             }),
             cvs: (0..RECORDERS_MAX)
                 .map(|_| std::sync::Condvar::new())
@@ -1271,11 +1281,12 @@ impl RecorderPool {
         // (orchestration) thread does not pay a wake-up per job for threads that would go
         // straight back to sleep.
         if st.running < st.limit {
-            if st.workers[worker].busy {
-                self.shared.wake_for_queue(&mut st, 1);
+            let woke = if st.workers[worker].busy {
+                self.shared.wake_for_queue(&mut st, 1)
             } else {
-                self.shared.wake(&mut st, worker);
-            }
+                self.shared.wake(&mut st, worker) as u64
+            };
+            st.orchestration_wakes += woke;
         }
     }
 
@@ -1288,7 +1299,8 @@ impl RecorderPool {
         let mut st = self.lock();
         st.limit = if on { st.while_building } else { st.cpus };
         let free = st.limit.saturating_sub(st.running);
-        self.shared.wake_for_queue(&mut st, free);
+        let woke = self.shared.wake_for_queue(&mut st, free);
+        st.orchestration_wakes += woke;
     }
 
     /// Sets how many recordings may run at once while the orchestration builds; 0 defers every
@@ -1323,6 +1335,12 @@ impl RecorderPool {
                 .wait(st)
                 .unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Parked recorder threads the submitting thread has woken so far (`submit` and
+    /// `orchestrating`).
+    pub fn orchestration_wakes(&self) -> u64 {
+        self.lock().orchestration_wakes
     }
 
     /// The keys each thread has recorded, in order.
@@ -1425,7 +1443,7 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                 .iter()
                 .any(|j| j.worker == index || st.workers[j.worker].busy);
             if !mine {
-                shared.wake_for_queue(&mut st, 1);
+                let _ = shared.wake_for_queue(&mut st, 1);
             }
             let recorded = &mut st.workers[index].recorded;
             if recorded.len() == recorded.capacity() {
@@ -1469,6 +1487,7 @@ mod tests {
             while_building: 1,
             inject: None,
             settled: 0,
+            orchestration_wakes: 0,
         }
     }
 

@@ -19,7 +19,8 @@
 //! a job to publishing its Definition; `simpler_host::alloc_count`); host_orch per task (wall)
 //! and the binding thread's CPU time in it; the image shipped; for Graph scenes the
 //! sub-phases (graph_begin, record_node and build_definition summed over recorder threads,
-//! recording_wait) and ns per recorded node. Host-only binds place the entry tensors but do
+//! recording_wait), ns per recorded node and the parked recorder threads the orchestration
+//! thread woke during host_orch (each a futex system call on it). Host-only binds place the entry tensors but do
 //! not copy them in (`arena_h2d` runs only with the device).
 //!
 //! Two sections compare arms bind by bind on one worker: the recording policy (dsv4-shaped,
@@ -93,6 +94,7 @@ fn main() {
         let mut per_node = Vec::with_capacity(WARM);
         let mut nodes = 0;
         let mut sub: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(WARM)).collect();
+        let mut wakes = Vec::with_capacity(WARM);
         let mut args_faults = Vec::with_capacity(WARM);
         let mut allocs = Vec::with_capacity(WARM);
         let mut thread_allocs = Vec::with_capacity(WARM);
@@ -116,6 +118,7 @@ fn main() {
             }
             cpu_orch.push(bind.phases[phase("host_orch")].cpu.as_secs_f64() * 1e6);
             let g = bind.graph_phases;
+            wakes.push(g.host_orch_wakes as f64);
             if g.recorded_nodes > 0 {
                 per_node.push(g.record_node.as_secs_f64() * 1e9 / g.recorded_nodes as f64);
                 nodes = g.recorded_nodes;
@@ -175,6 +178,13 @@ fn main() {
                 &format!("{name}_recorded_nodes"),
                 nodes as f64,
                 "nodes",
+            );
+            // Each a futex wake-up system call on the orchestration thread.
+            report_summary(
+                "bind",
+                &format!("{name}_host_orch_recorder_wakes"),
+                &mut wakes,
+                "wakes",
             );
         }
         let mut orch_cpu: Vec<f64> = cpu_orch.clone();
