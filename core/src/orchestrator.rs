@@ -672,7 +672,10 @@ impl<'a> Orchestrator<'a> {
         let manual_scope = self.scopes.is_manual();
         let war = self.track_war;
         let mut inserts = 0u32;
-        for a in args.iter() {
+        // Arguments whose entry a lookup handed over to this task (bit per argument): already
+        // registered, not inserted.
+        let mut handed_over = 0u32;
+        for (i, a) in args.iter().enumerate() {
             if !deps::follows_creator(a.tag) || manual_scope || a.tensor.manual_dep() {
                 continue;
             }
@@ -688,26 +691,35 @@ impl<'a> Orchestrator<'a> {
                 continue;
             }
             // A writer that covers an entry supersedes it: later accesses reach the old one
-            // through this task. INOUT supersedes writers; any writer supersedes readers.
+            // through this task. INOUT supersedes writers (an entry of exactly its region is
+            // handed over rather than removed and inserted again); any writer supersedes
+            // readers.
             if after_writers {
                 let evict = a.tag == TensorArgType::InOut;
                 let mut failure = None;
                 let wiring = &mut self.wiring;
-                self.map
-                    .lookup(&a.tensor, EntryKind::Writer, |producer, overlap| {
-                        if failure.is_none() {
-                            if let Err(e) = wiring.add_edge(me, producer, DepFlags::WAIT, waiter) {
-                                failure = Some(e);
+                let registered =
+                    self.map
+                        .lookup(&a.tensor, EntryKind::Writer, |producer, overlap| {
+                            if failure.is_none() {
+                                if let Err(e) =
+                                    wiring.add_edge(me, producer, DepFlags::WAIT, waiter)
+                                {
+                                    failure = Some(e);
+                                }
                             }
-                        }
-                        if evict && overlap == crate::overlap::Overlap::Covered {
-                            Visit::Remove
-                        } else {
-                            Visit::Keep
-                        }
-                    });
+                            if evict && overlap == crate::overlap::Overlap::Covered {
+                                Visit::Replace(id)
+                            } else {
+                                Visit::Keep
+                            }
+                        });
                 if let Some(e) = failure {
                     return Err(late(e));
+                }
+                if registered {
+                    handed_over |= 1 << i;
+                    inserts -= 1;
                 }
             }
             if after_readers {
@@ -728,8 +740,8 @@ impl<'a> Orchestrator<'a> {
                     let _ = self.map.insert(r, id, EntryKind::Reader);
                 }
             }
-            for a in args.iter() {
-                if manual_scope || a.tensor.manual_dep() {
+            for (i, a) in args.iter().enumerate() {
+                if manual_scope || a.tensor.manual_dep() || handed_over & 1 << i != 0 {
                     continue;
                 }
                 let kind = if deps::registers_writer(a.tag) {
@@ -931,6 +943,11 @@ impl<'a> Wiring<'a> {
         let Some(pr) = self.shared.slot_ref(producer) else {
             return Ok(());
         };
+        // An entry an earlier argument's lookup handed over to this task: no edge to itself
+        // (another task of this slot has retired, or the slot would not be ours).
+        if pr == me {
+            return Ok(());
+        }
         let ring = me.ring();
         let pslot = self.shared.slot(pr);
         if pslot.seen_epoch.load(Ordering::Relaxed) == self.epoch && pslot.task_id() == producer {

@@ -12,7 +12,8 @@
 //! - `fine`: heads of a second chain every entry is also on, hashed by buffer address, size
 //!   class and position: an entry of `n` bytes has level `L = ceil(log2 n)` and sits in the
 //!   chain of block `start_byte >> L` at that level, so it lies within two blocks of its level.
-//!   Each bucket's head also holds the levels present and the lowest version recorded. A lookup
+//!   Each bucket's head also holds the levels present, the levels with an entry that reaches
+//!   into its next block, and the lowest version recorded. A lookup
 //!   probes, at each present level, only the blocks its range can share with an entry there;
 //!   when that is more than [`FINE_PROBES`] chains (a wide probe over narrow entries), or the
 //!   probe's version is newer than a recorded one (which depends whatever the range), it walks
@@ -157,7 +158,9 @@ pub struct Bucket {
     _pad: u32,
     /// Bit `L` set: an entry of level `L` was inserted.
     levels: u64,
-    _pad2: u64,
+    /// Bit `L` set: an entry of level `L` that reaches past its first block was inserted.
+    /// While it is clear, a probe need not walk the block before its own at that level.
+    spills: u64,
 }
 
 const_assert_eq!(size_of::<Bucket>(), 32);
@@ -275,6 +278,10 @@ pub enum Visit {
     Keep,
     /// Remove the entry: the probe's writer supersedes it.
     Remove,
+    /// The probe's writer, `task`, supersedes the entry: hand the entry over to `task` if it
+    /// records exactly the probe's region (the entry `task` would insert; see
+    /// [`TensorMap::lookup`]), remove it otherwise.
+    Replace(TaskId),
 }
 
 /// The map could not take more entries even after freeing every retired task's.
@@ -313,6 +320,22 @@ struct Probe {
     footprint: Footprint,
     range: (u64, u64),
     buffer_elems: u64,
+    /// An entry was handed over to the probe's writer ([`Visit::Replace`]).
+    handed_over: bool,
+}
+
+/// Whether `entry` (of the probe's buffer and kind) records exactly the region `probe`
+/// describes: what an insert of the probe would record.
+#[inline]
+fn records_exactly(entry: &MapEntry, probe: &Footprint) -> bool {
+    let rank = (entry.ndims as usize).min(MAX_TENSOR_DIMS);
+    entry.start == probe.start
+        && entry.extent == probe.extent
+        && entry.version == probe.version
+        && entry.ndims as u32 == probe.ndims
+        && entry.dtype == probe.dtype
+        && (0..rank)
+            .all(|d| entry.shapes[d] == probe.shapes[d] && entry.strides[d] == probe.strides[d])
 }
 
 /// A chain to walk: a bucket's (from its first entry), or the fine chain of one block.
@@ -326,13 +349,20 @@ enum Chain {
 /// block)` per level present in `levels`, or `None` when that is more than [`FINE_PROBES`]
 /// chains. An entry of level `L` starting in block `b` lies within `[b·2^L, (b+2)·2^L)`, so
 /// one that meets `[start, end)` starts in a block from `(start >> L) - 1` to
-/// `(end - 1) >> L`.
+/// `(end - 1) >> L`; from `start >> L` when no entry of that level reaches past its first
+/// block (its bit in `spills` is clear), as aligned views of one size never do.
 fn fine_blocks(
     levels: u64,
+    spills: u64,
     (start, end): (u64, u64),
 ) -> Option<impl Iterator<Item = (u8, u64, u64)>> {
     let span = move |level: u8| {
-        let first = (start >> level).saturating_sub(1);
+        let own = start >> level;
+        let first = if spills & 1 << level != 0 {
+            own.saturating_sub(1)
+        } else {
+            own
+        };
         let last = (end.saturating_sub(1) >> level).max(first);
         (level, first, last)
     };
@@ -528,10 +558,9 @@ impl<'a> TensorMap<'a> {
         let elem = tensor.dtype().elem_size().max(1) as u64;
         let (start, extent) = (tensor.start_offset(), tensor.extent_elems());
         let start_byte = start.saturating_mul(elem);
-        let level = level_of(
-            start_byte,
-            start.saturating_add(extent).saturating_mul(elem),
-        );
+        let end_byte = start.saturating_add(extent).saturating_mul(elem);
+        let level = level_of(start_byte, end_byte);
+        let spills = end_byte.saturating_sub(1).max(start_byte) >> level != start_byte >> level;
         let fine = self.fine_of(addr, kind, level, start_byte >> level);
 
         self.occupied[bucket / 64] |= 1 << (bucket % 64);
@@ -547,6 +576,7 @@ impl<'a> TensorMap<'a> {
         let old_bucket_first = b.first;
         b.first = index;
         b.levels |= 1 << level;
+        b.spills |= (spills as u64) << level;
         b.min_version = b.min_version.min(tensor.version());
         let fine_head = &mut self.fine[fine];
         if fine_head.epoch != epoch {
@@ -600,24 +630,47 @@ impl<'a> TensorMap<'a> {
     }
 
     /// Shows `visit` every live entry of `kind` whose region may overlap `probe`, with the
-    /// overlap class; newest first within each chain walked (the order across chains is
-    /// unspecified). Entries of retired tasks are skipped. The visitor may remove the entry it
-    /// is shown.
+    /// overlap class; within each chain walked, newest registration first, except that an
+    /// entry handed over keeps its place (the order across chains is unspecified). Entries of
+    /// retired tasks are skipped. The visitor may remove the entry it is shown, or hand it
+    /// over ([`Visit::Replace`]).
+    ///
+    /// Returns whether an entry was handed over: the first one shown for `Replace(task)` that
+    /// records exactly `probe`'s region (buffer, start, extent, version, rank, type, shapes
+    /// and strides) now records it for `task`, which must then not insert it again. This is
+    /// an insert and a removal in one, without relinking the entry's chains: the accumulator
+    /// pattern (a task reads and writes the region its predecessor wrote) costs a lookup and
+    /// no insert. Later exact entries in the same lookup are removed.
+    #[inline]
     pub fn lookup(
         &mut self,
         probe: &TaskTensor,
         kind: EntryKind,
-        mut visit: impl FnMut(TaskId, Overlap) -> Visit,
-    ) {
+        visit: impl FnMut(TaskId, Overlap) -> Visit,
+    ) -> bool {
         let addr = probe.buffer().addr;
         let bucket = self.bucket_of(addr, kind);
         if self.occupied[bucket / 64] & 1 << (bucket % 64) == 0 {
-            return;
+            return false;
         }
         let head = self.buckets[bucket];
         if head.epoch != self.header.epoch {
-            return;
+            return false;
         }
+        self.lookup_in(probe, kind, head, visit)
+    }
+
+    /// [`Self::lookup`] in bucket `head`, which holds entries: out of line, so that the common
+    /// answer (nothing was registered on the probe's buffer) stays a few inlined instructions.
+    #[inline(never)]
+    fn lookup_in(
+        &mut self,
+        probe: &TaskTensor,
+        kind: EntryKind,
+        head: Bucket,
+        mut visit: impl FnMut(TaskId, Overlap) -> Visit,
+    ) -> bool {
+        let addr = probe.buffer().addr;
         let elem = probe.dtype().elem_size();
         let footprint = Footprint {
             start: probe.start_offset(),
@@ -646,9 +699,10 @@ impl<'a> TensorMap<'a> {
             footprint,
             range,
             buffer_elems,
+            handed_over: false,
         };
         if footprint.version <= head.min_version {
-            if let Some(blocks) = fine_blocks(head.levels, range) {
+            if let Some(blocks) = fine_blocks(head.levels, head.spills, range) {
                 for (level, first, last) in blocks {
                     for block in first..=last {
                         let chain = self.fine_of(addr, kind, level, block);
@@ -663,10 +717,11 @@ impl<'a> TensorMap<'a> {
                         );
                     }
                 }
-                return;
+                return probe.handed_over;
             }
         }
         self.walk(&mut probe, Chain::Bucket(head.first), &mut visit);
+        probe.handed_over
     }
 
     /// Walks one chain for [`Self::lookup`].
@@ -723,10 +778,54 @@ impl<'a> TensorMap<'a> {
             if overlap == Overlap::None {
                 continue;
             }
-            if visit(entry.producer, overlap) == Visit::Remove {
-                self.remove(this);
+            match visit(entry.producer, overlap) {
+                Visit::Keep => {}
+                Visit::Remove => self.remove(this),
+                Visit::Replace(task) => {
+                    if probe.handed_over
+                        || !records_exactly(entry, &probe.footprint)
+                        || !self.hand_over(this, task)
+                    {
+                        self.remove(this);
+                    } else {
+                        probe.handed_over = true;
+                    }
+                }
             }
         }
+    }
+
+    /// Moves entry `index` from its producer's task chain to `task`'s, which becomes its
+    /// producer; its bucket and fine chains stay as they are. False (nothing changed) if
+    /// `task`'s ring has no task window in this map.
+    fn hand_over(&mut self, index: u32, task: TaskId) -> bool {
+        let Some((ring, slot)) = self.task_head_index(task) else {
+            return false;
+        };
+        let e = self.entries[index as usize];
+        if e.prev_in_task != NIL {
+            self.entries[e.prev_in_task as usize].next_in_task = e.next_in_task;
+        } else if let Some((r, s)) = self.task_head_index(e.producer) {
+            self.task_heads[r][s].first = e.next_in_task;
+        }
+        if e.next_in_task != NIL {
+            self.entries[e.next_in_task as usize].prev_in_task = e.prev_in_task;
+        }
+        let epoch = self.header.epoch;
+        let task_head = &mut self.task_heads[ring][slot];
+        if task_head.epoch != epoch {
+            *task_head = Head { first: NIL, epoch };
+        }
+        let old_first = task_head.first;
+        task_head.first = index;
+        if old_first != NIL {
+            self.entries[old_first as usize].prev_in_task = index;
+        }
+        let entry = &mut self.entries[index as usize];
+        entry.producer = task;
+        entry.next_in_task = old_first;
+        entry.prev_in_task = NIL;
+        true
     }
 
     /// Unlinks entry `index` from its bucket and task chains and returns it to the pool.
@@ -938,13 +1037,15 @@ mod tests {
                         map.insert(&rng.view(), id, EntryKind::Writer).unwrap();
                     }
                 }
-                2 => map.lookup(&rng.view(), EntryKind::Writer, |_, o| {
-                    if o == Overlap::Covered {
-                        Visit::Remove
-                    } else {
-                        Visit::Keep
-                    }
-                }),
+                2 => {
+                    map.lookup(&rng.view(), EntryKind::Writer, |_, o| {
+                        if o == Overlap::Covered {
+                            Visit::Remove
+                        } else {
+                            Visit::Keep
+                        }
+                    });
+                }
                 _ => {
                     let alive = map.header.last_alive[ring];
                     let to = alive + rng.next((next[ring] - alive + 1) as u64) as u32;
@@ -1137,7 +1238,9 @@ mod tests {
 
     /// Against a plain list of live entries tested one by one with `overlap::check`: every
     /// lookup (fine chains or bucket walk, whichever it takes) reports exactly the overlapping
-    /// live entries with their classes, once each, and supersedes exactly what it is told to.
+    /// live entries with their classes, once each, and supersedes exactly what it is told to;
+    /// a superseding writer takes over an entry exactly when one records its region, and later
+    /// lookups see that entry as the writer's.
     #[test]
     fn lookups_report_exactly_what_a_full_scan_finds() {
         let config = TensorMapConfig {
@@ -1149,7 +1252,7 @@ mod tests {
         let mut mem = vec![Line([0; 64]); layout.size() / 64];
         // Under Miri (every access checked, orders of magnitude slower) a few seeds suffice.
         let (seeds, ops) = if cfg!(miri) { (3u64, 200) } else { (30, 600) };
-        let (mut fine_lookups, mut bucket_lookups) = (0, 0);
+        let (mut fine_lookups, mut bucket_lookups, mut handovers) = (0, 0, 0);
         for seed in 1..seeds {
             let mut map = TensorMap::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
             let mut rng = Rng(seed * 0x2545_F491);
@@ -1175,8 +1278,25 @@ mod tests {
                         live.retain(|(id, _, _)| id.local() >= alive);
                     }
                     _ => {
-                        let probe = any_view(&mut rng);
                         let evict = rng.next(2) == 0;
+                        // A superseding writer that may take an exact entry over, often of
+                        // the region of a live entry.
+                        let writer = (evict && rng.next(2) == 0).then(|| {
+                            next += 1;
+                            TaskId::new(0, next - 1)
+                        });
+                        let probe = match writer {
+                            Some(_) if !live.is_empty() && rng.next(2) == 0 => {
+                                let t = live[rng.next(live.len() as u64) as usize].1;
+                                // Sometimes the same region at another version: not the same
+                                // entry.
+                                match rng.next(4) {
+                                    0 => t.with_version(1 - t.version()),
+                                    _ => t,
+                                }
+                            }
+                            _ => any_view(&mut rng),
+                        };
                         let elems = probe.buffer().size / 4;
                         let mut expected: Vec<(TaskId, Overlap)> = live
                             .iter()
@@ -1190,17 +1310,23 @@ mod tests {
                             .filter(|(_, o)| *o != Overlap::None)
                             .collect();
                         let mut seen = Vec::new();
-                        map.lookup(&probe, kind, |t, o| {
+                        let handed_over = map.lookup(&probe, kind, |t, o| {
                             seen.push((t, o));
-                            if evict && o == Overlap::Covered {
-                                Visit::Remove
-                            } else {
-                                Visit::Keep
+                            match (evict && o == Overlap::Covered, writer) {
+                                (false, _) => Visit::Keep,
+                                (true, None) => Visit::Remove,
+                                (true, Some(w)) => Visit::Replace(w),
                             }
                         });
                         expected.sort_by_key(|(id, _)| id.local());
                         seen.sort_by_key(|(id, _)| id.local());
                         assert_eq!(seen, expected, "seed {seed}");
+                        let exact = live.iter().any(|(id, t, k)| {
+                            *k == kind
+                                && seen.contains(&(*id, Overlap::Covered))
+                                && same_region(t, &probe)
+                        });
+                        assert_eq!(handed_over, writer.is_some() && exact, "seed {seed}");
                         if evict {
                             live.retain(|(id, t, k)| {
                                 *k != kind
@@ -1208,13 +1334,17 @@ mod tests {
                                     || !seen.contains(&(*id, Overlap::Covered))
                             });
                         }
+                        if handed_over {
+                            live.push((writer.unwrap(), probe, kind));
+                            handovers += 1;
+                        }
                         let meta = map.buckets[map.bucket_of(probe.buffer().addr, kind)];
                         let range = (
                             probe.start_offset() * 4,
                             (probe.start_offset() + probe.extent_elems()) * 4,
                         );
                         if probe.version() <= meta.min_version
-                            && fine_blocks(meta.levels, range).is_some()
+                            && fine_blocks(meta.levels, meta.spills, range).is_some()
                         {
                             fine_lookups += 1;
                         } else {
@@ -1224,11 +1354,24 @@ mod tests {
                 }
             }
         }
-        // Both ways of answering were exercised.
+        // Both ways of answering were exercised, and entries were taken over.
         let lookups = fine_lookups + bucket_lookups;
         assert!(
             fine_lookups * 10 > lookups && bucket_lookups * 10 > lookups,
             "{fine_lookups} fine and {bucket_lookups} bucket lookups"
         );
+        assert!(handovers > seeds, "{handovers} handovers");
+    }
+
+    /// Whether two views of one buffer address exactly the same elements the same way.
+    fn same_region(a: &TaskTensor, b: &TaskTensor) -> bool {
+        let rank = a.ndims() as usize;
+        a.start_offset() == b.start_offset()
+            && a.extent_elems() == b.extent_elems()
+            && a.version() == b.version()
+            && a.ndims() == b.ndims()
+            && a.dtype() == b.dtype()
+            && a.shapes_all()[..rank] == b.shapes_all()[..rank]
+            && a.strides_all()[..rank] == b.strides_all()[..rank]
     }
 }

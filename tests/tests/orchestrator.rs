@@ -497,3 +497,63 @@ fn with_war_tracking_a_later_writer_waits_for_a_predicates_read() {
         assert!(shared.drained());
     });
 }
+
+/// The accumulator pattern: each INOUT of exactly the region the previous writer wrote takes
+/// that writer's TensorMap entry over (no new entry). A task passing the same region twice
+/// (INOUT, then INPUT or INOUT again) does not depend on itself through the entry it took
+/// over, and its readers still find it as the region's writer. Then the next writer of an
+/// overlapping region finds exactly one writer.
+#[test]
+fn an_accumulator_takes_its_predecessors_entry_over() {
+    with_runtime(small(), |orch, shared| {
+        orch.scope_begin(ScopeMode::Auto).unwrap();
+        let x = ext(0x10_0000, 64);
+        let acc = x.view(&[32], &[0]).unwrap();
+        let first = orch
+            .submit(aiv(&mut [arg(acc, TensorArgType::InOut)]), &mut NoWait)
+            .unwrap();
+        assert_eq!(orch.tensor_map().live_entries(), 1);
+        let mut prev = first;
+        for _ in 0..3 {
+            let t = orch
+                .submit(aiv(&mut [arg(acc, TensorArgType::InOut)]), &mut NoWait)
+                .unwrap();
+            assert_eq!(fanin(shared, t), vec![(prev, DepFlags::WAIT)]);
+            assert_eq!(orch.tensor_map().live_entries(), 1, "taken over, not added");
+            prev = t;
+        }
+        // The same region as INOUT then INPUT, then twice as INOUT: only the previous writer.
+        let both = orch
+            .submit(
+                aiv(&mut [
+                    arg(acc, TensorArgType::InOut),
+                    arg(acc, TensorArgType::Input),
+                ]),
+                &mut NoWait,
+            )
+            .unwrap();
+        assert_eq!(fanin(shared, both), vec![(prev, DepFlags::WAIT)]);
+        let twice = orch
+            .submit(
+                aiv(&mut [
+                    arg(acc, TensorArgType::InOut),
+                    arg(acc, TensorArgType::InOut),
+                ]),
+                &mut NoWait,
+            )
+            .unwrap();
+        assert_eq!(fanin(shared, twice), vec![(both, DepFlags::WAIT)]);
+        // An INOUT over the region and beyond takes over nothing (not the same region), and
+        // evicts the entry.
+        let wide = orch
+            .submit(aiv(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
+            .unwrap();
+        assert_eq!(fanin(shared, wide), vec![(twice, DepFlags::WAIT)]);
+        let reader = orch
+            .submit(aiv(&mut [arg(acc, TensorArgType::Input)]), &mut NoWait)
+            .unwrap();
+        assert_eq!(fanin(shared, reader), vec![(wide, DepFlags::WAIT)]);
+        assert_eq!(orch.tensor_map().live_entries(), 1);
+        orch.scope_end().unwrap();
+    });
+}
