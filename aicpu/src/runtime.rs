@@ -335,6 +335,9 @@ impl<'r, 'a> Rt<'r, 'a> {
         self
     }
 
+    /// Shows `task` to the hook, if there is one. Inlined, so that without a hook the
+    /// description is never built.
+    #[inline(always)]
     fn notify(&mut self, task: SubmittedTask<'_>) {
         if let Some(hook) = self.hook.as_deref_mut() {
             let shared = self.orch.shared();

@@ -993,9 +993,9 @@ impl<'a> Wiring<'a> {
         let index = self.rings[ring].edges.cell(linear);
         // The cell is complete before the producer can see it in its fanout list.
         self.shared.edge_cells(ring)[index as usize].set(me.0, pr.0, flags.bits());
-        let Some((_, done)) = self
+        let Some(done) = self
             .shared
-            .attach(producer, EdgeRef::new(ring, index), flags)
+            .attach(pslot, producer, EdgeRef::new(ring, index), flags)
         else {
             // The producer retired or was consumed meanwhile: no edge; give the cell back.
             self.rings[ring].edges.unclaim();

@@ -434,7 +434,12 @@ impl<'a> SchedState<'a> {
     /// Transition 8: adds `amount` released references to a task's fanout; consumes it when it
     /// has completed and every reference is released, then advances its ring's watermark.
     pub(crate) fn release_fanout(&self, r: SlotRef, amount: u32) {
-        let slot = self.slot(r);
+        self.release_fanout_of(self.slot(r), r, amount)
+    }
+
+    /// [`Self::release_fanout`] on `slot`, the slot behind `r`.
+    #[inline]
+    fn release_fanout_of(&self, slot: &SlotState, r: SlotRef, amount: u32) {
         let consumed = {
             let _guard = slot.lock();
             let refs = slot
@@ -463,8 +468,9 @@ impl<'a> SchedState<'a> {
     /// Releases the scope reference of `task` (at the end of its scope).
     pub fn release_scope(&self, task: TaskId) {
         if let Some(r) = self.slot_ref(task) {
-            if self.slot(r).task_id() == task {
-                self.release_fanout(r, SCOPE_BIT);
+            let slot = self.slot(r);
+            if slot.task_id() == task {
+                self.release_fanout_of(slot, r, SCOPE_BIT);
             }
         }
     }
@@ -506,20 +512,19 @@ impl<'a> SchedState<'a> {
 
     // ---- the orchestrator's side of wiring -------------------------------------------------
 
-    /// Attaches a recorded edge (cell `edge`, already written) to `producer`, if that task
-    /// still occupies its slot and is not consumed: a RETAIN edge pins the producer, a WAIT edge
-    /// is linked into its fanout list unless it has completed. Returns the producer's slot and
+    /// Attaches a recorded edge (cell `edge`, already written) to `producer`, whose slot is
+    /// `slot`, if that task still occupies it and is not consumed: a RETAIN edge pins the
+    /// producer, a WAIT edge is linked into its fanout list unless it has completed. Returns
     /// whether a WAIT edge found it completed (so counts as released), or `None` if the
     /// producer is gone. The check and the attachment are atomic with respect to the producer's
     /// completion and consumption.
     pub(crate) fn attach(
         &self,
+        slot: &SlotState,
         producer: TaskId,
         edge: EdgeRef,
         flags: DepFlags,
-    ) -> Option<(SlotRef, bool)> {
-        let r = self.slot_ref(producer)?;
-        let slot = self.slot(r);
+    ) -> Option<bool> {
         let _guard = slot.lock();
         let status = slot.status.load(Ordering::Relaxed);
         if slot.task_id.load(Ordering::Relaxed) != producer.0
@@ -528,7 +533,7 @@ impl<'a> SchedState<'a> {
         {
             return None;
         }
-        Some((r, self.attach_locked(slot, edge, flags)))
+        Some(self.attach_locked(slot, edge, flags))
     }
 
     /// Adds `flags` to an edge already attached to `producer` (which the edge keeps alive).

@@ -641,7 +641,7 @@ impl<'a> TensorMap<'a> {
     /// an insert and a removal in one, without relinking the entry's chains: the accumulator
     /// pattern (a task reads and writes the region its predecessor wrote) costs a lookup and
     /// no insert. Later exact entries in the same lookup are removed.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(
         &mut self,
         probe: &TaskTensor,

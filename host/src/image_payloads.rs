@@ -111,7 +111,9 @@ impl PayloadSink for ImagePayloads {
             return;
         }
         let mut s = self.stream.borrow_mut();
-        s.fill(ring, task.local());
+        if s.starts[ring].len() < task.local() as usize {
+            s.fill(ring, task.local());
+        }
         if s.starts[ring].len() != task.local() as usize {
             // A record for a task already recorded (never done by the orchestrator): ignored,
             // as the device's records would be overwritten in place.
