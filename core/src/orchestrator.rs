@@ -906,12 +906,20 @@ impl<'a> Wiring<'a> {
 
     /// Reads `ring`'s watermark; if it moved, frees the heap and edge cells retired tasks held
     /// and returns it.
+    #[inline]
     fn sync_ring(&mut self, ring: usize) -> Option<u32> {
         let last_alive = self.shared.flow(ring).last_alive();
-        let cur = &mut self.rings[ring];
-        if last_alive == cur.last_alive {
+        if last_alive == self.rings[ring].last_alive {
             return None;
         }
+        self.reclaim(ring, last_alive);
+        Some(last_alive)
+    }
+
+    /// [`Self::sync_ring`] once the watermark moved to `last_alive`.
+    #[inline(never)]
+    fn reclaim(&mut self, ring: usize, last_alive: u32) {
+        let cur = &mut self.rings[ring];
         cur.last_alive = last_alive;
         // The newest retired task's slot is not reused before the orchestrator claims it again,
         // so its recorded ends are still there.
@@ -928,7 +936,6 @@ impl<'a> Wiring<'a> {
         let edge_start = slot.edge_start.load(Ordering::Relaxed);
         cur.edges
             .set_tail(edge_start.wrapping_add(slot.edge_count.load(Ordering::Relaxed)));
-        Some(last_alive)
     }
 
     /// Records an edge from `producer` to the task in slot `me` and attaches it to the

@@ -774,7 +774,14 @@ impl<'a> TensorMap<'a> {
             if probe.footprint.version <= entry.version && (p_end <= e_start || e_end <= p_start) {
                 continue;
             }
-            let overlap = overlap::check(&probe.footprint, &entry.footprint(), probe.buffer_elems);
+            // The entry of exactly the probe's region (an accumulator's predecessor) is
+            // covered without the general test.
+            let exact = records_exactly(entry, &probe.footprint);
+            let overlap = if exact {
+                Overlap::Covered
+            } else {
+                overlap::check(&probe.footprint, &entry.footprint(), probe.buffer_elems)
+            };
             if overlap == Overlap::None {
                 continue;
             }
@@ -782,10 +789,7 @@ impl<'a> TensorMap<'a> {
                 Visit::Keep => {}
                 Visit::Remove => self.remove(this),
                 Visit::Replace(task) => {
-                    if probe.handed_over
-                        || !records_exactly(entry, &probe.footprint)
-                        || !self.hand_over(this, task)
-                    {
+                    if probe.handed_over || !exact || !self.hand_over(this, task) {
                         self.remove(this);
                     } else {
                         probe.handed_over = true;
