@@ -207,7 +207,7 @@ impl<'r, 'a> Rt<'r, 'a> {
                 .as_deref_mut()
                 .and_then(|sink| sink.definition(full_key, body, boundary, scalars))
             {
-                if let Some(id) = self.submit_outer(g, boundary)? {
+                if let Some(id) = self.submit_outer(g, &mut *boundary)? {
                     if let Some(sink) = self.graphs.as_deref_mut() {
                         sink.submitted(id);
                     }
@@ -226,54 +226,10 @@ impl<'r, 'a> Rt<'r, 'a> {
     fn submit_outer(
         &mut self,
         g: GraphRef,
-        boundary: &[TaskArg],
+        boundary: &mut [TaskArg],
     ) -> Result<Option<TaskId>, RtError> {
         use simpler_core::TensorArgType as Tag;
         const ROOM: usize = simpler_core::limits::CORE_MAX_TENSOR_ARGS;
-        // Fills the unused argument slots (never submitted).
-        let Ok(filler) = TaskTensor::create_info(&[1], simpler_core::DataType::Uint8) else {
-            return Ok(None);
-        };
-        let writes = |a: &TaskArg| a.tag != Tag::Input;
-        let writers = boundary.iter().filter(|a| writes(a)).count();
-        if writers > CORE_MAX_TENSOR_ARGS {
-            return Ok(None);
-        }
-        let mut args = [TaskArg {
-            tensor: filler,
-            tag: Tag::Input,
-        }; ROOM];
-        let mut n = 0;
-        for a in boundary.iter().filter(|a| writes(a)) {
-            args[n] = *a;
-            n += 1;
-        }
-        let mut readers = boundary.iter().filter(|a| !writes(a));
-        for a in readers.by_ref().take(CORE_MAX_TENSOR_ARGS - n) {
-            args[n] = *a;
-            n += 1;
-        }
-        let mut deps = [ExplicitDep::on(TaskId::INVALID); 4];
-        let mut nd = 0;
-        let mut prelude = [TaskArg {
-            tensor: filler,
-            tag: Tag::Input,
-        }; ROOM];
-        loop {
-            let mut m = 0;
-            for a in readers.by_ref().take(ROOM) {
-                prelude[m] = *a;
-                m += 1;
-            }
-            if m == 0 {
-                break;
-            }
-            if nd == deps.len() {
-                return Ok(None);
-            }
-            deps[nd] = ExplicitDep::on(self.submit_dummy(&mut prelude[..m], &[])?);
-            nd += 1;
-        }
         // The Definition's and the heap block's addresses (scalars 1 and 4) are patched in by
         // the sink once the recording is done.
         let scalars = [
@@ -283,7 +239,49 @@ impl<'r, 'a> Rt<'r, 'a> {
             boundary.len() as u64 | (g.scalars as u64) << 32,
             0,
         ];
-        self.submit(MixedKernels::NONE, 1, &mut args[..n], &scalars, &deps[..nd])
+        // A boundary that fits is the outer task's arguments as it is (it holds no OUTPUT,
+        // so the submit rewrites nothing in it).
+        if boundary.len() <= ROOM {
+            return self
+                .submit(MixedKernels::NONE, 1, boundary, &scalars, &[])
+                .map(Some);
+        }
+        // Fills the unused argument slots (never submitted).
+        let Ok(filler) = TaskTensor::create_info(&[1], simpler_core::DataType::Uint8) else {
+            return Ok(None);
+        };
+        let filler = TaskArg {
+            tensor: filler,
+            tag: Tag::Input,
+        };
+        let writes = |a: &&TaskArg| a.tag != Tag::Input;
+        let writers = boundary.iter().filter(writes).count();
+        if writers > CORE_MAX_TENSOR_ARGS {
+            return Ok(None);
+        }
+        // Writers first, then as many readers as fit; each slot written once.
+        let mut order = boundary
+            .iter()
+            .filter(writes)
+            .chain(boundary.iter().filter(|a| !writes(a)));
+        let mut args: [TaskArg; ROOM] =
+            core::array::from_fn(|_| order.next().copied().unwrap_or(filler));
+        let mut deps = [ExplicitDep::on(TaskId::INVALID); 4];
+        let mut nd = 0;
+        // The readers left over go to preludes of up to ROOM each.
+        let mut left = boundary.len() - ROOM;
+        while left > 0 {
+            if nd == deps.len() {
+                return Ok(None);
+            }
+            let m = left.min(ROOM);
+            let mut prelude: [TaskArg; ROOM] =
+                core::array::from_fn(|_| order.next().copied().unwrap_or(filler));
+            deps[nd] = ExplicitDep::on(self.submit_dummy(&mut prelude[..m], &[])?);
+            nd += 1;
+            left -= m;
+        }
+        self.submit(MixedKernels::NONE, 1, &mut args, &scalars, &deps[..nd])
             .map(Some)
     }
 

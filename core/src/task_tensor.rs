@@ -434,6 +434,20 @@ impl TaskTensor {
     pub fn strides(&self) -> &[u32] {
         &self.strides[..self.rank()]
     }
+    /// Whether `other` lays its elements out as this tensor does: the same buffer size, rank,
+    /// element type, shapes and strides (of the dimensions in use). Start, address, owner and
+    /// version may differ. Compares raw fields, without slices or conversions: the Graph
+    /// recorder runs it per boundary tensor of every replayed invocation.
+    #[inline]
+    pub fn same_layout(&self, other: &Self) -> bool {
+        let rank = self.rank();
+        self.buffer.size == other.buffer.size
+            && self.ndims == other.ndims
+            && self.dtype == other.dtype
+            && (0..rank)
+                .all(|d| self.shapes[d] == other.shapes[d] && self.strides[d] == other.strides[d])
+    }
+
     /// The element type. Every constructor checked it, so it is always defined.
     pub fn dtype(&self) -> DataType {
         DataType::from_raw(self.dtype).unwrap_or(DataType::Uint8)

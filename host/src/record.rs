@@ -178,11 +178,7 @@ impl GraphBoundary {
             let (pa, pb) = (ra[i] as usize, rb[i] as usize);
             // Views of one buffer keep their distance: a recorded sub-view of the first
             // is rebased on it.
-            a.buffer().size == b.buffer().size
-                && a.ndims() == b.ndims()
-                && a.dtype() == b.dtype()
-                && a.shapes() == b.shapes()
-                && a.strides() == b.strides()
+            a.same_layout(b)
                 && pa == pb
                 && a.start_offset()
                     .wrapping_sub(self.tensors[pa].start_offset())
