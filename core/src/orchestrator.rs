@@ -858,6 +858,7 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Reads `ring`'s watermark and frees what the retired tasks held.
+    #[inline]
     fn sync_ring(&mut self, ring: usize) {
         if let Some(last_alive) = self.wiring.sync_ring(ring) {
             self.map.sync_watermark(ring, last_alive);
