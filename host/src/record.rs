@@ -1084,10 +1084,16 @@ struct PoolState {
     queue: std::collections::VecDeque<Job>,
     stop: bool,
     next: usize,
-    /// Recordings running now, and how many may run at once (one per CPU: more threads only
-    /// take turns on the CPUs the orchestration also needs; measured in the `bind` benchmark).
+    /// Recordings running now, and how many may run at once (while the orchestration builds,
+    /// one per CPU it leaves: more threads only take turns on the CPUs it also needs, measured
+    /// in the `bind` benchmark; at the commit, every job waiting).
     running: usize,
     limit: usize,
+    /// Threads notified and not yet back under the lock. Each holds a permit until then: it
+    /// takes a job, or hands the permit on, so a job queued meanwhile wakes nobody else (on
+    /// this VM a woken thread can take longer to run than the orchestration takes to queue
+    /// its next job, and each extra wake-up costs the waker several us).
+    waking: usize,
     /// The CPUs this process may use.
     cpus: usize,
     /// Recordings that may run at once while the orchestration builds.
@@ -1116,6 +1122,7 @@ impl PoolShared {
     fn wake(&self, st: &mut PoolState, w: usize) -> bool {
         let asleep = std::mem::replace(&mut st.workers[w].sleeping, false);
         if asleep {
+            st.waking += 1;
             self.cvs[w].notify_one();
         }
         asleep
@@ -1146,6 +1153,12 @@ impl PoolShared {
 }
 
 impl PoolState {
+    /// Recordings that may start now: the limit less those running and those a thread was
+    /// woken for.
+    fn permits(&self) -> usize {
+        self.limit.saturating_sub(self.running + self.waking)
+    }
+
     /// The oldest job thread `index` may take: one that prefers it, or one whose preferred
     /// thread is busy recording (so no job waits behind a busy thread while another is free).
     fn take(&mut self, index: usize) -> Option<Job> {
@@ -1185,6 +1198,7 @@ impl RecorderPool {
                 stop: false,
                 next: 0,
                 running: 0,
+                waking: 0,
                 limit: cpus,
                 cpus,
                 while_building: (cpus - 1).max(1),
@@ -1276,7 +1290,7 @@ impl RecorderPool {
         // recording that finishes first wakes a thread for a job waiting, so the submitting
         // (orchestration) thread does not pay a wake-up per job for threads that would go
         // straight back to sleep.
-        if st.running < st.limit {
+        if st.permits() > 0 {
             let woke = if st.workers[worker].busy {
                 self.shared.wake_for_queue(&mut st, 1)
             } else {
@@ -1289,12 +1303,19 @@ impl RecorderPool {
     /// While the orchestration thread builds (`true`), at most [`Self::set_while_building`]
     /// recordings run at once (by default one fewer than there are CPUs, at least one, so
     /// recorders do not take turns on the orchestration's CPU); afterwards (`false`, when the
-    /// commit waits for them) they may use every CPU, and waiting threads are woken for the
-    /// permits that frees.
+    /// commit waits for them) every job waiting may start at once, and each waiting job's
+    /// thread is woken now. The threads then share the CPUs, which costs a few context
+    /// switches; a chain in which each finishing recording wakes the next thread costs a
+    /// wake-up delay per link, which measured more (dsv4-shaped graph_commit median ~920 ->
+    /// ~750 us).
     pub fn orchestrating(&mut self, on: bool) {
         let mut st = self.lock();
-        st.limit = if on { st.while_building } else { st.cpus };
-        let free = st.limit.saturating_sub(st.running);
+        st.limit = if on {
+            st.while_building
+        } else {
+            st.cpus.max(st.running + st.waking + st.queue.len())
+        };
+        let free = st.permits();
         let woke = self.shared.wake_for_queue(&mut st, free);
         st.orchestration_wakes += woke;
     }
@@ -1399,11 +1420,22 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                 if st.stop {
                     return;
                 }
+                // Woken for a job another thread took, or one this thread may not take: the
+                // permit goes to a thread that can use it.
+                let free = st.permits();
+                if free > 0 && !st.queue.is_empty() {
+                    let _ = shared.wake_for_queue(&mut st, free);
+                }
                 st.workers[index].sleeping = true;
                 st = shared.cvs[index]
                     .wait(st)
                     .unwrap_or_else(|e| e.into_inner());
-                st.workers[index].sleeping = false;
+                if st.workers[index].sleeping {
+                    // Not notified (spurious, or the pool stopping).
+                    st.workers[index].sleeping = false;
+                } else {
+                    st.waking -= 1;
+                }
             }
         };
         let allocs_before = crate::alloc_count::now();
@@ -1439,7 +1471,8 @@ fn recorder_main(index: usize, shared: &PoolShared) {
                 .iter()
                 .any(|j| j.worker == index || st.workers[j.worker].busy);
             if !mine {
-                let _ = shared.wake_for_queue(&mut st, 1);
+                let free = st.permits().min(1);
+                let _ = shared.wake_for_queue(&mut st, free);
             }
             let recorded = &mut st.workers[index].recorded;
             if recorded.len() == recorded.capacity() {
@@ -1478,6 +1511,7 @@ mod tests {
             stop: false,
             next: 0,
             running: 0,
+            waking: 0,
             limit: 1,
             cpus: 1,
             while_building: 1,
@@ -1503,6 +1537,47 @@ mod tests {
 
     fn taken(st: &mut PoolState, index: usize) -> Option<u64> {
         st.take(index).map(|j| j.entry.lock().full_key)
+    }
+
+    /// A thread woken for a job holds the permit until it runs: jobs queued meanwhile wake no
+    /// other thread (each wake-up costs the orchestration thread a system call), and the
+    /// permit comes back when the woken thread is under the lock again.
+    #[test]
+    fn a_woken_thread_holds_its_permit_until_it_runs() {
+        let shared = PoolShared {
+            state: std::sync::Mutex::new(state(3)),
+            cvs: (0..3).map(|_| std::sync::Condvar::new()).collect(),
+            settled_cv: std::sync::Condvar::new(),
+        };
+        let mut st = shared.state.lock().unwrap();
+        queue(&mut st, &[1]);
+        assert_eq!(st.permits(), 1);
+        assert!(shared.wake(&mut st, 1), "thread 1 was asleep");
+        assert_eq!((st.waking, st.permits()), (1, 0));
+        queue(&mut st, &[2, 0]);
+        let free = st.permits();
+        assert_eq!(
+            shared.wake_for_queue(&mut st, free),
+            0,
+            "no permit for the jobs queued while thread 1 wakes"
+        );
+        assert!(
+            !shared.wake(&mut st, 1),
+            "a notified thread is not notified again"
+        );
+        assert_eq!(st.waking, 1);
+        // Thread 1 runs: back under the lock it gives the permit back, takes its job, and
+        // holds the permit as a running recording.
+        st.waking -= 1;
+        assert_eq!(taken(&mut st, 1), Some(0));
+        st.running += 1;
+        assert_eq!(st.permits(), 0);
+        // Done: the permit wakes the thread of the oldest job waiting (thread 2), once.
+        st.running -= 1;
+        let free = st.permits();
+        assert_eq!(shared.wake_for_queue(&mut st, free), 1);
+        assert!(!st.workers[2].sleeping && st.workers[0].sleeping);
+        assert_eq!((st.waking, st.permits()), (1, 0));
     }
 
     /// The one FIFO: a thread takes the oldest job that names it; a job naming an idle thread
