@@ -793,6 +793,9 @@ impl<'a> Orchestrator<'a> {
         failure.map_or(Ok(()), Err)
     }
 
+    /// Claims the next task slot of `ring` and `bytes` of its heap, waiting through `waiter`
+    /// while either is full. The first try is inlined into the submit; waiting is not.
+    #[inline]
     fn claim(
         &mut self,
         ring: usize,
@@ -801,45 +804,28 @@ impl<'a> Orchestrator<'a> {
         bytes: u64,
         waiter: &mut impl Waiter,
     ) -> Result<(TaskId, SlotRef, u64), SubmitError> {
+        self.sync_ring(ring);
+        match self.try_claim(ring, mask, subtasks, bytes) {
+            Ok(claimed) => Ok(claimed),
+            Err(Err(e)) => Err(e),
+            Err(Ok(blocked)) => self.claim_blocked(ring, mask, subtasks, bytes, blocked, waiter),
+        }
+    }
+
+    /// [`Self::claim`] once the first try found the ring full (`blocked`): judges a deadlock,
+    /// waits, and tries again.
+    #[inline(never)]
+    fn claim_blocked(
+        &mut self,
+        ring: usize,
+        mask: ActiveMask,
+        subtasks: u32,
+        bytes: u64,
+        mut blocked: Blocked,
+        waiter: &mut impl Waiter,
+    ) -> Result<(TaskId, SlotRef, u64), SubmitError> {
         let shared = self.wiring.shared;
         loop {
-            self.sync_ring(ring);
-            let cur = &mut self.wiring.rings[ring];
-            let live = cur.next_local.wrapping_sub(cur.last_alive);
-            let blocked = if live + 1 < cur.window {
-                match cur.heap.claim(bytes) {
-                    Ok((at, restarted)) => {
-                        let local = cur.next_local;
-                        cur.next_local += 1;
-                        if restarted {
-                            cur.heap_anchor = local;
-                        }
-                        let id = TaskId::new(ring as u32, local);
-                        let slot = (local & (cur.window - 1)) as usize;
-                        let me = SlotRef::new(ring, slot as u32);
-                        // Heaps are below 4 GiB (checked at layout), so the end fits.
-                        let heap_end = (at + bytes) as u32;
-                        shared
-                            .slot(me)
-                            .claim(id, mask, subtasks, cur.edges.top(), heap_end);
-                        shared
-                            .flow(ring)
-                            .current_task_index
-                            .store(cur.next_local, Ordering::Release);
-                        return Ok((id, me, at));
-                    }
-                    Err(HeapClaim::TooLarge) => {
-                        return Err(SubmitError::OutputsTooLarge {
-                            ring,
-                            bytes,
-                            heap: cur.heap.size(),
-                        })
-                    }
-                    Err(HeapClaim::WouldBlock) => Blocked::Heap { ring, bytes },
-                }
-            } else {
-                Blocked::TaskRing { ring }
-            };
             let deadlock = |head| match blocked {
                 Blocked::Heap { .. } => SubmitError::HeapRingDeadlock { ring, head },
                 _ => SubmitError::FlowControlDeadlock { ring, head },
@@ -847,13 +833,64 @@ impl<'a> Orchestrator<'a> {
             // Judge a deadlock at the watermark the claim failed at; if tasks retired since,
             // simply try again.
             let alive = self.wiring.rings[ring].last_alive;
-            if shared.flow(ring).last_alive() != alive {
-                continue;
+            if shared.flow(ring).last_alive() == alive {
+                if let Some(head) = shared.head_pinned_by_scope(ring, alive) {
+                    return Err(deadlock(Some(head)));
+                }
+                waiter.wait(blocked).map_err(|_| deadlock(None))?;
             }
-            if let Some(head) = shared.head_pinned_by_scope(ring, alive) {
-                return Err(deadlock(Some(head)));
+            self.sync_ring(ring);
+            match self.try_claim(ring, mask, subtasks, bytes) {
+                Ok(claimed) => return Ok(claimed),
+                Err(Err(e)) => return Err(e),
+                Err(Ok(b)) => blocked = b,
             }
-            waiter.wait(blocked).map_err(|_| deadlock(None))?;
+        }
+    }
+
+    /// One try at a claim on the watermark last read: the claimed task, or what is full
+    /// (`Err(Ok)`), or an error (`Err(Err)`).
+    #[inline(always)]
+    fn try_claim(
+        &mut self,
+        ring: usize,
+        mask: ActiveMask,
+        subtasks: u32,
+        bytes: u64,
+    ) -> Result<(TaskId, SlotRef, u64), Result<Blocked, SubmitError>> {
+        let shared = self.wiring.shared;
+        let cur = &mut self.wiring.rings[ring];
+        let live = cur.next_local.wrapping_sub(cur.last_alive);
+        if live + 1 >= cur.window {
+            return Err(Ok(Blocked::TaskRing { ring }));
+        }
+        match cur.heap.claim(bytes) {
+            Ok((at, restarted)) => {
+                let local = cur.next_local;
+                cur.next_local += 1;
+                if restarted {
+                    cur.heap_anchor = local;
+                }
+                let id = TaskId::new(ring as u32, local);
+                let slot = (local & (cur.window - 1)) as usize;
+                let me = SlotRef::new(ring, slot as u32);
+                // Heaps are below 4 GiB (checked at layout), so the end fits.
+                let heap_end = (at + bytes) as u32;
+                shared
+                    .slot(me)
+                    .claim(id, mask, subtasks, cur.edges.top(), heap_end);
+                shared
+                    .flow(ring)
+                    .current_task_index
+                    .store(cur.next_local, Ordering::Release);
+                Ok((id, me, at))
+            }
+            Err(HeapClaim::TooLarge) => Err(Err(SubmitError::OutputsTooLarge {
+                ring,
+                bytes,
+                heap: cur.heap.size(),
+            })),
+            Err(HeapClaim::WouldBlock) => Err(Ok(Blocked::Heap { ring, bytes })),
         }
     }
 
