@@ -333,9 +333,8 @@ impl<'r, 'a> Rt<'r, 'a> {
         self
     }
 
-    /// Shows `task` to the hook, if there is one. Inlined, so that without a hook the
-    /// description is never built.
-    #[inline(always)]
+    /// Shows `task` to the hook, if there is one. The submit paths build the description
+    /// only when there is a hook (building it measured 17 instructions per task).
     fn notify(&mut self, task: SubmittedTask<'_>) {
         if let Some(hook) = self.hook.as_deref_mut() {
             let shared = self.orch.shared();
@@ -478,18 +477,20 @@ impl<'r, 'a> Rt<'r, 'a> {
             },
         );
         let id = result.map_err(|e| self.fail(e.into()))?;
-        let scope_depth = self.orch.scope_depth();
-        self.notify(SubmittedTask {
-            id,
-            kernels,
-            block_num,
-            args,
-            deps,
-            scalars,
-            scope_depth,
-            alloc: false,
-            predicate,
-        });
+        if self.hook.is_some() {
+            let scope_depth = self.orch.scope_depth();
+            self.notify(SubmittedTask {
+                id,
+                kernels,
+                block_num,
+                args,
+                deps,
+                scalars,
+                scope_depth,
+                alloc: false,
+                predicate,
+            });
+        }
         Ok(id)
     }
 
