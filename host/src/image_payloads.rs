@@ -121,7 +121,6 @@ impl PayloadSink for ImagePayloads {
         }
         let at = s.words.len();
         s.starts[ring].push(at);
-        s.words.push(task.0);
         let head = head_words(
             kernels,
             block_num,
@@ -129,11 +128,13 @@ impl PayloadSink for ImagePayloads {
             scalars.len(),
             predicate.is_some(),
         );
-        s.words.extend_from_slice(&head);
+        s.words.extend_from_slice(&[task.0, head[0], head[1], head[2]]);
         for a in args {
             s.words.extend_from_slice(&a.tensor.packed());
         }
-        s.words.extend_from_slice(scalars);
+        if !scalars.is_empty() {
+            s.words.extend_from_slice(scalars);
+        }
         if let Some(p) = predicate {
             s.words.extend_from_slice(&p.to_words());
         }
