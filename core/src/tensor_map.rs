@@ -584,12 +584,7 @@ impl<'a> TensorMap<'a> {
         }
         let old_fine_first = fine_head.first;
         fine_head.first = index;
-        let task_head = &mut self.task_heads[ring][slot];
-        if task_head.epoch != epoch {
-            *task_head = Head { first: NIL, epoch };
-        }
-        let old_task_first = task_head.first;
-        task_head.first = index;
+        let old_task_first = self.link_to_task(index, ring, slot);
 
         let (shapes, strides) = (*tensor.shapes_all(), *tensor.strides_all());
         self.entries[index as usize] = MapEntry {
@@ -621,9 +616,6 @@ impl<'a> TensorMap<'a> {
         }
         if old_fine_first != NIL {
             self.entries[old_fine_first as usize].prev_in_fine = index;
-        }
-        if old_task_first != NIL {
-            self.entries[old_task_first as usize].prev_in_task = index;
         }
         self.header.live += 1;
         Ok(())
@@ -807,14 +799,32 @@ impl<'a> TensorMap<'a> {
             return false;
         };
         let e = self.entries[index as usize];
+        self.unlink_from_task(&e);
+        let old_first = self.link_to_task(index, ring, slot);
+        let entry = &mut self.entries[index as usize];
+        entry.producer = task;
+        entry.next_in_task = old_first;
+        entry.prev_in_task = NIL;
+        true
+    }
+
+    /// Unlinks `e` (an entry's current links) from its producer's task chain.
+    #[inline]
+    fn unlink_from_task(&mut self, e: &MapEntry) {
         if e.prev_in_task != NIL {
             self.entries[e.prev_in_task as usize].next_in_task = e.next_in_task;
-        } else if let Some((r, s)) = self.task_head_index(e.producer) {
-            self.task_heads[r][s].first = e.next_in_task;
+        } else if let Some((ring, slot)) = self.task_head_index(e.producer) {
+            self.task_heads[ring][slot].first = e.next_in_task;
         }
         if e.next_in_task != NIL {
             self.entries[e.next_in_task as usize].prev_in_task = e.prev_in_task;
         }
+    }
+
+    /// Makes entry `index` the head of task chain `slot` of `ring` (stamping a stale head
+    /// empty first) and returns the former head, which the caller links after it.
+    #[inline]
+    fn link_to_task(&mut self, index: u32, ring: usize, slot: usize) -> u32 {
         let epoch = self.header.epoch;
         let task_head = &mut self.task_heads[ring][slot];
         if task_head.epoch != epoch {
@@ -825,11 +835,7 @@ impl<'a> TensorMap<'a> {
         if old_first != NIL {
             self.entries[old_first as usize].prev_in_task = index;
         }
-        let entry = &mut self.entries[index as usize];
-        entry.producer = task;
-        entry.next_in_task = old_first;
-        entry.prev_in_task = NIL;
-        true
+        old_first
     }
 
     /// Unlinks entry `index` from its bucket and task chains and returns it to the pool.
@@ -854,14 +860,7 @@ impl<'a> TensorMap<'a> {
         if e.next_in_fine != NIL {
             self.entries[e.next_in_fine as usize].prev_in_fine = e.prev_in_fine;
         }
-        if e.prev_in_task != NIL {
-            self.entries[e.prev_in_task as usize].next_in_task = e.next_in_task;
-        } else if let Some((ring, slot)) = self.task_head_index(e.producer) {
-            self.task_heads[ring][slot].first = e.next_in_task;
-        }
-        if e.next_in_task != NIL {
-            self.entries[e.next_in_task as usize].prev_in_task = e.prev_in_task;
-        }
+        self.unlink_from_task(&e);
         self.entries[index as usize].bucket = NIL;
         self.free[self.header.free_top as usize] = index;
         self.header.free_top += 1;

@@ -128,7 +128,8 @@ impl PayloadSink for ImagePayloads {
             scalars.len(),
             predicate.is_some(),
         );
-        s.words.extend_from_slice(&[task.0, head[0], head[1], head[2]]);
+        s.words
+            .extend_from_slice(&[task.0, head[0], head[1], head[2]]);
         for a in args {
             s.words.extend_from_slice(&a.tensor.packed());
         }
