@@ -314,6 +314,14 @@ impl OrchestratorLayout {
     }
 }
 
+/// Why one try at a claim took nothing.
+enum NotClaimed {
+    /// The ring's window or heap is full: wait and try again.
+    Full(Blocked),
+    /// The claim can never succeed.
+    Failed(SubmitError),
+}
+
 /// One ring's allocation cursors, private to the orchestrator.
 #[derive(Clone, Copy, Debug)]
 struct RingCursor {
@@ -807,8 +815,10 @@ impl<'a> Orchestrator<'a> {
         self.sync_ring(ring);
         match self.try_claim(ring, mask, subtasks, bytes) {
             Ok(claimed) => Ok(claimed),
-            Err(Err(e)) => Err(e),
-            Err(Ok(blocked)) => self.claim_blocked(ring, mask, subtasks, bytes, blocked, waiter),
+            Err(NotClaimed::Failed(e)) => Err(e),
+            Err(NotClaimed::Full(blocked)) => {
+                self.claim_blocked(ring, mask, subtasks, bytes, blocked, waiter)
+            }
         }
     }
 
@@ -842,14 +852,13 @@ impl<'a> Orchestrator<'a> {
             self.sync_ring(ring);
             match self.try_claim(ring, mask, subtasks, bytes) {
                 Ok(claimed) => return Ok(claimed),
-                Err(Err(e)) => return Err(e),
-                Err(Ok(b)) => blocked = b,
+                Err(NotClaimed::Failed(e)) => return Err(e),
+                Err(NotClaimed::Full(b)) => blocked = b,
             }
         }
     }
 
-    /// One try at a claim on the watermark last read: the claimed task, or what is full
-    /// (`Err(Ok)`), or an error (`Err(Err)`).
+    /// One try at a claim on the watermark last read.
     #[inline(always)]
     fn try_claim(
         &mut self,
@@ -857,12 +866,12 @@ impl<'a> Orchestrator<'a> {
         mask: ActiveMask,
         subtasks: u32,
         bytes: u64,
-    ) -> Result<(TaskId, SlotRef, u64), Result<Blocked, SubmitError>> {
+    ) -> Result<(TaskId, SlotRef, u64), NotClaimed> {
         let shared = self.wiring.shared;
         let cur = &mut self.wiring.rings[ring];
         let live = cur.next_local.wrapping_sub(cur.last_alive);
         if live + 1 >= cur.window {
-            return Err(Ok(Blocked::TaskRing { ring }));
+            return Err(NotClaimed::Full(Blocked::TaskRing { ring }));
         }
         match cur.heap.claim(bytes) {
             Ok((at, restarted)) => {
@@ -885,12 +894,12 @@ impl<'a> Orchestrator<'a> {
                     .store(cur.next_local, Ordering::Release);
                 Ok((id, me, at))
             }
-            Err(HeapClaim::TooLarge) => Err(Err(SubmitError::OutputsTooLarge {
+            Err(HeapClaim::TooLarge) => Err(NotClaimed::Failed(SubmitError::OutputsTooLarge {
                 ring,
                 bytes,
                 heap: cur.heap.size(),
             })),
-            Err(HeapClaim::WouldBlock) => Err(Ok(Blocked::Heap { ring, bytes })),
+            Err(HeapClaim::WouldBlock) => Err(NotClaimed::Full(Blocked::Heap { ring, bytes })),
         }
     }
 
