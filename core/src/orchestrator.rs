@@ -8,7 +8,8 @@
 //! 2. claims the next task slot and the heap bytes for its OUTPUT tensors on the ring of its
 //!    scope depth, waiting (through the caller's [`Waiter`]) while the ring is full, and
 //!    reporting a deadlock when the ring's oldest task is held by a scope that cannot close;
-//! 3. gives every OUTPUT tensor its buffer (outputs packed, each aligned to 1024 bytes);
+//! 3. gives every OUTPUT tensor its buffer (outputs packed, each aligned to 1024 bytes), in
+//!    the same pass over the arguments as step 4's creator edges;
 //! 4. collects producers: retaining explicit dependencies and every tensor's creator first,
 //!    then WAIT-only explicit dependencies and, in AUTO scopes for tensors not marked
 //!    `manual_dep`, the TensorMap's overlapping writers ([`crate::deps`] has the table); each
@@ -632,11 +633,11 @@ impl<'a> Orchestrator<'a> {
             .map_err(early)?;
         // Outputs: packed in the task's heap claim, each aligned to 1024 bytes.
         let mut offset = self.heap_base[ring] + heap_offset;
-        for a in args.iter_mut().filter(|a| a.tag == TensorArgType::Output) {
-            a.tensor.bind_output(offset, id);
-            offset += align_output(a.tensor.extent_bytes());
-        }
         if alloc_only {
+            for a in args.iter_mut() {
+                a.tensor.bind_output(offset, id);
+                offset += align_output(a.tensor.extent_bytes());
+            }
             before_publish(id, args);
             self.wiring.finish_edges(ring, me);
             self.wiring.shared.publish_completed(me);
@@ -657,10 +658,16 @@ impl<'a> Orchestrator<'a> {
                     .map_err(late)?;
             }
         }
-        for a in args.iter().filter(|a| deps::follows_creator(a.tag)) {
-            self.wiring
-                .creator_edge(me, &a.tensor, waiter)
-                .map_err(late)?;
+        // One pass: every OUTPUT gets its buffer, every other tensor its creator edge.
+        for a in args.iter_mut() {
+            if a.tag == TensorArgType::Output {
+                a.tensor.bind_output(offset, id);
+                offset += align_output(a.tensor.extent_bytes());
+            } else {
+                self.wiring
+                    .creator_edge(me, &a.tensor, waiter)
+                    .map_err(late)?;
+            }
         }
         // `reads`: a tensor the task reads without passing it to its kernels (a predicate's
         // operand), tracked as an INPUT, off the loops every task runs.
