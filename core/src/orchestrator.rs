@@ -1113,6 +1113,7 @@ fn align_output(bytes: u64) -> u64 {
     bytes.div_ceil(PACKED_OUTPUT_ALIGN) * PACKED_OUTPUT_ALIGN
 }
 
+#[inline]
 fn output_bytes(args: &[TaskArg]) -> u64 {
     args.iter()
         .filter(|a| a.tag == TensorArgType::Output)
