@@ -29,6 +29,10 @@
 //! Entries of retired tasks (local id below their ring's `last_task_alive`) are skipped by
 //! lookups and freed in batches; chains of one slot may hold entries of an older task and of
 //! the newer one that reused the slot, so freeing matches the exact task id.
+//!
+//! A writer that supersedes an entry of exactly its own region (the accumulator pattern: each
+//! task updates the region the previous one wrote) takes the entry over instead of removing it
+//! and inserting its own ([`Visit::Replace`]): only the entry's task chain changes.
 
 use crate::deps::NIL;
 use crate::layout::{Carver, Layout, LayoutError, Span};
