@@ -532,18 +532,20 @@ impl<'r, 'a> Rt<'r, 'a> {
         }
         let result = self.orch.alloc_tensors(&mut *outputs, &mut self.waiter);
         let id = result.map_err(|e| self.fail(e.into()))?;
-        let scope_depth = self.orch.scope_depth();
-        self.notify(SubmittedTask {
-            id,
-            kernels: MixedKernels::NONE,
-            block_num: 1,
-            args: outputs,
-            deps: &[],
-            scalars: &[],
-            scope_depth,
-            alloc: true,
-            predicate: None,
-        });
+        if self.hook.is_some() {
+            let scope_depth = self.orch.scope_depth();
+            self.notify(SubmittedTask {
+                id,
+                kernels: MixedKernels::NONE,
+                block_num: 1,
+                args: outputs,
+                deps: &[],
+                scalars: &[],
+                scope_depth,
+                alloc: true,
+                predicate: None,
+            });
+        }
         Ok(id)
     }
 
