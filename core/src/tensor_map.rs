@@ -329,7 +329,9 @@ struct Probe {
 }
 
 /// Whether `entry` (of the probe's buffer and kind) records exactly the region `probe`
-/// describes: what an insert of the probe would record.
+/// describes: what an insert of the probe would record. The dimension test is
+/// `TaskTensor::same_layout`'s, written out over the entry's fields: routing both through one
+/// helper measured 1-2% more instructions on the dsv4-shaped scene's build.
 #[inline]
 fn records_exactly(entry: &MapEntry, probe: &Footprint) -> bool {
     let rank = (entry.ndims as usize).min(MAX_TENSOR_DIMS);
@@ -1372,13 +1374,9 @@ mod tests {
 
     /// Whether two views of one buffer address exactly the same elements the same way.
     fn same_region(a: &TaskTensor, b: &TaskTensor) -> bool {
-        let rank = a.ndims() as usize;
-        a.start_offset() == b.start_offset()
+        a.same_layout(b)
+            && a.start_offset() == b.start_offset()
             && a.extent_elems() == b.extent_elems()
             && a.version() == b.version()
-            && a.ndims() == b.ndims()
-            && a.dtype() == b.dtype()
-            && a.shapes_all()[..rank] == b.shapes_all()[..rank]
-            && a.strides_all()[..rank] == b.strides_all()[..rank]
     }
 }

@@ -563,7 +563,7 @@ impl ChipWorker {
 
         let clock = Clock::start(start);
         let graph_counts = mirror.graphs.counts;
-        {
+        let wakes_before = {
             let g = &mut mirror.graphs;
             g.staging.clear();
             g.keys.clear();
@@ -574,9 +574,10 @@ impl ChipWorker {
             let bind = g.binds;
             let pool = self.recorders.get_or_insert_with(RecorderPool::start);
             pool.rotate(bind);
-            g.phases.host_orch_wakes = pool.orchestration_wakes();
+            let before = pool.orchestration_wakes();
             pool.orchestrating(true);
-        }
+            before
+        };
         let mut waiter = NoWait { blocked: None };
         let abort = AtomicU32::new(0);
         let result = {
@@ -600,8 +601,7 @@ impl ChipWorker {
         };
         report.phases[2] = clock.stop();
         if let Some(pool) = self.recorders.as_ref() {
-            let g = &mut mirror.graphs.phases;
-            g.host_orch_wakes = pool.orchestration_wakes() - g.host_orch_wakes;
+            mirror.graphs.phases.host_orch_wakes = pool.orchestration_wakes() - wakes_before;
         }
         let clock = Clock::start(start);
         // Commit even when the orchestration failed: no recording may outlive its bind.

@@ -328,13 +328,17 @@ fn boundary() -> GraphBoundary {
     b
 }
 
+/// The Definition image of `body` recorded once over [`boundary`] with fresh storage.
+fn recorded(body: fn(&mut Rt<'_, '_>) -> Result<(), RtError>) -> Vec<u8> {
+    Recording::new()
+        .record(1, body, Some(&boundary()))
+        .expect("record")
+        .to_vec()
+}
+
 #[test]
 fn a_recorded_predicate_names_its_boundary_operand_element_and_comparison() {
-    let mut r = Recording::new();
-    let image = r
-        .record(1, expert_body, Some(&boundary()))
-        .expect("record")
-        .to_vec();
+    let image = recorded(expert_body);
     let view = DefinitionView::parse(&image).expect("parse");
     assert_eq!(view.task_count(), TILES as usize);
     assert_eq!(view.predicates().len(), TILES as usize);
@@ -366,11 +370,7 @@ fn a_predicate_on_a_kernel_less_node_is_dropped() {
         rt.submit_predicated(&p, aiv(), 1, &mut a, &scalar(), &[])?;
         Ok(())
     }
-    let mut r = Recording::new();
-    let image = r
-        .record(1, body, Some(&boundary()))
-        .expect("record")
-        .to_vec();
+    let image = recorded(body);
     let view = DefinitionView::parse(&image).expect("parse");
     assert_eq!(view.task_count(), 2);
     assert_eq!(
@@ -439,11 +439,7 @@ fn a_predicate_on_an_internal_value_records_its_producer_as_a_fanin() {
         rt.submit_predicated(&p, aiv(), 1, &mut a, &scalar(), &[])?;
         Ok(())
     }
-    let mut r = Recording::new();
-    let image = r
-        .record(1, body, Some(&boundary()))
-        .expect("record")
-        .to_vec();
+    let image = recorded(body);
     let view = DefinitionView::parse(&image).expect("parse");
     assert_eq!(view.task_count(), 2);
     let fanin: Vec<u16> = view.fanin(1).unwrap().collect();
