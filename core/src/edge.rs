@@ -10,10 +10,11 @@
 
 use crate::deps::NIL;
 use crate::layout::AtomicPod;
-use core::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering};
 
 /// One edge. Written by the orchestrator before the edge is published; read by schedulers.
 #[repr(C)]
+#[cfg_attr(loom, derive(Default))]
 pub struct EdgeCell {
     pub(crate) consumer: AtomicU32,
     pub(crate) producer: AtomicU32,

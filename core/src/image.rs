@@ -14,7 +14,7 @@ use crate::ready_queue::ReadyQueue;
 use crate::ring::{RingFlow, MAX_RINGS};
 use crate::sched::{SchedState, READY_QUEUES};
 use crate::slot::SlotState;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// How much of each array a state uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -251,12 +251,27 @@ impl<'a> Carver<'a> {
                 offset: span.offset,
             });
         }
+        #[cfg(not(loom))]
         if zero {
             bytes.fill(0);
         }
         // Derived after the last use of `bytes` as a unique borrow, so the pointer's provenance
         // stays valid for the shared slice below.
         let ptr = bytes.as_mut_ptr().cast::<T>();
+        // Loom's atomics are the checker's objects, not bit patterns: every element is
+        // constructed in place (at zero), whatever `zero` asks, so a model never attaches to
+        // state formatted in an earlier execution.
+        #[cfg(loom)]
+        for i in 0..span.len {
+            let _ = zero;
+            // SAFETY: element `i` lies inside the exclusively borrowed, T-aligned `bytes`
+            // (len * size_of::<T>() bytes); writing overwrites bytes that were never a live T
+            // of this execution, so nothing is dropped or aliased.
+            #[allow(unsafe_code)]
+            unsafe {
+                ptr.add(i).write(T::default())
+            };
+        }
         // SAFETY: `bytes` is an exclusive borrow for 'a of exactly `len * size_of::<T>()` bytes
         // at an address aligned for T (checked above). `AtomicPod` guarantees every bit pattern,
         // zeroes or whatever the region held, is a valid T and that T is only mutated through
@@ -274,20 +289,33 @@ impl<'a> Carver<'a> {
 /// Implementors must be `#[repr(C)]` structs (or arrays) whose fields are all
 /// `core::sync::atomic` integer types or plain integer padding, so that reinterpreting
 /// zero-filled bytes as `Self` is sound and all mutation goes through atomic operations.
+///
+/// Under `cfg(loom)` the atomics are the model checker's and are constructed, not carved
+/// ([`crate::sync`]): the trait then also asks for `Default`, the all-zero value.
 #[allow(unsafe_code)]
+#[cfg(not(loom))]
 pub unsafe trait AtomicPod: Sync {}
+
+/// Shared state made only of atomics, constructed at its all-zero value by `Default` (the loom
+/// build of the trait; see [`crate::sync`]).
+///
+/// # Safety
+/// As the normal build's: `#[repr(C)]`, atomics and integer padding only.
+#[allow(unsafe_code)]
+#[cfg(loom)]
+pub unsafe trait AtomicPod: Sync + Default {}
 
 #[allow(unsafe_code)]
 // SAFETY: atomic integers have the size, alignment and bit validity of their integer types.
-unsafe impl AtomicPod for core::sync::atomic::AtomicU32 {}
+unsafe impl AtomicPod for crate::sync::AtomicU32 {}
 #[allow(unsafe_code)]
 // SAFETY: as above.
-unsafe impl AtomicPod for core::sync::atomic::AtomicU64 {}
+unsafe impl AtomicPod for crate::sync::AtomicU64 {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::sync::atomic::{AtomicU64, Ordering};
+    use crate::sync::{AtomicU64, Ordering};
 
     #[repr(C, align(64))]
     struct Region([u8; 1024]);

@@ -77,6 +77,9 @@ pub mod ring;
 pub mod sched;
 // The scope stack.
 pub mod scope;
+// The atomics and spin hint of all shared state: `core`'s normally, the loom model checker's
+// under `cfg(loom)`.
+pub mod sync;
 // Task slots: the state machine, its counters and its lock.
 pub mod slot;
 // `TaskTensor`, the runtime's working tensor, `TaskId`, and the adoption point.

@@ -40,7 +40,7 @@ use crate::slot::SlotRef;
 use crate::task_tensor::{TaskId, TaskTensor};
 use crate::tensor_map::{EntryKind, TensorMap, TensorMapConfig, TensorMapLayout, Visit};
 use core::fmt;
-use core::sync::atomic::Ordering;
+use crate::sync::Ordering;
 
 /// Explicit dependencies one submit may carry.
 pub const MAX_EXPLICIT_DEPS: usize = 64;

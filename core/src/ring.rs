@@ -15,7 +15,7 @@
 //! tail from the newest retired task's recorded end, so nothing but the watermark is shared.
 
 use crate::layout::AtomicPod;
-use core::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering};
 
 /// Rings per runtime; scopes deeper than three share the last one.
 pub const MAX_RINGS: usize = 4;
@@ -66,6 +66,7 @@ impl RingConfig {
 /// byte below it. `advance_lock` and `advance_pending` use SeqCst so that a thread failing to
 /// take the lock and the holder releasing it cannot both miss the other's work.
 #[repr(C, align(64))]
+#[cfg_attr(loom, derive(Default))]
 pub struct RingFlow {
     /// Tasks claimed on this ring this run (the next task's local id). Written by the
     /// orchestrator.
@@ -87,6 +88,7 @@ pub struct RingFlow {
 #[allow(unsafe_code)]
 unsafe impl AtomicPod for RingFlow {}
 
+#[cfg(not(loom))]
 static_assertions::const_assert_eq!(core::mem::size_of::<RingFlow>(), 192);
 
 impl RingFlow {

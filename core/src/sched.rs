@@ -16,7 +16,7 @@ use crate::ready_queue::{ReadyQueue, ReadyQueueLayout};
 use crate::ring::{RingConfig, RingFlow, MAX_RINGS};
 use crate::slot::{SlotRef, SlotState, SlotStatus, SCOPE_BIT, SELF_REF};
 use crate::task_tensor::TaskId;
-use core::sync::atomic::Ordering;
+use crate::sync::Ordering;
 
 /// Number of ready queues: AIC, AIV, MIX, DUMMY (indexed by [`ResourceShape`]).
 pub const READY_QUEUES: usize = 4;
@@ -352,7 +352,7 @@ impl<'a> SchedState<'a> {
         let task = slot.task_id().0;
         // Queues hold every live task of every ring; a push cannot find one full.
         while queue.push(task).is_err() {
-            core::hint::spin_loop();
+            crate::sync::spin_loop();
         }
     }
 

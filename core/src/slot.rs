@@ -70,7 +70,7 @@ use crate::cores::ActiveMask;
 use crate::deps::NIL;
 use crate::layout::AtomicPod;
 use crate::task_tensor::TaskId;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The owning scope's reference in `fanout_count` / `fanout_refcount`.
 pub const SCOPE_BIT: u32 = 0x8000_0000;
@@ -143,6 +143,7 @@ impl SlotRef {
 
 /// One task's scheduling state. 64 bytes, one cache line.
 #[repr(C, align(64))]
+#[cfg_attr(loom, derive(Default))]
 pub struct SlotState {
     pub(crate) status: AtomicU32,
     pub(crate) fanout_lock: AtomicU32,
@@ -171,6 +172,7 @@ pub struct SlotState {
     pub(crate) seen_edge: AtomicU32,
 }
 
+#[cfg(not(loom))]
 static_assertions::const_assert_eq!(core::mem::size_of::<SlotState>(), 64);
 
 // SAFETY: SlotState is #[repr(C)] made only of atomic integers, so every bit pattern (zero
@@ -201,7 +203,7 @@ impl SlotState {
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            core::hint::spin_loop();
+            crate::sync::spin_loop();
         }
         SlotGuard { slot: self }
     }
