@@ -575,10 +575,8 @@ impl<'r, 'a> Rt<'r, 'a> {
         }
         loop {
             self.check()?;
-            let shared = self.orch.shared();
-            match shared.task_slot(owner) {
-                Some(s) if s.status() < SlotStatus::Completed => {}
-                _ => return Ok(()),
+            if produced(self.orch.shared(), owner) {
+                return Ok(());
             }
             let on = simpler_core::orchestrator::Blocked::TaskRing {
                 ring: owner.ring() as usize,
@@ -634,5 +632,34 @@ impl<'r, 'a> Rt<'r, 'a> {
         self.gm
             .write(addr, &value.to_le_bytes()[..n])
             .map_err(|f| self.fail(RtError::Memory(f)))
+    }
+}
+
+/// Whether task `owner`'s outputs are ready: it has completed (COMPLETED, CONSUMED) or retired.
+///
+/// A retired task's slot is FREE and keeps its id until a later task claims it, so the status
+/// alone cannot tell "retired" from "not yet run"; the ring's watermark can. Only tasks in
+/// `[last_task_alive, current_task_index)` are live, and only this thread (the orchestrator)
+/// claims slots, each after the watermark has passed the slot's previous task, so a live task
+/// still occupies its slot here. The watermark is read first: if it passes `owner` before the
+/// slot is read, the slot reads FREE still naming `owner`, which also means retired. An id
+/// neither live nor below the watermark names a task this run has not claimed; nothing can
+/// produce it while the orchestrator waits, so waiting would never end, and it counts as
+/// ready (as an id whose slot names another task always has).
+fn produced(shared: &simpler_core::sched::SchedState<'_>, owner: TaskId) -> bool {
+    let flow = shared.flow(owner.ring() as usize);
+    let alive = flow.last_alive();
+    // Written only by this thread, at each claim.
+    let current = flow.current_task_index.load(Ordering::Relaxed);
+    // Distances from the watermark, so the comparison holds across u32 wrap-around.
+    if owner.local().wrapping_sub(alive) >= current.wrapping_sub(alive) {
+        return true;
+    }
+    match shared.task_slot(owner) {
+        Some(s) => matches!(
+            s.status(),
+            SlotStatus::Completed | SlotStatus::Consumed | SlotStatus::Free
+        ),
+        None => true,
     }
 }

@@ -1,10 +1,12 @@
 //! The orchestration API's task kinds on the simulator: MIX tasks on one cluster, SPMD
-//! blocks, dummy tasks with explicit dependencies, and element reads and writes.
+//! blocks, dummy tasks with explicit dependencies, and element reads and writes (of a tensor
+//! whose producer is still live, and of one whose producer has retired).
 
 use simpler_aicore::kernels;
 use simpler_aicpu::{MixedKernels, NO_KERNEL};
 use simpler_core::deps::ExplicitDep;
 use simpler_core::orchestrator::TaskArg;
+use simpler_core::scope::ScopeMode;
 use simpler_core::{ArgDirection, TensorArgType};
 use simpler_host::{ChipWorker, HostTensor, OrchFn};
 use simpler_sim::{DeviceConfig, Topology};
@@ -104,5 +106,78 @@ fn mix_spmd_dummy_and_element_access() {
             assert_eq!(d[i], 11.0 * i as f32 + 10.0, "d[{i}]");
         }
         assert_eq!(tensors[0].to_f32()[0], 100.0, "the element write reached a");
+    }
+}
+
+/// An element read of a tensor whose producer has retired answers at once with the producer's
+/// value, whether the producer's slot is still FREE (naming the producer) or was reused.
+///
+/// The rings have 4 slots, so a ring holds at most 3 live tasks: the claim of its fourth task
+/// (local id 3) waits until the first (local id 0) has retired, and takes slot 3, which leaves
+/// slot 0 FREE with the producer's id still in it. The fifth task (local id 4) reuses slot 0.
+#[test]
+fn element_read_after_the_producer_retired() {
+    for topology in [Topology::A2a3, Topology::A5] {
+        let mut config = DeviceConfig::new(topology);
+        config.ring.window = 4;
+        let mut worker = ChipWorker::init(config).unwrap();
+        let orch: OrchFn = Arc::new(|rt| {
+            let (a, c) = match rt.args().tensors() {
+                [a, c] => (*a, *c),
+                _ => return Err(rt.report_fatal(1)),
+            };
+            // c = a + 10, alone in its scope: once it completes, nothing holds it.
+            let producer = rt.scope(ScopeMode::Auto, |rt| {
+                let mut args = [
+                    arg(a, TensorArgType::Input),
+                    arg(c, TensorArgType::OutputExisting),
+                ];
+                rt.submit_aiv(ADD_SCALAR, &mut args, &[10.0f32.to_bits() as u64])
+            })?;
+            let c = c.with_owner(producer);
+            // Same depth, so the same ring: the third of these is claimed only after the
+            // producer retired.
+            rt.scope(ScopeMode::Auto, |rt| {
+                for _ in 0..3 {
+                    rt.submit_dummy(&mut [], &[])?;
+                }
+                let c5 = rt.read_element(&c, 5)?;
+                if f32::from_bits(c5 as u32) != 15.0 {
+                    return Err(rt.report_fatal(2));
+                }
+                Ok(())
+            })?;
+            // The producer's slot now holds a newer task, which may not have run yet.
+            rt.scope(ScopeMode::Auto, |rt| {
+                rt.submit_dummy(&mut [], &[])?;
+                let c7 = rt.read_element(&c, 7)?;
+                if f32::from_bits(c7 as u32) != 17.0 {
+                    return Err(rt.report_fatal(3));
+                }
+                Ok(())
+            })
+        });
+        let handle = worker.register_callable(
+            orch,
+            vec![kernels::add, kernels::empty, kernels::add_scalar],
+            vec![ArgDirection::In, ArgDirection::Out],
+        );
+        let n = 16usize;
+        let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let mut tensors = vec![
+            HostTensor::f32(&a, &[n as u32], ArgDirection::In),
+            HostTensor::f32(&vec![0.0; n], &[n as u32], ArgDirection::Out),
+        ];
+        // The read must find the producer done rather than wait for it to complete again
+        // (which ends the run with the watchdog's timeout).
+        let report = match worker.run(handle, &mut tensors, &[]) {
+            Ok(report) => report,
+            Err(e) => panic!("{topology:?}: {e:?}"),
+        };
+        assert_eq!(report.outcome.tasks, 5, "{topology:?}");
+        let c = tensors[1].to_f32();
+        for (i, &v) in c.iter().enumerate() {
+            assert_eq!(v, i as f32 + 10.0, "{topology:?} c[{i}]");
+        }
     }
 }
