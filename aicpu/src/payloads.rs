@@ -10,7 +10,7 @@
 //! [`PayloadSink`] is what the orchestration API writes through: these records on a device,
 //! the live image directly on a host build.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use simpler_core::sync::{AtomicU64, AtomicUsize, Ordering};
 use simpler_core::image::{export_words, import_words, ImageError, Reader, Writer};
 use simpler_core::layout::{Carver, Layout, LayoutError, Span};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};

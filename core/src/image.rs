@@ -161,8 +161,7 @@ macro_rules! record {
 record!(RingFlow {
     current_task_index: 4,
     last_task_alive: 4,
-    advance_lock: 4,
-    advance_pending: 4,
+    advance_requests: 4,
 });
 record!(SlotState {
     status: 4,

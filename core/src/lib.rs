@@ -21,7 +21,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(test)]
+#[cfg(any(test, loom))]
 extern crate std;
 
 #[cfg(target_endian = "big")]

@@ -63,8 +63,8 @@ impl RingConfig {
 /// The orchestrator publishes `current_task_index` (Release) after a claimed slot is
 /// initialised. A scheduler advancing the watermark resets the passed slots, then publishes
 /// `last_task_alive` (Release); the orchestrator loads it (Acquire) before reusing any slot or
-/// byte below it. `advance_lock` and `advance_pending` use SeqCst so that a thread failing to
-/// take the lock and the holder releasing it cannot both miss the other's work.
+/// byte below it. `advance_requests` counts the passes asked for since the passer last let go;
+/// only read-modify-writes and acquiring loads touch it (`SchedState::advance`).
 #[repr(C, align(64))]
 #[cfg_attr(loom, derive(Default))]
 pub struct RingFlow {
@@ -72,15 +72,14 @@ pub struct RingFlow {
     /// orchestrator.
     pub current_task_index: AtomicU32,
     _pad0: [u32; 15],
-    /// The oldest task not yet retired. Written under `advance_lock` by whichever thread
-    /// consumed a task.
+    /// The oldest task not yet retired. Written by the thread making the passes (see
+    /// `advance_requests`).
     pub last_task_alive: AtomicU32,
     _pad1: [u32; 15],
-    /// Held by the thread advancing the watermark.
-    pub(crate) advance_lock: AtomicU32,
-    /// Set by a thread that found the lock held, so its holder advances once more.
-    pub(crate) advance_pending: AtomicU32,
-    _pad2: [u32; 14],
+    /// Watermark passes asked for and not yet made: each thread that consumes a task adds
+    /// one; the one that finds it 0 makes passes until it can set it back to 0.
+    pub(crate) advance_requests: AtomicU32,
+    _pad2: [u32; 15],
 }
 
 // SAFETY: RingFlow is #[repr(C)] made only of AtomicU32 fields and u32 padding arrays, so

@@ -201,8 +201,7 @@ impl<'a> SchedState<'a> {
         for flow in self.flows {
             flow.current_task_index.store(0, Ordering::Relaxed);
             flow.last_task_alive.store(0, Ordering::Relaxed);
-            flow.advance_lock.store(0, Ordering::Relaxed);
-            flow.advance_pending.store(0, Ordering::Relaxed);
+            flow.advance_requests.store(0, Ordering::Relaxed);
         }
         for (r, slots) in self.slots.iter().enumerate() {
             let n = (usage.tasks[r] as usize).min(slots.len());
@@ -226,8 +225,7 @@ impl<'a> SchedState<'a> {
         for flow in self.flows {
             flow.current_task_index.store(0, Ordering::Relaxed);
             flow.last_task_alive.store(0, Ordering::Relaxed);
-            flow.advance_lock.store(0, Ordering::Relaxed);
-            flow.advance_pending.store(0, Ordering::Relaxed);
+            flow.advance_requests.store(0, Ordering::Relaxed);
         }
         for slots in self.slots {
             for slot in slots {
@@ -477,20 +475,26 @@ impl<'a> SchedState<'a> {
 
     /// Transition 9: moves `ring`'s watermark over every CONSUMED task at its head, resetting
     /// their slots to FREE before publishing the new watermark.
+    ///
+    /// Whoever consumes a task asks for a pass by adding one to `advance_requests`; the caller
+    /// that finds none outstanding makes the passes, for everyone, until a pass ends with no
+    /// request newer than the ones it read. Every request is a read-modify-write of the one
+    /// word, so the passer's reads of it acquire every requester's CONSUMED store, and a
+    /// request made during a pass makes the passer's final compare-and-swap fail and pass once
+    /// more. (A lock word beside a "pending" flag needed store-load ordering across the two,
+    /// and lost a pass when the holder's clearing store overwrote a raise it had not read:
+    /// the loom models found both.)
     pub(crate) fn advance(&self, ring: usize) {
         let ring = ring.min(MAX_RINGS - 1);
         let flow = self.flow(ring);
+        if flow.advance_requests.fetch_add(1, Ordering::AcqRel) != 0 {
+            // A pass is under way; it will see this request before it lets go.
+            return;
+        }
         let slots = self.slots[ring];
         let mask = slots.len() as u32 - 1;
+        let mut seen = flow.advance_requests.load(Ordering::Acquire);
         loop {
-            if flow.advance_lock.swap(1, Ordering::SeqCst) != 0 {
-                flow.advance_pending.store(1, Ordering::SeqCst);
-                if flow.advance_lock.load(Ordering::SeqCst) != 0 {
-                    return;
-                }
-                continue;
-            }
-            flow.advance_pending.store(0, Ordering::SeqCst);
             let current = flow.current_task_index.load(Ordering::Acquire);
             let mut alive = flow.last_task_alive.load(Ordering::Relaxed);
             while alive != current {
@@ -503,9 +507,14 @@ impl<'a> SchedState<'a> {
                 alive = alive.wrapping_add(1);
             }
             flow.last_task_alive.store(alive, Ordering::Release);
-            flow.advance_lock.store(0, Ordering::SeqCst);
-            if flow.advance_pending.load(Ordering::SeqCst) == 0 {
-                return;
+            match flow.advance_requests.compare_exchange(
+                seen,
+                0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(now) => seen = now,
             }
         }
     }

@@ -1,0 +1,428 @@
+//! Loom models of the task-slot state machine, driven through the real submit path and the
+//! real scheduler-side calls (`pop_ready`, `mark_running`, `complete_subtask`, `complete`,
+//! `release_scope` through `scope_end`, and the watermark advance behind them).
+//!
+//! The orchestrator runs on the model's main thread and one or two loom threads play the
+//! schedulers. Every ring is 4 slots, 4 edges and 1 KiB of heap, so a model of a handful of
+//! tasks reuses slots and cells. Each model prints `loom <name> <N> interleavings`
+//! (`tests/loom.sh` collects the lines). Run with
+//! `RUSTFLAGS="--cfg loom" cargo test --release -p simpler-core --test loom_sched -- --nocapture`.
+#![cfg(loom)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use simpler_core::cores::{ActiveMask, ResourceShape};
+use simpler_core::deps::{DepFlags, ExplicitDep};
+use simpler_core::layout::Line;
+use simpler_core::orchestrator::{
+    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Task, TaskArg, Waiter,
+};
+use simpler_core::ring::RingConfig;
+use simpler_core::sched::{SchedConfig, SchedState};
+use simpler_core::scope::ScopeMode;
+use simpler_core::slot::SlotStatus;
+use simpler_core::{AddressSpace, BufferHandle, DataType, TaskId, TaskTensor, TensorArgType};
+
+// ---- the harness ---------------------------------------------------------------------------
+
+/// Tiny rings: a fourth task on a ring waits for the first to retire.
+fn config() -> OrchestratorConfig {
+    OrchestratorConfig {
+        sched: SchedConfig::uniform(RingConfig {
+            window: 4,
+            heap_bytes: 4096,
+            edges: 8,
+        }),
+        map_buckets: 4,
+        map_entries: 8,
+        heap_base: [0x10_0000, 0x20_0000, 0x30_0000, 0x40_0000],
+    }
+}
+
+/// Runs `body` against a freshly formatted shared state and orchestrator, once per explored
+/// execution. `body` must join every thread it spawns before it returns.
+fn with_state(body: impl Fn(&mut Orchestrator<'static>, &'static SchedState<'static>)) {
+    let layout = OrchestratorLayout::new(config()).expect("a valid configuration");
+    let lines = |bytes: usize| vec![Line([0; 64]); bytes.div_ceil(64)].into_boxed_slice();
+    let shared_mem: &'static mut [Line] = Box::leak(lines(layout.sched().size()));
+    let orch_mem: &'static mut [Line] = Box::leak(lines(layout.size()));
+    let (shared_ptr, orch_ptr) = (shared_mem as *mut [Line], orch_mem as *mut [Line]);
+    let shared: &'static SchedState<'static> = Box::leak(Box::new(
+        SchedState::init(bytemuck::cast_slice_mut(shared_mem), layout.sched()).expect("fits"),
+    ));
+    let state_ptr = shared as *const SchedState<'static> as *mut SchedState<'static>;
+    {
+        let mut orch = Orchestrator::init(bytemuck::cast_slice_mut(orch_mem), &layout, shared)
+            .expect("fits");
+        body(&mut orch, shared);
+    }
+    // SAFETY: the three allocations were leaked above only to give the threads of one
+    // execution `'static` references; `body` joined every thread it spawned and the
+    // orchestrator is dropped, so no reference into them is left. Each pointer came from
+    // `Box::leak` of a box of exactly that type and is freed once.
+    unsafe {
+        drop(Box::from_raw(state_ptr));
+        drop(Box::from_raw(shared_ptr));
+        drop(Box::from_raw(orch_ptr));
+    }
+}
+
+/// Counts the executions of a model and prints the figure `tests/loom.sh` collects.
+fn model(name: &str, preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = runs.clone();
+    let mut builder = loom::model::Builder::new();
+    // The schedulers poll while the orchestrator submits: a long run of branches, not a spin
+    // lock that never ends.
+    builder.max_branches = 100_000;
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = preemptions;
+    }
+    builder.check(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    println!(
+        "loom {name} {} interleavings",
+        runs.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// A full ring makes the orchestrator yield to the schedulers.
+struct Yield;
+
+impl Waiter for Yield {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        loom::thread::yield_now();
+        Ok(())
+    }
+}
+
+fn buffer(addr: u64) -> TaskTensor {
+    TaskTensor::new(
+        BufferHandle { addr, size: 64 },
+        0,
+        &[16],
+        &[1],
+        DataType::Float32,
+        AddressSpace::Device,
+    )
+    .expect("a valid tensor")
+}
+
+fn output() -> TaskArg {
+    TaskArg {
+        tensor: TaskTensor::create_info(&[16], DataType::Float32).expect("a valid shape"),
+        tag: TensorArgType::Output,
+    }
+}
+
+fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
+    TaskArg { tensor, tag }
+}
+
+fn task<'t>(mask: ActiveMask, args: &'t mut [TaskArg], deps: &'t [ExplicitDep]) -> Task<'t> {
+    Task {
+        mask,
+        block_num: 1,
+        args,
+        deps,
+        predicate: None,
+    }
+}
+
+/// What the model expects of one task: its id and the producers it must wait for.
+#[derive(Clone)]
+struct Expect {
+    id: TaskId,
+    waits_for: Vec<TaskId>,
+}
+
+/// Bookkeeping the scheduler threads share: tasks run so far, and how often each was popped.
+struct Board {
+    tasks: loom::sync::Mutex<Vec<Expect>>,
+    popped: Vec<AtomicUsize>,
+    finished: AtomicUsize,
+    expected: usize,
+}
+
+impl Board {
+    fn new(expected: usize) -> Arc<Self> {
+        Arc::new(Self {
+            tasks: loom::sync::Mutex::new(Vec::new()),
+            popped: (0..expected).map(|_| AtomicUsize::new(0)).collect(),
+            finished: AtomicUsize::new(0),
+            expected,
+        })
+    }
+
+    /// Declares a task before it is submitted (its id is known: ring and submit order).
+    fn expect(&self, id: TaskId, waits_for: &[TaskId]) {
+        self.tasks.lock().unwrap().push(Expect {
+            id,
+            waits_for: waits_for.to_vec(),
+        });
+    }
+
+    fn index_of(&self, id: TaskId) -> (usize, Expect) {
+        let tasks = self.tasks.lock().unwrap();
+        let i = tasks
+            .iter()
+            .position(|e| e.id == id)
+            .unwrap_or_else(|| panic!("{id:?} was popped but never declared"));
+        (i, tasks[i].clone())
+    }
+}
+
+/// Whether `producer` has completed: its slot says COMPLETED or CONSUMED, or it no longer
+/// holds it (retired; a reused or freed slot).
+fn has_completed(shared: &SchedState<'_>, producer: TaskId) -> bool {
+    match shared.task_slot(producer).map(|s| s.status()) {
+        Some(SlotStatus::Completed | SlotStatus::Consumed | SlotStatus::Free) | None => true,
+        Some(_) => false,
+    }
+}
+
+/// One scheduler thread: pops every queue, checks what it popped, runs it at once.
+fn scheduler(shared: &'static SchedState<'static>, board: Arc<Board>) {
+    const SHAPES: [ResourceShape; 4] = [
+        ResourceShape::Dummy,
+        ResourceShape::Mix,
+        ResourceShape::Aic,
+        ResourceShape::Aiv,
+    ];
+    while board.finished.load(Ordering::Acquire) < board.expected {
+        let mut progress = false;
+        for shape in SHAPES {
+            let Some(id) = shared.pop_ready(shape) else {
+                continue;
+            };
+            progress = true;
+            let (i, e) = board.index_of(id);
+            assert_eq!(
+                board.popped[i].fetch_add(1, Ordering::AcqRel),
+                0,
+                "{id:?} popped twice"
+            );
+            let slot = shared.task_slot(id).expect("a popped task occupies its slot");
+            assert_eq!(slot.status(), SlotStatus::Ready, "{id:?} popped but not READY");
+            for &p in &e.waits_for {
+                assert!(
+                    has_completed(shared, p),
+                    "{id:?} became ready before its producer {p:?} completed"
+                );
+            }
+            if shape == ResourceShape::Dummy {
+                shared.complete(id);
+            } else {
+                assert!(shared.mark_running(id), "{id:?} refused by mark_running");
+                assert!(shared.complete_subtask(id), "{id:?} did not complete");
+            }
+            board.finished.fetch_add(1, Ordering::AcqRel);
+        }
+        if !progress {
+            loom::thread::yield_now();
+        }
+    }
+}
+
+/// After every thread joined: every task ran once, every ring retired all it was given, every
+/// slot is FREE.
+fn check_drained(shared: &SchedState<'_>, orch: &Orchestrator<'_>, board: &Board) {
+    for (i, n) in board.popped.iter().enumerate() {
+        assert_eq!(n.load(Ordering::Relaxed), 1, "task #{i} popped {n:?} times");
+    }
+    let dump = || {
+        let mut out = String::new();
+        for ring in 0..4 {
+            let flow = shared.flow(ring);
+            out += &format!(
+                "ring {ring}: submitted {} watermark {}\n",
+                orch.submitted(ring),
+                flow.last_alive()
+            );
+            for local in 0..orch.submitted(ring) {
+                let id = TaskId::new(ring as u32, local);
+                let slot = shared.slot(shared.slot_ref(id).unwrap());
+                out += &format!("  {:?}: {:?} {:?}\n", id, slot.task_id(), slot.status());
+            }
+        }
+        out
+    };
+    assert!(shared.drained(), "a ring kept a task\n{}", dump());
+    for ring in 0..4 {
+        let flow = shared.flow(ring);
+        assert_eq!(flow.last_alive(), orch.submitted(ring), "ring {ring} watermark");
+        for local in 0..orch.submitted(ring) {
+            let slot = shared.slot(shared.slot_ref(TaskId::new(ring as u32, local)).unwrap());
+            assert_eq!(slot.status(), SlotStatus::Free, "ring {ring} slot of task {local}");
+        }
+    }
+}
+
+fn spawn_schedulers(
+    n: usize,
+    shared: &'static SchedState<'static>,
+    board: &Arc<Board>,
+) -> Vec<loom::thread::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let board = board.clone();
+            loom::thread::spawn(move || scheduler(shared, board))
+        })
+        .collect()
+}
+
+// ---- the models ----------------------------------------------------------------------------
+
+/// Submit racing completion on one consumer: a consumer waits on a running AIV producer (a
+/// creator edge, WAIT | RETAIN), a dummy producer (an explicit WAIT-only dependency; it
+/// completes inline from READY) and an allocation task's output (completed before the
+/// consumer exists). The producers can complete while the consumer is being wired, before,
+/// or after its publish; the consumer must become ready exactly once and only after both
+/// running producers released it.
+#[test]
+fn consumer_becomes_ready_once_after_every_producer() {
+    model("consumer_ready_once", Some(3), || {
+        with_state(|orch, shared| {
+            let board = Board::new(3);
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let ring = |o: &Orchestrator<'_>| (0..4).find(|&r| o.submitted(r) > 0);
+            // The allocation task in a scope of its own, closed at once: the consumer's creator
+            // edge pins it (a ring of 4 lets one scope hold 3 tasks).
+            let mut alloc = [output()];
+            orch.alloc_tensors(&mut alloc, &mut Yield).unwrap();
+            let r = ring(orch).unwrap() as u32;
+            orch.scope_end().unwrap();
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let (p, d, c) = (TaskId::new(r, 1), TaskId::new(r, 2), TaskId::new(r, 3));
+            board.expect(p, &[]);
+            board.expect(d, &[]);
+            board.expect(c, &[p, d]);
+            let threads = spawn_schedulers(1, shared, &board);
+            let mut pa = [arg(buffer(0x1000), TensorArgType::Input), output()];
+            assert_eq!(orch.submit(task(ActiveMask::AIV0, &mut pa, &[]), &mut Yield), Ok(p));
+            assert_eq!(
+                orch.submit(task(ActiveMask::empty(), &mut [], &[]), &mut Yield),
+                Ok(d)
+            );
+            let mut ca = [
+                arg(pa[1].tensor, TensorArgType::Input),
+                arg(alloc[0].tensor, TensorArgType::Input),
+                output(),
+            ];
+            let deps = [ExplicitDep::wait(d)];
+            assert_eq!(orch.submit(task(ActiveMask::AIC, &mut ca, &deps), &mut Yield), Ok(c));
+            orch.scope_end().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
+
+/// Two consumers wired against one producer while two schedulers complete it (the fanout
+/// lock: an edge is either linked before the completion snapshots the list, or counted as
+/// released because the producer had completed; never both, never neither).
+#[test]
+fn fanout_lock_orders_attach_against_the_completion_walk() {
+    model("fanout_lock", Some(2), || {
+        with_state(|orch, shared| {
+            let board = Board::new(3);
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let r = 0; // the outermost scope's ring
+            let (p, c1, c2) = (TaskId::new(r, 0), TaskId::new(r, 1), TaskId::new(r, 2));
+            board.expect(p, &[]);
+            board.expect(c1, &[p]);
+            board.expect(c2, &[p]);
+            let threads = spawn_schedulers(2, shared, &board);
+            let mut pa = [output()];
+            assert_eq!(orch.submit(task(ActiveMask::AIV0, &mut pa, &[]), &mut Yield), Ok(p));
+            for c in [c1, c2] {
+                let mut ca = [arg(pa[0].tensor, TensorArgType::Input)];
+                assert_eq!(orch.submit(task(ActiveMask::AIV0, &mut ca, &[]), &mut Yield), Ok(c));
+            }
+            orch.scope_end().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
+
+/// Completion racing scope release and the watermark: six tasks on a ring of four slots, a
+/// chain through INOUT on one buffer plus RETAIN pins, in a scope the orchestrator closes while
+/// the scheduler completes them. The fifth and sixth submits must wait for slots; no slot may
+/// be reclaimed while a completion, a consumer or the scope still holds its task, and the
+/// watermark passes tasks in order (a popped task always still occupies its slot, and at the
+/// end every slot is FREE with the watermark at the count submitted).
+#[test]
+fn slots_are_reclaimed_in_order_and_only_when_released() {
+    model("scope_release_watermark", Some(2), || {
+        with_state(|orch, shared| {
+            const N: u32 = 6;
+            let board = Board::new(N as usize);
+            let r = 0;
+            let ids: Vec<TaskId> = (0..N).map(|i| TaskId::new(r, i)).collect();
+            for (i, &id) in ids.iter().enumerate() {
+                let waits: Vec<TaskId> = ids[..i].last().copied().into_iter().collect();
+                board.expect(id, &waits);
+            }
+            let threads = spawn_schedulers(1, shared, &board);
+            let acc = buffer(0x2000);
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            for (i, &id) in ids.iter().enumerate() {
+                let mut a = [arg(acc, TensorArgType::InOut)];
+                assert_eq!(orch.submit(task(ActiveMask::AIV0, &mut a, &[]), &mut Yield), Ok(id));
+                // Close the scope halfway, so that later tasks find earlier ones released by
+                // their scope while they still run.
+                if i == 2 {
+                    orch.scope_end().unwrap();
+                    orch.scope_begin(ScopeMode::Auto).unwrap();
+                }
+            }
+            orch.scope_end().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
+
+/// A RETAIN-only explicit dependency (a pin without ordering) and a WAIT | RETAIN one on the
+/// same producer in one submit: the edge is recorded once with both kinds, the pin keeps the
+/// producer's slot until the consumer completes.
+#[test]
+fn explicit_dependencies_merge_into_one_edge() {
+    model("explicit_deps", Some(3), || {
+        with_state(|orch, shared| {
+            let board = Board::new(3);
+            let r = 0;
+            let (p, q, c) = (TaskId::new(r, 0), TaskId::new(r, 1), TaskId::new(r, 2));
+            board.expect(p, &[]);
+            board.expect(q, &[]);
+            board.expect(c, &[q]);
+            let threads = spawn_schedulers(1, shared, &board);
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            assert_eq!(orch.submit(task(ActiveMask::AIV0, &mut [], &[]), &mut Yield), Ok(p));
+            assert_eq!(orch.submit(task(ActiveMask::AIV0, &mut [], &[]), &mut Yield), Ok(q));
+            let deps = [
+                ExplicitDep {
+                    task: p,
+                    flags: DepFlags::RETAIN,
+                },
+                ExplicitDep::on(q),
+                ExplicitDep::wait(q),
+            ];
+            assert_eq!(orch.submit(task(ActiveMask::AIV0, &mut [], &deps), &mut Yield), Ok(c));
+            orch.scope_end().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
