@@ -14,9 +14,9 @@ use crate::edge::{EdgeCell, EdgeRef};
 use crate::layout::{Carver, Layout, LayoutError, Line, Span};
 use crate::ready_queue::{ReadyQueue, ReadyQueueLayout};
 use crate::ring::{RingConfig, RingFlow, MAX_RINGS};
-use crate::slot::{SlotRef, SlotState, SlotStatus, SCOPE_BIT, SELF_REF};
-use crate::task_tensor::TaskId;
+use crate::slot::{SlotRef, SlotState, SlotStatus, FANIN_READY, SCOPE_BIT, SELF_REF};
 use crate::sync::Ordering;
+use crate::task_tensor::TaskId;
 
 /// Number of ready queues: AIC, AIV, MIX, DUMMY (indexed by [`ResourceShape`]).
 pub const READY_QUEUES: usize = 4;
@@ -324,8 +324,12 @@ impl<'a> SchedState<'a> {
     /// Transition 3, PENDING → READY, when this release is the last fanin `consumer` waits for.
     pub(crate) fn release_fanin(&self, consumer: SlotRef) {
         let slot = self.slot(consumer);
-        let before = slot.fanin_refcount.fetch_add(1, Ordering::AcqRel);
-        if before + 1 == slot.fanin_count.load(Ordering::Acquire) {
+        // The increment alone decides. Unless it is the one that completes the count, the
+        // task may become ready, run, retire and its slot be claimed again before this
+        // thread's next instruction, so nothing else of the slot may be read. (Reading the
+        // target after the increment did that: a release that was not the last could find a
+        // later occupant's count equal to its own stale sum and make that task ready early.)
+        if slot.fanin_refcount.fetch_add(1, Ordering::AcqRel) + 1 == FANIN_READY {
             self.make_ready(slot);
         }
     }
@@ -576,10 +580,13 @@ impl<'a> SchedState<'a> {
         slot.fanin_count.store(wait_edges + 1, Ordering::Relaxed);
         slot.status
             .store(SlotStatus::Pending as u32, Ordering::Release);
+        // Each linked edge's producer adds one when it completes; this adds the rest, so the
+        // count reaches FANIN_READY exactly once, after the last of them.
+        let linked = wait_edges - already_completed;
         let before = slot
             .fanin_refcount
-            .fetch_add(already_completed + 1, Ordering::AcqRel);
-        if before + already_completed + 1 == wait_edges + 1 {
+            .fetch_add(FANIN_READY - linked, Ordering::AcqRel);
+        if before == linked {
             self.make_ready(slot);
         }
     }

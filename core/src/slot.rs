@@ -25,15 +25,17 @@
 //! | 8 | COMPLETED → CONSUMED | whichever thread releases the last reference | `SchedState::release_fanout` (crate-private) |
 //! | 9 | CONSUMED → FREE | whichever thread advances the ring's watermark | `SchedState::advance` (crate-private) |
 //!
-//! **Readiness.** `fanin_count` is the number of WAIT edges plus one. Each producer adds one to
-//! `fanin_refcount` exactly once: at wiring if it had already completed, otherwise when its
-//! completion walks its fanout list. The orchestrator adds the final one when wiring is done,
-//! so a task cannot become ready half-wired. The one increment that reaches `fanin_count`
-//! performs transition 3. While a task is being wired its `fanin_count` reads `UNPUBLISHED`, so
-//! a producer that completes meanwhile, and reads the count before the orchestrator stores the
-//! real one, cannot match. The last increment in `fanin_refcount`'s modification order always
-//! sees the real count: either it is the orchestrator's own, or it acquires the orchestrator's
-//! increment, which was released after the count was stored.
+//! **Readiness.** `fanin_refcount` counts up to the constant [`FANIN_READY`]. Each WAIT
+//! producer that had not completed when its edge was linked adds one when it completes; the
+//! orchestrator, once wiring is done, adds the rest (`FANIN_READY` minus the linked edges), so
+//! a task cannot become ready half-wired: before the publish the count is at most the number
+//! of linked edges, far below the target. The one increment that reaches `FANIN_READY`
+//! performs transition 3, and it knows so from its own read-modify-write alone. Nothing else
+//! of the slot may be read to decide: a release that is not the last leaves the task free to
+//! run and retire, and its slot to be claimed again, before the releasing thread's next
+//! instruction (deciding by a later load of a per-task target once let such a release match
+//! a later occupant's count and make that task ready before its producers released it).
+//! `fanin_count` keeps the number of WAIT edges plus one, for reports only.
 //!
 //! **Edges.** A WAIT edge is linked into its producer's fanout list, or counted as released if
 //! the producer already completed, under the producer's lock as the edge is recorded. A RETAIN
@@ -69,8 +71,8 @@
 use crate::cores::ActiveMask;
 use crate::deps::NIL;
 use crate::layout::AtomicPod;
-use crate::task_tensor::TaskId;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::task_tensor::TaskId;
 
 /// The owning scope's reference in `fanout_count` / `fanout_refcount`.
 pub const SCOPE_BIT: u32 = 0x8000_0000;
@@ -78,8 +80,12 @@ pub const SCOPE_BIT: u32 = 0x8000_0000;
 /// The task's own completion's reference in `fanout_count` / `fanout_refcount`.
 pub const SELF_REF: u32 = 1;
 
-/// `fanin_count` of a task still being wired: no count of releases can equal it.
+/// `fanin_count` of a task still being wired (reports only; readiness does not read it).
 pub(crate) const UNPUBLISHED: u32 = u32::MAX;
+
+/// `fanin_refcount` of a task every producer and its publish have released: the count the
+/// one increment that makes the task ready reaches. Far above any number of edges.
+pub(crate) const FANIN_READY: u32 = 1 << 31;
 
 /// Where a task is in its life. Zeroed memory is `Free`.
 #[repr(u32)]
@@ -224,8 +230,6 @@ impl SlotState {
             .store(SCOPE_BIT + SELF_REF, Ordering::Relaxed);
         self.fanout_head.store(NIL, Ordering::Relaxed);
         self.fanout_refcount.store(0, Ordering::Relaxed);
-        // No release can match this before publish stores the real count (see the module
-        // docs on readiness).
         self.fanin_count.store(UNPUBLISHED, Ordering::Relaxed);
         self.fanin_refcount.store(0, Ordering::Relaxed);
         self.edge_start.store(edge_start, Ordering::Relaxed);
