@@ -4,15 +4,21 @@
 //! cores' registers and local buffers, set up once and reused for every run. The device code
 //! it runs (`simpler_aicpu`, `simpler_aicore`, `simpler_core`) is the firmware's code.
 //!
+//! Under `cfg(loom)` (the model checker's build, `tests/loom.sh`) the crate is built without
+//! its device, for `tests/loom_wake.rs` to model-check the wakeup: the device carves GM out of
+//! `std` atomic words, and core's `Carver` hands out only loom's atomics there.
+//!
 //! Modules:
 
 // The device: its threads, registers, runs and host requests.
+#[cfg(not(loom))]
 pub mod device;
 // GM as an arena of atomic words.
 pub mod gm;
 // The wakeup primitive idle threads block on.
 pub mod wake;
 
+#[cfg(not(loom))]
 pub use device::{
     Device, DeviceConfig, DeviceError, DeviceLayouts, Job, OrchFn, Prebuilt, SharedHook, Topology,
     TraceSink,
