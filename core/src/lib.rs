@@ -43,6 +43,8 @@ pub mod chip;
 pub mod cores;
 // Edge kinds, explicit dependencies and the per-tag dependency rules.
 pub mod deps;
+// The L3 doorbell: a ring count to block on, generic over the futex that blocks.
+pub mod doorbell;
 // `DataType` and element sizes.
 pub mod dtype;
 // The dependency pool's cells and cursor.

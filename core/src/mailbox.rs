@@ -23,12 +23,54 @@
 //! | 65,276 | 4 | preparation disposition |
 //! | 65,280 | 256 | NUL-terminated error message |
 //!
-//! This module fixes the layout and the plain-data records that travel in it, with their
-//! validation; the shared-memory mapping and the state protocol belong to the host.
+//! This module fixes the layout, the plain-data records that travel in it, with their
+//! validation, and the handshake on a frame's state and error words ([`FrameWords`]); the
+//! shared-memory mapping and the frame's bytes belong to the host.
+//!
+//! ## The handshake
+//!
+//! ```text
+//!  task frame      (1) parent posts a task      (2) child ran it
+//!        IDLE ─────────────────────▶ TASK_READY ───────────────▶ TASK_DONE
+//!         ▲                                                          │
+//!         └──────────────────────────────────────────────────────────┘
+//!                          (3) parent collected the reply
+//!
+//!  control frame   (4) child started            (5) parent saw it
+//!        IDLE ─────────────────────▶ INIT_READY ───────────────▶ IDLE
+//!          └──────────────────────▶ INIT_FAILED (final: the parent kills the children)
+//!                  (6) parent posts a request   (7) child answered         (8) parent read it
+//!        IDLE ─────────────────────▶ CONTROL_REQUEST ───────────▶ CONTROL_DONE ──────────▶ IDLE
+//! ```
+//!
+//! | # | transition | performed by | host function |
+//! |---|---|---|---|
+//! | 1 | IDLE → TASK_READY | the parent's scheduler thread | `l3::engine` `launch` |
+//! | 2 | TASK_READY → TASK_DONE | the child | `l3::child` `serve` |
+//! | 3 | TASK_DONE → IDLE | the parent's scheduler thread | `l3::engine` `collect` |
+//! | 4 | IDLE → INIT_READY / INIT_FAILED | the child, once, at start | `l3::child` `serve` |
+//! | 5 | INIT_READY → IDLE | the parent, in `init` | `l3::worker` |
+//! | 6 | IDLE → CONTROL_REQUEST | the parent, one request at a time | `l3::worker` `control` |
+//! | 7 | CONTROL_REQUEST → CONTROL_DONE | the child | `l3::child` `serve` |
+//! | 8 | CONTROL_DONE → IDLE | the parent | `l3::worker` `control` |
+//!
+//! The word alternates between the two sides: only the side whose turn the current state says
+//! it is writes it, so every [`FrameWords::publish`] finds the state its transition leaves, and
+//! reports any other as a [`SkippedTransition`]. After each publish the writer rings the other
+//! side's doorbell ([`crate::doorbell`]). The frame's other bytes belong to the side whose turn
+//! it is; the sticky shutdown word, set by the parent alone, is outside the handshake.
+//!
+//! ## Memory ordering
+//!
+//! The state word is the publication. A side writes the frame's bytes and its error word, then
+//! publishes the state with release ordering; the other side reads the state with acquire
+//! ordering and, having seen it, reads those bytes and that word. So the error word itself is
+//! relaxed: the state orders it.
 
 use crate::buffer::{BufferDescriptor, DescriptorError};
 use crate::limits::{MAILBOX_ARGS_CAPACITY, MAILBOX_FRAME_SIZE, MAILBOX_OFF_SHUTDOWN};
 use crate::ring::MAX_RINGS;
+use crate::sync::{AtomicU32, Ordering};
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
 use core::mem::{offset_of, size_of};
@@ -38,6 +80,10 @@ use static_assertions::const_assert_eq;
 pub const MAILBOX_FRAMES: usize = 3;
 /// Bytes of one child's mailbox.
 pub const MAILBOX_SIZE: usize = MAILBOX_FRAMES * MAILBOX_FRAME_SIZE;
+/// Offset of a frame's state word ([`MailboxState`]).
+pub const MAILBOX_OFF_STATE: usize = 0;
+/// Offset of a frame's error word (0 ok).
+pub const MAILBOX_OFF_ERROR: usize = 4;
 /// Offset of the sub-command word (control frame).
 pub const MAILBOX_OFF_COMMAND: usize = 8;
 /// Offset of the [`CallConfig`].
@@ -140,6 +186,98 @@ impl MailboxState {
             12 => Self::PrepareReady,
             _ => return None,
         })
+    }
+}
+
+impl MailboxState {
+    /// Whether the handshake moves a frame from `from` to `self` (the module's diagram).
+    pub const fn follows(self, from: Self) -> bool {
+        use MailboxState::*;
+        matches!(
+            (from, self),
+            (Idle, TaskReady)
+                | (TaskReady, TaskDone)
+                | (TaskDone, Idle)
+                | (Idle, InitReady | InitFailed)
+                | (InitReady, Idle)
+                | (Idle, ControlRequest)
+                | (ControlRequest, ControlDone)
+                | (ControlDone, Idle)
+        )
+    }
+}
+
+/// A publish that found the frame in a state its transition does not leave: a side wrote the
+/// word out of turn, or a transition was skipped. The word holds the new state regardless.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkippedTransition {
+    /// The raw state the word held.
+    pub from: u32,
+    /// The state published.
+    pub to: MailboxState,
+}
+
+impl fmt::Display for SkippedTransition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match MailboxState::from_raw(self.from as i32) {
+            Some(from) => write!(
+                f,
+                "mailbox state {from:?} -> {:?} is no transition",
+                self.to
+            ),
+            None => write!(f, "mailbox state {} (unknown) -> {:?}", self.from, self.to),
+        }
+    }
+}
+
+/// A frame's state and error words: the handshake between the parent and a child (see the
+/// module's diagram and memory-ordering sections). Both words are written by the side whose
+/// turn it is and read by the other.
+pub struct FrameWords<'a> {
+    state: &'a AtomicU32,
+    error: &'a AtomicU32,
+}
+
+impl<'a> FrameWords<'a> {
+    /// The frame whose state word ([`MAILBOX_OFF_STATE`]) is `state` and error word
+    /// ([`MAILBOX_OFF_ERROR`]) is `error`.
+    pub const fn new(state: &'a AtomicU32, error: &'a AtomicU32) -> Self {
+        Self { state, error }
+    }
+
+    /// The raw state (acquire: the bytes written before it was published are visible).
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Whether the frame is in `state` (acquire, as [`Self::state`]).
+    pub fn is(&self, state: MailboxState) -> bool {
+        self.state() == state as i32 as u32
+    }
+
+    /// Publishes `to` (release: every byte written before is visible to a reader that observes
+    /// it), and checks that the frame was in a state `to` follows.
+    pub fn publish(&self, to: MailboxState) -> Result<(), SkippedTransition> {
+        let from = self.state.swap(to as i32 as u32, Ordering::Release);
+        match MailboxState::from_raw(from as i32) {
+            Some(f) if to.follows(f) => Ok(()),
+            _ => Err(SkippedTransition { from, to }),
+        }
+    }
+
+    /// Clears the error word, as a side posts a request (before publishing it).
+    pub fn clear_error(&self) {
+        self.error.store(0, Ordering::Relaxed);
+    }
+
+    /// Sets the error word of a reply (before publishing it; 0 ok).
+    pub fn set_error(&self, code: u32) {
+        self.error.store(code, Ordering::Relaxed);
+    }
+
+    /// The error word of a reply, read after its state was observed.
+    pub fn error(&self) -> u32 {
+        self.error.load(Ordering::Relaxed)
     }
 }
 
@@ -506,5 +644,44 @@ mod tests {
         assert_eq!(bad.validate(2), Err(LeaseError::Reserved { value: 5 }));
         assert_eq!(MailboxState::from_raw(8), Some(MailboxState::FrameStaged));
         assert_eq!(MailboxState::from_raw(13), None);
+    }
+
+    #[test]
+    fn publishing_checks_the_transition() {
+        use MailboxState::*;
+        let (state, error) = (AtomicU32::new(0), AtomicU32::new(0));
+        let frame = FrameWords::new(&state, &error);
+        for to in [TaskReady, TaskDone, Idle, ControlRequest, ControlDone, Idle] {
+            assert_eq!(frame.publish(to), Ok(()), "-> {to:?}");
+            assert!(frame.is(to));
+        }
+        assert_eq!(
+            frame.publish(TaskDone),
+            Err(SkippedTransition {
+                from: Idle as u32,
+                to: TaskDone
+            })
+        );
+        assert!(
+            frame.is(TaskDone),
+            "the word holds the new state regardless"
+        );
+        assert_eq!(
+            frame.publish(TaskReady),
+            Err(SkippedTransition {
+                from: TaskDone as u32,
+                to: TaskReady
+            })
+        );
+        state.store(99, Ordering::Relaxed);
+        assert_eq!(
+            frame.publish(Idle),
+            Err(SkippedTransition { from: 99, to: Idle })
+        );
+        assert!(!Idle.follows(InitFailed) && !Shutdown.follows(Idle));
+        frame.set_error(7);
+        assert_eq!(frame.error(), 7);
+        frame.clear_error();
+        assert_eq!(frame.error(), 0);
     }
 }

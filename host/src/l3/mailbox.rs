@@ -4,7 +4,9 @@
 //! `simpler_core::mailbox` fixes it. The parent writes a request into a frame, then publishes
 //! the frame's state word with release ordering and rings the child's doorbell; the child does
 //! the work, writes the error word and message, publishes the reply state and rings the
-//! scheduler's doorbell. Only this module reads or writes frame bytes.
+//! scheduler's doorbell. Only this module reads or writes frame bytes. The state and error
+//! words follow core's handshake ([`FrameWords`]), and the bells core's [`Doorbell`] over the
+//! kernel's futex, so the loom model `core/tests/loom_mailbox.rs` checks the same source.
 //!
 //! [`Bells`] are futex words in one shared page: word 0 wakes the parent's scheduler (children
 //! ring it when a task finishes; the orchestrator rings it on submit), word `1 + i` wakes
@@ -13,12 +15,14 @@
 //! sleeps.
 
 use super::os::{futex_wait, futex_wake, Mapping, Region};
+use simpler_core::doorbell::{Doorbell, Futex};
 use simpler_core::limits::{MAILBOX_ARGS_CAPACITY, MAILBOX_FRAME_SIZE, MAILBOX_OFF_SHUTDOWN};
 use simpler_core::mailbox::{
-    CallConfig, MailboxState, PipelineSlotLease, MAILBOX_ERROR_MSG_SIZE, MAILBOX_OFF_ACCEPTED,
-    MAILBOX_OFF_ARGS, MAILBOX_OFF_COMMAND, MAILBOX_OFF_CONFIG, MAILBOX_OFF_DISPATCH_ID,
-    MAILBOX_OFF_ERROR_MSG, MAILBOX_OFF_LEASE, MAILBOX_OFF_PROTOCOL, MAILBOX_OFF_RUN_ID,
-    MAILBOX_SIZE, MAILBOX_TASK_PROTOCOL_VERSION,
+    CallConfig, FrameWords, MailboxState, PipelineSlotLease, MAILBOX_ERROR_MSG_SIZE,
+    MAILBOX_OFF_ACCEPTED, MAILBOX_OFF_ARGS, MAILBOX_OFF_COMMAND, MAILBOX_OFF_CONFIG,
+    MAILBOX_OFF_DISPATCH_ID, MAILBOX_OFF_ERROR, MAILBOX_OFF_ERROR_MSG, MAILBOX_OFF_LEASE,
+    MAILBOX_OFF_PROTOCOL, MAILBOX_OFF_RUN_ID, MAILBOX_OFF_STATE, MAILBOX_SIZE,
+    MAILBOX_TASK_PROTOCOL_VERSION,
 };
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -66,16 +70,27 @@ impl Mailbox {
         mapping_atomic(&self.map, frame * MAILBOX_FRAME_SIZE + offset)
     }
 
+    fn words(&self, frame: usize) -> FrameWords<'_> {
+        FrameWords::new(
+            self.word(frame, MAILBOX_OFF_STATE),
+            self.word(frame, MAILBOX_OFF_ERROR),
+        )
+    }
+
     /// The state word of `frame`.
     pub fn state(&self, frame: usize) -> u32 {
-        self.word(frame, 0).load(Ordering::Acquire)
+        self.words(frame).state()
     }
 
     /// Publishes `state` on `frame` (release: every byte written before is visible to a reader
     /// that observes it).
     pub fn set_state(&self, frame: usize, state: MailboxState) {
-        self.word(frame, 0)
-            .store(state as i32 as u32, Ordering::Release);
+        let published = self.words(frame).publish(state);
+        debug_assert!(
+            published.is_ok(),
+            "frame {frame}: {}",
+            published.unwrap_err()
+        );
     }
 
     /// Writes a task request into the task frame (not yet published).
@@ -103,7 +118,7 @@ impl Mailbox {
             && f.write(MAILBOX_OFF_RUN_ID, &run_id.to_le_bytes())
             && f.write(MAILBOX_OFF_DISPATCH_ID, &dispatch_id.to_le_bytes())
             && {
-                self.word(TASK_FRAME, 4).store(0, Ordering::Relaxed);
+                self.words(TASK_FRAME).clear_error();
                 self.word(TASK_FRAME, MAILBOX_OFF_ACCEPTED)
                     .store(0, Ordering::Relaxed);
                 true
@@ -152,12 +167,12 @@ impl Mailbox {
         msg[..n].copy_from_slice(&message.as_bytes()[..n]);
         // The message and its terminating NUL only (most replies carry none).
         self.write(frame, MAILBOX_OFF_ERROR_MSG, &msg[..=n]);
-        self.word(frame, 4).store(code, Ordering::Relaxed);
+        self.words(frame).set_error(code);
     }
 
     /// `frame`'s error word and message.
     pub fn error(&self, frame: usize) -> (u32, String) {
-        let code = self.word(frame, 4).load(Ordering::Acquire);
+        let code = self.words(frame).error();
         if code == 0 {
             return (0, String::new());
         }
@@ -175,7 +190,7 @@ impl Mailbox {
             && (payload.len() <= MAILBOX_OFF_SHUTDOWN - MAILBOX_OFF_ARGS)
             && self.write(CONTROL_FRAME, MAILBOX_OFF_ARGS, payload)
             && {
-                self.word(CONTROL_FRAME, 4).store(0, Ordering::Relaxed);
+                self.words(CONTROL_FRAME).clear_error();
                 true
             }
     }
@@ -235,9 +250,22 @@ fn mapping_slice(map: &Mapping, at: usize, len: usize) -> &[u8] {
         .expect("frame regions lie inside the mailbox mapping")
 }
 
+/// The kernel's futex on a word in shared memory, which works across processes.
+struct SharedFutex;
+
+impl Futex for SharedFutex {
+    fn wait(&self, word: &AtomicU32, expected: u32, timeout: Duration) {
+        futex_wait(word, expected, timeout);
+    }
+
+    fn wake_all(&self, word: &AtomicU32) {
+        futex_wake(word);
+    }
+}
+
 /// The doorbell page: bell 0 for the scheduler, bell `1 + i` for child `i`. Each bell is a
 /// cache line holding a sequence word (counts rings; the futex word) and a sleeper count, so a
-/// ring costs a system call only when someone is blocked on it.
+/// ring costs a system call only when someone is blocked on it ([`Doorbell`]).
 #[derive(Debug)]
 pub struct Bells {
     map: Mapping,
@@ -279,39 +307,33 @@ impl Bells {
         1 + i
     }
 
-    fn seq(&self, bell: usize) -> &AtomicU32 {
-        mapping_atomic(&self.map, bell * BELL_STRIDE)
-    }
-
-    fn sleepers(&self, bell: usize) -> &AtomicU32 {
-        mapping_atomic(&self.map, bell * BELL_STRIDE + 4)
+    fn bell(&self, bell: usize) -> Doorbell<'_, SharedFutex> {
+        Doorbell::new(
+            mapping_atomic(&self.map, bell * BELL_STRIDE),
+            mapping_atomic(&self.map, bell * BELL_STRIDE + 4),
+            &SharedFutex,
+        )
     }
 
     /// The bell's current count (read before checking for work, then passed to [`Self::wait`]).
     pub fn seen(&self, bell: usize) -> u32 {
-        self.seq(bell).load(Ordering::SeqCst)
+        self.bell(bell).seen()
     }
 
     /// Rings `bell`: counts, then wakes the blocked waiters, if any.
     pub fn ring(&self, bell: usize) {
-        let seq = self.seq(bell);
-        seq.fetch_add(1, Ordering::SeqCst);
-        // Paired with the waiter's increment-then-check: either the waiter sees the new count
-        // and does not block, or this load sees the waiter and wakes it.
-        if self.sleepers(bell).load(Ordering::SeqCst) != 0 {
-            futex_wake(seq);
-        }
+        self.bell(bell).ring();
     }
 
     /// Waits until `bell` moves past `seen`, or `timeout`: spins for at most the bells' spin time,
     /// then blocks.
     pub fn wait(&self, bell: usize, seen: u32, timeout: Duration) {
-        let seq = self.seq(bell);
+        let bell = self.bell(bell);
         let start = Instant::now();
         let spin_for = self.spin().min(timeout);
         'spin: loop {
             for _ in 0..64 {
-                if seq.load(Ordering::Acquire) != seen {
+                if bell.rung_since(seen) {
                     return;
                 }
                 std::hint::spin_loop();
@@ -328,23 +350,9 @@ impl Bells {
             }
         }
         let deadline = start + timeout;
-        let sleepers = self.sleepers(bell);
-        loop {
-            sleepers.fetch_add(1, Ordering::SeqCst);
-            if seq.load(Ordering::SeqCst) != seen {
-                sleepers.fetch_sub(1, Ordering::SeqCst);
-                return;
-            }
+        bell.block(seen, || {
             let now = Instant::now();
-            if now >= deadline {
-                sleepers.fetch_sub(1, Ordering::SeqCst);
-                return;
-            }
-            futex_wait(seq, seen, deadline - now);
-            sleepers.fetch_sub(1, Ordering::SeqCst);
-            if seq.load(Ordering::Acquire) != seen {
-                return;
-            }
-        }
+            (now < deadline).then(|| deadline - now)
+        });
     }
 }
