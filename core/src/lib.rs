@@ -21,7 +21,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(any(test, loom))]
+#[cfg(test)]
 extern crate std;
 
 #[cfg(target_endian = "big")]

@@ -37,10 +37,10 @@ use crate::ring::{HeapClaim, HeapRing, MAX_RINGS, PACKED_OUTPUT_ALIGN};
 use crate::sched::{SchedState, SchedStateLayout};
 use crate::scope::{ScopeError, ScopeMode, ScopeStack};
 use crate::slot::SlotRef;
+use crate::sync::Ordering;
 use crate::task_tensor::{TaskId, TaskTensor};
 use crate::tensor_map::{EntryKind, TensorMap, TensorMapConfig, TensorMapLayout, Visit};
 use core::fmt;
-use crate::sync::Ordering;
 
 /// Explicit dependencies one submit may carry.
 pub const MAX_EXPLICIT_DEPS: usize = 64;
