@@ -1,8 +1,14 @@
 //! `vector_example`: f = (a + b + 1)(a + b + 2) + (a + b) over 16,384 fp32 elements.
 //!
 //! t0 c = a + b → {t1 d = c + 1, t2 e = c + 2} → t3 g = d · e → t4 f = g + c, with t1..t4 in an
-//! inner scope: 5 tasks, 6 edges (t4 also depends on t0 directly). With a = 2 and b = 3 every
-//! element of f is 47.
+//! inner scope: 5 tasks, 6 edges (t4 also depends on t0 directly).
+//!
+//! Inputs vary by element: `a[i] = 2 + i/1024` and `b[i] = 3 - i/2048`, exact in f32, so
+//! element 0 is the reference's a = 2, b = 3, f = 47, and `s = a + b = 5 + i/2048` grows with
+//! `i` (f over [47, 223)). The golden is the formula in f64; the tolerance, 1e-6 absolute plus
+//! 1e-6 relative, is at most 2.3e-4 and f32 rounds f by less than 3e-5. One step of `i` moves
+//! s by 1/2048 = 4.9e-4 and f by at least 14/2048, so an element read from another position
+//! (of an input or an intermediate) or written to another position fails the check.
 
 use super::{compare, Prepared, Scene};
 use crate::chip_worker::HostTensor;
@@ -79,8 +85,8 @@ impl Scene for VectorExample {
             return None;
         }
         let n = (SHAPE[0] * SHAPE[1]) as usize;
-        let a = vec![2.0f32; n];
-        let b = vec![3.0f32; n];
+        let a: Vec<f32> = (0..n).map(|i| 2.0 + i as f32 / 1024.0).collect();
+        let b: Vec<f32> = (0..n).map(|i| 3.0 - i as f32 / 2048.0).collect();
         let golden: Vec<f64> = a
             .iter()
             .zip(&b)
@@ -99,9 +105,41 @@ impl Scene for VectorExample {
                 HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
             ],
             scalars: Vec::new(),
-            check: Box::new(move |t| compare(&t[2].to_f32(), &golden, 1e-5, 1e-5)),
+            check: Box::new(move |t| compare(&t[2].to_f32(), &golden, 1e-6, 1e-6)),
             tasks: 5,
             edges: 6,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check passes f computed in f32 from the inputs, and fails it with one element taken
+    /// from its neighbour: swapped in the output, or t4 reading c one element on, at the bottom,
+    /// the middle and the top of the range (where the tolerance is widest).
+    #[test]
+    fn the_check_fails_an_element_from_the_next_position() {
+        let p = VectorExample.prepare("default").expect("the default case");
+        let (a, b) = (p.tensors[0].to_f32(), p.tensors[1].to_f32());
+        let c: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        let g: Vec<f32> = c.iter().map(|s| (s + 1.0) * (s + 2.0)).collect();
+        let f: Vec<f32> = g.iter().zip(&c).map(|(g, c)| g + c).collect();
+        let passes = |f: &[f32]| {
+            let mut t = p.tensors.clone();
+            t[2] = HostTensor::f32(f, &SHAPE, ArgDirection::Out);
+            (p.check)(&t).pass
+        };
+        assert!(passes(&f));
+        assert_eq!(f[0], 47.0, "element 0 is the reference's");
+        for i in [0, f.len() / 2, f.len() - 2] {
+            let mut swapped = f.clone();
+            swapped.swap(i, i + 1);
+            assert!(!passes(&swapped), "f[{i}] and f[{}] swapped", i + 1);
+            let mut misread = f.clone();
+            misread[i] = g[i] + c[i + 1];
+            assert!(!passes(&misread), "t4 read c[{}] for element {i}", i + 1);
+        }
     }
 }
