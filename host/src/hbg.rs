@@ -61,6 +61,19 @@ pub const PHASES: [&str; 10] = [
     "copy_back",
 ];
 
+/// The control plane: the host's phases that turn one orchestration into a graph on the
+/// device, a cost per bind whatever the inputs' size. The reference's is its `host_orch` (which
+/// holds the recording wait and the commit), `graph_upload` and the image's copy (here inside
+/// `device_run`). Not the entry staging (`args`, `arena_h2d`: per byte of input) nor the
+/// device's phases.
+pub const CONTROL_PLANE: [&str; 5] = [
+    "arena_build",
+    "host_orch",
+    "graph_commit",
+    "shared_mem",
+    "graph_upload",
+];
+
 /// One phase's cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Phase {
@@ -68,7 +81,8 @@ pub struct Phase {
     pub time: Duration,
     /// CPU time the binding thread used in it (wall time minus waiting and preemption).
     pub cpu: Duration,
-    /// Minor page faults the binding thread took in it.
+    /// Minor page faults the binding thread took in it (not the recorder threads', which
+    /// record during `host_orch` and `graph_commit`).
     pub minflt: u64,
     /// Heap allocations the binding thread made in it (0 unless the program installed a
     /// counter, [`crate::alloc_count::install`]).
@@ -116,10 +130,30 @@ pub struct BindReport {
 }
 
 impl BindReport {
-    /// The control plane: `host_orch` + `graph_commit` + `shared_mem` (the host's cost to
-    /// produce the image).
-    pub fn control_plane(&self) -> Duration {
-        self.phases[2].time + self.phases[3].time + self.phases[4].time
+    /// Bind phase `name` (one of [`PHASES`]).
+    pub fn phase(&self, name: &str) -> Option<&Phase> {
+        PHASES
+            .iter()
+            .position(|p| *p == name)
+            .map(|i| &self.phases[i])
+    }
+
+    /// The [`CONTROL_PLANE`] phases summed: wall and CPU time, faults, allocations; `at` is
+    /// the first one's.
+    pub fn control_plane(&self) -> Phase {
+        let mut phases = PHASES
+            .iter()
+            .zip(&self.phases)
+            .filter(|(name, _)| CONTROL_PLANE.contains(*name))
+            .map(|(_, ph)| ph);
+        let first = phases.next().copied().unwrap_or_default();
+        phases.fold(first, |sum, ph| Phase {
+            time: sum.time + ph.time,
+            cpu: sum.cpu + ph.cpu,
+            minflt: sum.minflt + ph.minflt,
+            allocs: sum.allocs + ph.allocs,
+            at: sum.at,
+        })
     }
 }
 
@@ -890,5 +924,28 @@ impl From<HbgError> for RunError {
             HbgError::Mirror(_) => RunError::Orchestration(RtError::Fatal(5)),
             HbgError::GraphFailed { .. } => RunError::Orchestration(RtError::Fatal(5)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_control_plane_sums_exactly_its_named_phases() {
+        let mut report = BindReport::default();
+        for (i, ph) in report.phases.iter_mut().enumerate() {
+            ph.time = Duration::from_micros(1 << i);
+            ph.minflt = 1 << i;
+        }
+        let bits: u64 = CONTROL_PLANE
+            .iter()
+            .map(|name| 1 << PHASES.iter().position(|p| p == name).expect("a bind phase"))
+            .sum();
+        let cp = report.control_plane();
+        assert_eq!(cp.time, Duration::from_micros(bits));
+        assert_eq!(cp.minflt, bits);
+        assert_eq!(report.phase("host_orch"), Some(&report.phases[2]));
+        assert_eq!(report.phase("no such phase"), None);
     }
 }

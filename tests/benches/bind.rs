@@ -10,18 +10,21 @@
 //! same staged entry tensors (the orchestration runs into the retained mirror and the image is
 //! built; the device run is skipped, so the figures are the host's), then 3 full binds that
 //! also run on the device and check the golden. Recorder threads have stood their storage up
-//! before the first bind (`ChipWorker::wait_for_recorders`). Printed per
-//! phase: median and minimum over the warm host-only binds; minor page faults per warm bind
-//! (the binding thread's, over exactly each phase's clocked span: the control plane's phases
-//! summed, and the entry staging's apart); heap allocations per warm bind, counted per thread
-//! by a counting global allocator: the whole process, the binding thread, the SM mirror's
-//! phases (`arena_build`, `shared_mem`) and the recording path (recorder threads, from taking
-//! a job to publishing its Definition; `simpler_host::alloc_count`); host_orch per task (wall)
-//! and the binding thread's CPU time in it; the image shipped; for Graph scenes the
-//! sub-phases (graph_begin, record_node and build_definition summed over recorder threads,
+//! before the first bind (`ChipWorker::wait_for_recorders`). Printed, median and minimum over
+//! the warm host-only binds: `args` and each phase of the control plane
+//! (`simpler_host::hbg::CONTROL_PLANE`) and their sum (`BindReport::control_plane`); minor page
+//! faults per warm bind, of every thread of the process over the whole bind (`process`: the
+//! recorder threads record inside the control plane) and of the binding thread alone over
+//! exactly the clocked spans, the control plane's summed and the entry staging's apart; heap
+//! allocations per warm bind, counted per thread by a counting global allocator: the whole
+//! process, the binding thread, the SM mirror's phases (`arena_build`, `shared_mem`) and the
+//! recording path (recorder threads, from taking a job to publishing its Definition;
+//! `simpler_host::alloc_count`); host_orch per task (wall, over the tasks the bind built) and
+//! the binding thread's CPU time in it; the image shipped; for Graph scenes the sub-phases
+//! (graph_begin, record_node and build_definition summed over recorder threads,
 //! recording_wait), ns per recorded node and the parked recorder threads the orchestration
-//! thread woke during host_orch (each a futex system call on it). Host-only binds place the entry tensors but do
-//! not copy them in (`arena_h2d` runs only with the device).
+//! thread woke during host_orch (each a futex system call on it). Host-only binds place the
+//! entry tensors but do not copy them in (`arena_h2d` runs only with the device).
 //!
 //! Two sections compare arms bind by bind on one worker: the recording policy (dsv4-shaped,
 //! recordings overlapping the orchestration or deferred to the commit) and the cache state a
@@ -31,20 +34,18 @@
 //!
 //! Not shown: the device run's own cost (see `scene`).
 //!
-//! Run: `cargo bench -p simpler-tests --bench bind`.
+//! Run: `cargo bench -p simpler-tests --bench bind` (`SIMPLER_BENCH_SMOKE=1`: bgemm Case1 in
+//! Case0's place, one settling, two warm and one full bind per case, one bind per arm).
 
-use simpler_host::hbg::PHASES;
+use simpler_host::hbg::{BindReport, Phase, CONTROL_PLANE};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
-use simpler_tests::measure::{report, report_summary};
+use simpler_tests::measure::{process_minor_faults, report, report_summary, sized};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-const WARM: usize = 20;
-const SETTLE: usize = 10;
 
 /// `scene`'s `case` on its own worker (a2a3sim, 256 MiB heaps, 512 MiB of GM), its callable
 /// registered and its recorder threads done standing their storage up (they do it as they
@@ -63,19 +64,35 @@ fn worker(scene: &str, case: &str) -> (Prepared, ChipWorker, CallableHandle) {
     (p, w, h)
 }
 
-/// The index of bind phase `name` in `PHASES`.
-fn phase(name: &str) -> usize {
-    PHASES.iter().position(|p| *p == name).expect("phase")
+/// Bind phase `name` of `bind`.
+fn phase<'a>(bind: &'a BindReport, name: &str) -> &'a Phase {
+    bind.phase(name)
+        .unwrap_or_else(|| panic!("{name} is not a bind phase"))
+}
+
+/// The figures' prefix for `scene`'s `case`.
+fn figure_name(scene: &str, case: &str) -> String {
+    if scene == "bgemm" {
+        format!("bgemm_{case}")
+    } else {
+        scene.to_string()
+    }
+}
+
+/// Microseconds.
+fn us(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e6
 }
 
 fn main() {
     simpler_host::alloc_count::install(counter::thread);
-    for (scene, case) in [
-        ("bgemm", "Case1"),
-        ("bgemm", "Case0"),
-        ("graph_vector", "default"),
-        ("dsv4_shaped", "default"),
-    ] {
+    // A smoke run leaves out bgemm Case0, whose 327 MB entry and golden take seconds.
+    let big: &[_] = sized(&[("bgemm", "Case0")], &[]);
+    let cases = [("bgemm", "Case1")]
+        .iter()
+        .chain(big)
+        .chain(&[("graph_vector", "default"), ("dsv4_shaped", "default")]);
+    for &(scene, case) in cases {
         let (p, mut w, h) = worker(scene, case);
         let args = || -> Vec<ChipArg> { p.tensors.iter().cloned().map(ChipArg::Host).collect() };
         // Cold. The warm host-only binds bind the same staged entry (a host-only bind leaves it
@@ -84,39 +101,48 @@ fn main() {
         let mut a = args();
         w.run_hbg_with(h, &mut a, &p.scalars, false)
             .expect("cold bind");
-        for _ in 0..SETTLE {
+        let (settle, warm) = (sized(10, 1), sized(20, 2));
+        for _ in 0..settle {
             w.run_hbg_with(h, &mut a, &p.scalars, false)
                 .expect("settling bind");
         }
-        let mut times = vec![Vec::with_capacity(WARM); PHASES.len()];
-        let mut faults = Vec::with_capacity(WARM);
-        let mut cpu_orch = Vec::with_capacity(WARM);
-        let mut per_node = Vec::with_capacity(WARM);
+        // `args` and the control plane's phases, by name.
+        let shown: Vec<&str> = ["args"].into_iter().chain(CONTROL_PLANE).collect();
+        let mut times = vec![Vec::with_capacity(warm); shown.len()];
+        let mut control_plane = Vec::with_capacity(warm);
+        let mut faults = Vec::with_capacity(warm);
+        let mut thread_faults = Vec::with_capacity(warm);
+        let mut args_faults = Vec::with_capacity(warm);
+        let mut cpu_orch = Vec::with_capacity(warm);
+        let mut per_task = Vec::with_capacity(warm);
+        let mut per_node = Vec::with_capacity(warm);
         let mut nodes = 0;
-        let mut sub: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(WARM)).collect();
-        let mut wakes = Vec::with_capacity(WARM);
-        let mut args_faults = Vec::with_capacity(WARM);
-        let mut allocs = Vec::with_capacity(WARM);
-        let mut thread_allocs = Vec::with_capacity(WARM);
-        let mut mirror_allocs = Vec::with_capacity(WARM);
-        let mut record_allocs = Vec::with_capacity(WARM);
+        let mut sub: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(warm)).collect();
+        let mut wakes = Vec::with_capacity(warm);
+        let mut allocs = Vec::with_capacity(warm);
+        let mut thread_allocs = Vec::with_capacity(warm);
+        let mut mirror_allocs = Vec::with_capacity(warm);
+        let mut record_allocs = Vec::with_capacity(warm);
         let mut image = 0;
         let mut tasks = 0;
         let mut graphs = [0u64; 3];
-        for _ in 0..WARM {
+        for _ in 0..warm {
+            let faults_before = process_minor_faults();
             let before = counter::process();
             let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
             allocs.push((counter::process() - before) as f64);
+            faults.push((process_minor_faults() - faults_before) as f64);
             thread_allocs.push(bind.phases.iter().map(|ph| ph.allocs).sum::<u64>() as f64);
             mirror_allocs.push(
-                (bind.phases[phase("arena_build")].allocs + bind.phases[phase("shared_mem")].allocs)
-                    as f64,
+                (phase(&bind, "arena_build").allocs + phase(&bind, "shared_mem").allocs) as f64,
             );
             record_allocs.push(bind.graph_phases.record_allocs as f64);
-            for (i, ph) in bind.phases.iter().enumerate() {
-                times[i].push(ph.time.as_secs_f64() * 1e6);
+            for (v, name) in times.iter_mut().zip(&shown) {
+                v.push(us(phase(&bind, name).time));
             }
-            cpu_orch.push(bind.phases[phase("host_orch")].cpu.as_secs_f64() * 1e6);
+            let orch = phase(&bind, "host_orch");
+            cpu_orch.push(us(orch.cpu));
+            per_task.push(orch.time.as_secs_f64() * 1e9 / bind.tasks as f64);
             let g = bind.graph_phases;
             wakes.push(g.host_orch_wakes as f64);
             if g.recorded_nodes > 0 {
@@ -132,29 +158,28 @@ fn main() {
             .iter()
             .enumerate()
             {
-                sub[k].push(d.as_secs_f64() * 1e6);
+                sub[k].push(us(*d));
             }
-            // The control plane's phases (arena_build, host_orch, graph_commit, shared_mem); the entry
-            // staging (args) copies the inputs and faults in proportion to their size.
-            faults.push(bind.phases[1..5].iter().map(|ph| ph.minflt).sum::<u64>() as f64);
-            args_faults.push(bind.phases[phase("args")].minflt as f64);
+            // The entry staging (args) copies the inputs and faults in proportion to their
+            // size, so it is kept apart from the control plane.
+            let cp = bind.control_plane();
+            control_plane.push(us(cp.time));
+            thread_faults.push(cp.minflt as f64);
+            args_faults.push(phase(&bind, "args").minflt as f64);
             image = bind.image_bytes;
             tasks = bind.tasks;
             graphs = bind.graphs;
         }
-        let name = if scene == "bgemm" {
-            format!("bgemm_{case}")
-        } else {
-            scene.to_string()
-        };
-        for (i, phase) in PHASES.iter().enumerate().take(PHASES.len() - 2) {
-            report_summary(
-                "bind",
-                &format!("{name}_{phase}"),
-                &mut times[i].clone(),
-                "us",
-            );
+        let name = figure_name(scene, case);
+        for (v, phase) in times.iter_mut().zip(&shown) {
+            report_summary("bind", &format!("{name}_{phase}"), v, "us");
         }
+        report_summary(
+            "bind",
+            &format!("{name}_control_plane"),
+            &mut control_plane,
+            "us",
+        );
         if graphs[0] > 0 {
             for (k, label) in [
                 "graph_begin",
@@ -187,35 +212,30 @@ fn main() {
                 "wakes",
             );
         }
-        let mut orch_cpu: Vec<f64> = cpu_orch.clone();
         report_summary(
             "bind",
             &format!("{name}_host_orch_cpu"),
-            &mut orch_cpu,
+            &mut cpu_orch,
             "us",
         );
-        let mut per_task: Vec<f64> = times[phase("host_orch")]
-            .iter()
-            .map(|t| t * 1e3 / tasks as f64)
-            .collect();
         report_summary(
             "bind",
             &format!("{name}_host_orch_per_task"),
             &mut per_task,
             "ns",
         );
-        report_summary(
-            "bind",
-            &format!("{name}_control_plane_minflt_per_warm_bind"),
-            &mut faults,
-            "faults",
-        );
-        report_summary(
-            "bind",
-            &format!("{name}_args_minflt_per_warm_bind"),
-            &mut args_faults,
-            "faults",
-        );
+        for (label, v) in [
+            ("process", &mut faults),
+            ("control_plane_binding_thread", &mut thread_faults),
+            ("args_binding_thread", &mut args_faults),
+        ] {
+            report_summary(
+                "bind",
+                &format!("{name}_{label}_minflt_per_warm_bind"),
+                v,
+                "faults",
+            );
+        }
         report_summary(
             "bind",
             &format!("{name}_allocs_per_warm_bind"),
@@ -255,7 +275,7 @@ fn main() {
             "graphs",
         );
         // Full binds: the device runs the shipped image; the golden must hold.
-        for _ in 0..3 {
+        for _ in 0..sized(3, 1) {
             let mut a = args();
             let (run, _) = w.run_hbg(h, &mut a, &p.scalars).expect("full bind");
             let tensors: Vec<HostTensor> = a
@@ -285,23 +305,19 @@ fn main() {
 /// arm: host_orch wall and the orchestration thread's CPU time in it, and host_orch +
 /// graph_commit (the host's time to a committed graph).
 fn recording_policy() {
-    const BINDS: usize = 20;
+    let (settle, binds) = (sized(2, 1), sized(20, 1));
     let (p, mut w, h) = worker("dsv4_shaped", "default");
     let mut a: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let arms = [("overlapped", (cpus - 1).max(1)), ("deferred", 0)];
     let mut figures = vec![[Vec::new(), Vec::new(), Vec::new()]; arms.len()];
-    for round in 0..2 + BINDS {
+    for round in 0..settle + binds {
         for (arm, &(_, n)) in arms.iter().enumerate() {
             w.set_recordings_while_building(n);
             let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
-            if round >= 2 {
-                let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+            if round >= settle {
                 let f = &mut figures[arm];
-                let (orch, commit) = (
-                    &bind.phases[phase("host_orch")],
-                    &bind.phases[phase("graph_commit")],
-                );
+                let (orch, commit) = (phase(&bind, "host_orch"), phase(&bind, "graph_commit"));
                 f[0].push(us(orch.time));
                 f[1].push(us(orch.cpu));
                 f[2].push(us(orch.time + commit.time));
@@ -325,11 +341,12 @@ fn recording_policy() {
 /// one worker (15 warm host-only binds each). Printed per arm: host_orch, the binding thread's
 /// CPU time in it, and shared_mem (the live image's export).
 fn entry_restaging() {
-    const BINDS: usize = 15;
-    for (scene, case, name) in [
-        ("bgemm", "Case0", "bgemm_Case0"),
-        ("dsv4_shaped", "default", "dsv4_shaped"),
+    let (settle, binds) = (sized(2, 1), sized(15, 1));
+    for (scene, case) in [
+        ("bgemm", sized("Case0", "Case1")),
+        ("dsv4_shaped", "default"),
     ] {
+        let name = figure_name(scene, case);
         let (p, mut w, h) = worker(scene, case);
         let stage = || -> Vec<ChipArg> { p.tensors.iter().cloned().map(ChipArg::Host).collect() };
         let mut staged = stage();
@@ -337,9 +354,8 @@ fn entry_restaging() {
         // bind: freeing hundreds of MB evicts the caches too, and must not land before a
         // rebound bind.
         let mut fresh: Vec<ChipArg>;
-        let (host_orch, shared_mem) = (phase("host_orch"), phase("shared_mem"));
         let mut figures = vec![[Vec::new(), Vec::new(), Vec::new()]; 2];
-        for round in 0..2 + BINDS {
+        for round in 0..settle + binds {
             for (arm, f) in figures.iter_mut().enumerate() {
                 let a = if arm == 0 {
                     &mut staged
@@ -348,11 +364,11 @@ fn entry_restaging() {
                     &mut fresh
                 };
                 let (_, bind) = w.run_hbg_with(h, a, &p.scalars, false).expect("bind");
-                if round >= 2 {
-                    let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
-                    f[0].push(us(bind.phases[host_orch].time));
-                    f[1].push(us(bind.phases[host_orch].cpu));
-                    f[2].push(us(bind.phases[shared_mem].time));
+                if round >= settle {
+                    let orch = phase(&bind, "host_orch");
+                    f[0].push(us(orch.time));
+                    f[1].push(us(orch.cpu));
+                    f[2].push(us(phase(&bind, "shared_mem").time));
                 }
             }
         }

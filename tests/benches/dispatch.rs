@@ -14,7 +14,8 @@
 //!
 //! Not shown: kernel time (the kernels are empty) and behaviour with more CPUs than 2.
 //!
-//! Run: `cargo bench -p simpler-tests --bench dispatch`.
+//! Run: `cargo bench -p simpler-tests --bench dispatch` (`SIMPLER_BENCH_SMOKE=1`: one sample
+//! of 100 fan groups and a 100-task chain).
 
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -23,13 +24,15 @@ use simpler_core::scope::ScopeMode;
 use simpler_core::{DataType, TaskTensor, TensorArgType};
 use simpler_host::ChipWorker;
 use simpler_sim::{DeviceConfig, Topology};
-use simpler_tests::measure::report_summary;
+use simpler_tests::measure::{report_summary, sized};
 use std::sync::Arc;
 
 const SAMPLES: usize = 11;
 const GROUPS: u32 = 12_500;
 const CHAIN: u32 = 10_000;
 const EMPTY: u32 = 0;
+/// Tasks per fan group: the root, six readers, the join.
+const FAN_TASKS: u32 = 8;
 
 fn out() -> TaskArg {
     TaskArg {
@@ -45,8 +48,8 @@ fn input(t: TaskTensor) -> TaskArg {
     }
 }
 
-fn fan(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    for _ in 0..GROUPS {
+fn fan(rt: &mut Rt<'_, '_>, groups: u32) -> Result<(), RtError> {
+    for _ in 0..groups {
         rt.scope(ScopeMode::Auto, |rt| {
             let mut root = [out()];
             rt.submit_aiv(EMPTY, &mut root, &[])?;
@@ -67,9 +70,9 @@ fn fan(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
     Ok(())
 }
 
-fn chain(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+fn chain(rt: &mut Rt<'_, '_>, length: u32) -> Result<(), RtError> {
     let mut prev: Option<TaskTensor> = None;
-    for i in 0..CHAIN {
+    for _ in 0..length {
         rt.scope(ScopeMode::Auto, |rt| {
             let mut args = vec![out()];
             if let Some(p) = prev {
@@ -79,23 +82,45 @@ fn chain(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
             prev = Some(args[0].tensor);
             Ok(())
         })?;
-        let _ = i;
     }
     Ok(())
 }
 
 fn main() {
+    let (groups, length) = (sized(GROUPS, 100), sized(CHAIN, 100));
     let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
-    let fan_h = worker.register_callable(Arc::new(fan), vec![kernels::empty], vec![]);
-    let chain_h = worker.register_callable(Arc::new(chain), vec![kernels::empty], vec![]);
+    let fan_h = worker.register_callable(
+        Arc::new(move |rt: &mut Rt<'_, '_>| fan(rt, groups)),
+        vec![kernels::empty],
+        vec![],
+    );
+    let chain_h = worker.register_callable(
+        Arc::new(move |rt: &mut Rt<'_, '_>| chain(rt, length)),
+        vec![kernels::empty],
+        vec![],
+    );
     let (mut fan_rate, mut fan_us, mut chain_us) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..SAMPLES {
+    for _ in 0..sized(SAMPLES, 1) {
         let r = worker.run(fan_h, &mut [], &[]).expect("the fan graph runs");
+        // Every task ran on a core, each after its producers: per group the root feeds six
+        // readers and they feed the join.
+        let o = &r.outcome;
+        let fan_tasks = u64::from(groups * FAN_TASKS);
+        assert_eq!(
+            (o.tasks, o.dispatched, o.edges),
+            (fan_tasks, fan_tasks, u64::from(groups) * 12)
+        );
         let s = r.outcome.device.as_secs_f64();
-        fan_rate.push(r.outcome.tasks as f64 / s);
-        fan_us.push(s * 1e6 / r.outcome.tasks as f64);
+        fan_rate.push(r.outcome.dispatched as f64 / s);
+        fan_us.push(s * 1e6 / r.outcome.dispatched as f64);
         let r = worker.run(chain_h, &mut [], &[]).expect("the chain runs");
-        chain_us.push(r.outcome.device.as_secs_f64() * 1e6 / r.outcome.tasks as f64);
+        let o = &r.outcome;
+        let chain_tasks = u64::from(length);
+        assert_eq!(
+            (o.tasks, o.dispatched, o.edges),
+            (chain_tasks, chain_tasks, chain_tasks - 1)
+        );
+        chain_us.push(r.outcome.device.as_secs_f64() * 1e6 / r.outcome.dispatched as f64);
     }
     report_summary("dispatch", "fan_100k_tasks_per_s", &mut fan_rate, "tasks/s");
     report_summary("dispatch", "fan_100k_us_per_task", &mut fan_us, "us/task");

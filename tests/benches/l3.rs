@@ -26,13 +26,14 @@
 //! Not shown: more than one task in flight per child (the single-frame protocol runs one task
 //! per child at a time), and machines with more than 2 CPUs.
 //!
-//! Run: `cargo bench -p simpler-tests --bench l3`.
+//! Run: `cargo bench -p simpler-tests --bench l3` (`SIMPLER_BENCH_SMOKE=1`: one sample per
+//! arm).
 
 use simpler_core::mailbox::CallConfig;
 use simpler_core::{AccessMode, BackendKind, DataType, TensorArgType};
 use simpler_host::l3::{L3Error, Worker, WorkerConfig};
 use simpler_host::TaskArgs;
-use simpler_tests::measure::{report, summarize};
+use simpler_tests::measure::{report, sized, summarize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -102,9 +103,10 @@ fn spin_policies() {
         .expect("run");
         start.elapsed().as_secs_f64() * 1e6
     };
-    let mut one = vec![Vec::with_capacity(SAMPLES); policies.len()];
-    let mut many = vec![Vec::with_capacity(SAMPLES); policies.len()];
-    for _ in 0..SAMPLES {
+    let samples = sized(SAMPLES, 1);
+    let mut one = vec![Vec::with_capacity(samples); policies.len()];
+    let mut many = vec![Vec::with_capacity(samples); policies.len()];
+    for _ in 0..samples {
         for (p, &(_, spin, wait)) in policies.iter().enumerate() {
             // One Worker, the policy switched in shared memory; one untimed run settles it.
             w.set_spin(spin, wait).expect("set spin");
@@ -161,6 +163,7 @@ fn main() {
             .expect("run");
         start.elapsed().as_secs_f64() * 1e6
     };
+    let samples = sized(SAMPLES, 1);
     for arm in [Arm::Sub, Arm::SubTensor, Arm::Chip] {
         let name = match arm {
             Arm::Sub => "sub",
@@ -169,10 +172,10 @@ fn main() {
         };
         // Warm-up: first mappings, first device run.
         run(arm, K);
-        let mut zero = Vec::with_capacity(SAMPLES);
-        let mut one = Vec::with_capacity(SAMPLES);
-        let mut many = Vec::with_capacity(SAMPLES);
-        for _ in 0..SAMPLES {
+        let mut zero = Vec::with_capacity(samples);
+        let mut one = Vec::with_capacity(samples);
+        let mut many = Vec::with_capacity(samples);
+        for _ in 0..samples {
             zero.push(run(arm, 0));
             one.push(run(arm, 1));
             many.push(run(arm, K));
@@ -180,31 +183,7 @@ fn main() {
         if let Some(z) = summarize(&mut zero) {
             report("l3", &format!("{name}_run_0_tasks_median"), z.median, "us");
         }
-        let s1 = summarize(&mut one).expect("samples");
-        let sk = summarize(&mut many).expect("samples");
-        let per_task = (sk.median - s1.median) / (K - 1) as f64;
-        let per_task_min = (sk.min - s1.min) / (K - 1) as f64;
-        report("l3", &format!("{name}_run_1_task_median"), s1.median, "us");
-        report(
-            "l3",
-            &format!("{name}_run_{K}_tasks_median"),
-            sk.median,
-            "us",
-        );
-        report("l3", &format!("{name}_per_task_median"), per_task, "us");
-        report("l3", &format!("{name}_per_task_min"), per_task_min, "us");
-        report(
-            "l3",
-            &format!("{name}_fixed_median"),
-            s1.median - per_task,
-            "us",
-        );
-        report(
-            "l3",
-            &format!("{name}_fixed_min"),
-            s1.min - per_task_min,
-            "us",
-        );
+        fit(name, &mut one, &mut many);
     }
     spin_policies();
     for t in [1usize, 16, 256] {
@@ -214,6 +193,7 @@ fn main() {
                 .expect("tensor");
         }
         let bytes = args.to_mailbox_blob().expect("blob").len();
+        assert_eq!(bytes, 8 + 144 * t, "two counts, then 144 bytes per tensor");
         report(
             "l3",
             &format!("bytes_per_tensor_{t}"),

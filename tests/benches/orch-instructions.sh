@@ -7,7 +7,7 @@
 # For each scene the release `simpler` binary runs host-only hbg binds under callgrind with
 # collection switched on only inside the scene's `orchestrate`, once with R rounds and once
 # with 2R; the difference over R is the cost of one warm bind (the cold bind and start-up
-# cancel out).
+# cancel out). Per task divides it by the tasks a bind built, as the run reports them.
 #
 # Not shown: time. Cache misses, branch mispredictions and system calls (recorder wake-ups)
 # cost time without instructions; the `bind` benchmark measures the time.
@@ -18,24 +18,37 @@ cd "$(dirname "$0")/../.."
 rounds="${1:-3}"
 cargo build -q --release -p simpler-host
 bin=${CARGO_TARGET_DIR:-target}/release/simpler
+# Instructions collected inside $fn over N host-only binds, and the tasks each bind built
+# (the run's own table: round, host ms, device ms, host_orch ms, tasks, image KiB; every round
+# must agree).
 collected() {
   local scene=$1 fn=$2 n=$3
   shift 3
-  valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="$fn" \
-    "$bin" run "$scene" "$@" --runtime hbg --host-only --rounds "$n" 2>&1 >/dev/null |
-    awk '/Collected :/ {print $NF}'
+  local table collected tasks
+  table=$(mktemp)
+  collected=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="$fn" \
+    "$bin" run "$scene" "$@" --runtime hbg --host-only --rounds "$n" 2>&1 >"$table" |
+    awk '/Collected :/ {print $NF}')
+  tasks=$(awk '$1 ~ /^[0-9]+$/ && $NF == "built" {print $5}' "$table" | sort -u)
+  rm -f "$table"
+  if [[ -z $tasks || $tasks == *$'\n'* ]]; then
+    echo "orch-instructions: $scene: no single task count per bind (${tasks:-none})" >&2
+    exit 1
+  fi
+  echo "$collected $tasks"
 }
 measure() {
-  local name=$1 scene=$2 fn=$3 tasks=$4
-  shift 4
-  local one two per_bind
-  one=$(collected "$scene" "$fn" "$rounds" "$@")
-  two=$(collected "$scene" "$fn" $((2 * rounds)) "$@")
+  local name=$1 scene=$2 fn=$3
+  shift 3
+  local out one two tasks per_bind
+  out=$(collected "$scene" "$fn" "$rounds" "$@")
+  read -r one tasks <<<"$out"
+  out=$(collected "$scene" "$fn" $((2 * rounds)) "$@")
+  read -r two _ <<<"$out"
   per_bind=$(((two - one) / rounds))
   echo "bench orch_instructions ${name}_per_warm_bind $per_bind instructions"
+  echo "bench orch_instructions ${name}_tasks_per_bind $tasks tasks"
   echo "bench orch_instructions ${name}_per_task $((per_bind / tasks)) instructions"
 }
-# bgemm Case0: 1000 tasks per bind.
-measure bgemm_case0 bgemm '*bgemm*orchestrate*' 1000 --case Case0
-# dsv4-shaped: 133 ring tasks per bind (66 Graph submissions, their preludes, 63 ordinary).
-measure dsv4_shaped dsv4_shaped '*dsv4*orchestrate*' 133
+measure bgemm_case0 bgemm '*bgemm*orchestrate*' --case Case0
+measure dsv4_shaped dsv4_shaped '*dsv4*orchestrate*'

@@ -8,16 +8,23 @@
 //!
 //! Not shown: the pool's hand-off (see `bind`), and bodies wider than these.
 //!
-//! Run: `cargo bench -p simpler-tests --bench record`.
+//! Run: `cargo bench -p simpler-tests --bench record` (`SIMPLER_BENCH_SMOKE=1`: one cold and
+//! one warm sample of each).
 
 use simpler_host::record::Recording;
 use simpler_host::scenes;
-use simpler_tests::measure::{report, report_summary};
+use simpler_tests::measure::{report, report_summary, sized};
 use std::time::Instant;
 
 const SAMPLES: usize = 41;
 
 use simpler_tests::fixtures::scene_boundary as boundary;
+
+/// The nodes a recording of `scene`'s `case` body holds: the tasks its graph has.
+fn nodes(scene: &str, case: &str) -> usize {
+    let p = scenes::find(scene).and_then(|s| s.prepare(case)).unwrap();
+    p.tasks as usize
+}
 
 fn main() {
     let arms = [
@@ -25,16 +32,19 @@ fn main() {
             "bgemm_case1",
             scenes::body("bgemm").unwrap(),
             boundary("bgemm", "Case1"),
+            nodes("bgemm", "Case1"),
         ),
         (
             "vector",
             scenes::body("vector_example").unwrap(),
             boundary("vector_example", "default"),
+            nodes("vector_example", "default"),
         ),
     ];
+    let samples = sized(SAMPLES, 1);
     // The first recording on fresh storage stands it up.
     let mut cold = Vec::with_capacity(5);
-    for _ in 0..5 {
+    for _ in 0..sized(5, 1) {
         let mut fresh = Recording::new();
         let start = Instant::now();
         fresh
@@ -49,17 +59,18 @@ fn main() {
         "us",
     );
     let mut r = Recording::new();
-    let mut per_node = vec![Vec::with_capacity(SAMPLES); arms.len()];
-    let mut per_def = vec![Vec::with_capacity(SAMPLES); arms.len()];
+    let mut per_node = vec![Vec::with_capacity(samples); arms.len()];
+    let mut per_def = vec![Vec::with_capacity(samples); arms.len()];
     let mut bytes = vec![0usize; arms.len()];
-    for round in 0..SAMPLES + 2 {
-        for (i, (_, body, b)) in arms.iter().enumerate() {
+    for round in 0..samples + 2 {
+        for (i, (name, body, b, nodes)) in arms.iter().enumerate() {
             let start = Instant::now();
             let n = r
                 .record(i as u64 + 1, *body, Some(b))
                 .expect("record")
                 .len();
             let t = start.elapsed().as_secs_f64();
+            assert_eq!(r.node_count(), *nodes, "{name}: nodes recorded");
             if round >= 2 {
                 per_node[i].push(t * 1e9 / r.node_count() as f64);
                 per_def[i].push(t * 1e6);
@@ -67,7 +78,7 @@ fn main() {
             }
         }
     }
-    for (i, (name, _, _)) in arms.iter().enumerate() {
+    for (i, (name, ..)) in arms.iter().enumerate() {
         report_summary(
             "record",
             &format!("{name}_per_node"),

@@ -33,7 +33,8 @@
 //! split arm's figures include the clock reads around each drain (`clock_read_ns` is printed;
 //! bgemm pays two per 4 tasks).
 //!
-//! Run: `cargo bench -p simpler-tests --bench submit` (`SUBMIT_SAMPLES=n` for more samples).
+//! Run: `cargo bench -p simpler-tests --bench submit` (`SUBMIT_SAMPLES=n` for more samples;
+//! `SIMPLER_BENCH_SMOKE=1`: one sample per arm).
 
 use simpler_core::orchestrator::{
     Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
@@ -41,7 +42,9 @@ use simpler_core::orchestrator::{
 use simpler_core::scope::ScopeMode;
 use simpler_tests::alloc_count::{self as counter, Counting};
 use simpler_tests::harness::{with_runtime, Drain};
-use simpler_tests::measure::{report, report_summary, summarize};
+use simpler_tests::measure::{
+    process_minor_faults as minflt, report, report_summary, sized, summarize,
+};
 use simpler_tests::workloads::{Bgemm, PagedAttention};
 use std::hint::black_box;
 use std::time::Instant;
@@ -155,16 +158,6 @@ fn median(samples: &[f64]) -> f64 {
     summarize(&mut samples.to_vec()).map_or(0.0, |s| s.median)
 }
 
-/// Minor page faults of this process so far.
-fn minflt() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command: state is field 3, minflt field 10.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
-        .and_then(|f| f.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Per-workload samples and counts.
 struct Arm<'a, S: Scene> {
     name: &'a str,
@@ -270,7 +263,7 @@ fn main() {
     let samples = std::env::var("SUBMIT_SAMPLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(SAMPLES);
+        .unwrap_or(sized(SAMPLES, 1));
     let config = OrchestratorConfig::with_heaps(HEAPS);
     let layout = OrchestratorLayout::new(config).expect("the default configuration is valid");
     let bytes = layout.size() + layout.sched().size();

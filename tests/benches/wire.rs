@@ -7,7 +7,8 @@
 //! The arms run interleaved (write, read, write, read, ...) for `ROUNDS` samples of `ITERS` blobs
 //! each; the median and the minimum per tensor are printed.
 //!
-//! Run: `cargo bench -p simpler-tests --bench wire`.
+//! Run: `cargo bench -p simpler-tests --bench wire` (`SIMPLER_BENCH_SMOKE=1`: one sample of
+//! 4 blobs per arm).
 
 use simpler_core::blob::{read_blob, write_blob};
 use simpler_core::limits::MAILBOX_ARGS_CAPACITY;
@@ -15,7 +16,7 @@ use simpler_core::{
     AccessMode, AddressSpace, BackendKind, BufferDescriptor, DataType, Tensor, ValidTensor,
 };
 use simpler_tests::fixtures::{fork_shm, identity};
-use simpler_tests::measure::{ns_per_item, report_summary};
+use simpler_tests::measure::{ns_per_item, report_summary, sized};
 use std::hint::black_box;
 
 const TENSORS: usize = 256;
@@ -61,15 +62,26 @@ fn main() {
     // One spare byte in front so the blob, like one inside a mailbox frame, starts unaligned for
     // the 8-byte tensor fields.
     let mut region = vec![0u8; MAILBOX_ARGS_CAPACITY + 1];
+    let (rounds, iters) = (sized(ROUNDS, 1), sized(ITERS, 4));
     for (mix, tensors) in [("fork_shm", fork_tensors()), ("posix_shm", shm_tensors())] {
-        let mut write = Vec::with_capacity(ROUNDS);
-        let mut read = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
-            write.push(ns_per_item(ITERS, TENSORS as u64, || {
+        // The blob holds what was written: every tensor decodes to its original, the scalars
+        // come back in order.
+        write_blob(&mut region[1..], &tensors, &scalars).unwrap();
+        let view = read_blob(&region[1..]).unwrap();
+        assert_eq!(view.tensor_count(), tensors.len(), "{mix}: tensors");
+        for (i, t) in tensors.iter().enumerate() {
+            assert_eq!(view.tensor(i).unwrap(), *t, "{mix}: tensor {i}");
+        }
+        assert!(view.scalars().eq(scalars.iter().copied()), "{mix}: scalars");
+        let n = view.tensor_count() as u64;
+        let mut write = Vec::with_capacity(rounds);
+        let mut read = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            write.push(ns_per_item(iters, n, || {
                 let n = write_blob(black_box(&mut region[1..]), &tensors, &scalars).unwrap();
                 black_box(n);
             }));
-            read.push(ns_per_item(ITERS, TENSORS as u64, || {
+            read.push(ns_per_item(iters, n, || {
                 let view = read_blob(black_box(&region[1..])).unwrap();
                 for i in 0..view.tensor_count() {
                     black_box(view.tensor(i).unwrap());

@@ -3,8 +3,44 @@
 //! Every figure is printed as `bench <name> <figure> <value> <unit>`, one per line, so a script
 //! can read it. Durations come from repeated samples; quote the median and the minimum, never
 //! one run. Arms that are compared run interleaved in one process (A, B, A, B, ...).
+//!
+//! `SIMPLER_BENCH_SMOKE=1` makes every benchmark a smoke run (`.ci/run` runs each once so): one
+//! sample of a small workload, every golden and count check still made; its figures are not
+//! measurements.
 
+use std::io::Read;
 use std::time::Instant;
+
+/// Whether this is a smoke run (`SIMPLER_BENCH_SMOKE` set to anything but `0`).
+pub fn smoke() -> bool {
+    std::env::var_os("SIMPLER_BENCH_SMOKE").is_some_and(|v| v != "0")
+}
+
+/// `full`, or `small` in a smoke run.
+pub fn sized<T>(full: T, small: T) -> T {
+    if smoke() {
+        small
+    } else {
+        full
+    }
+}
+
+/// Minor page faults every thread of this process has taken (`/proc/self/stat`, the figure
+/// `getrusage(RUSAGE_SELF)` gives), 0 where unreadable. Reads into a stack buffer, so it
+/// allocates nothing inside a counted span.
+pub fn process_minor_faults() -> u64 {
+    let mut buf = [0u8; 1024];
+    let n = std::fs::File::open("/proc/self/stat")
+        .and_then(|mut f| f.read(&mut buf))
+        .unwrap_or(0);
+    // Fields after the parenthesised command: state is field 3, minflt field 10.
+    std::str::from_utf8(&buf[..n])
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')'))
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
+}
 
 /// Median and minimum of a set of samples.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,6 +94,26 @@ pub fn report_summary(name: &str, figure: &str, samples: &mut [f64], unit: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_faults_count_another_threads_first_touches() {
+        const PAGES: usize = 256;
+        let before = process_minor_faults();
+        std::thread::spawn(|| {
+            let mut v = vec![0u8; PAGES * 4096];
+            for page in v.chunks_mut(4096) {
+                page[0] = 1;
+            }
+            std::hint::black_box(&v);
+        })
+        .join()
+        .unwrap();
+        let after = process_minor_faults();
+        assert!(
+            after - before >= PAGES as u64 / 2,
+            "{before} -> {after} over {PAGES} fresh pages touched by another thread"
+        );
+    }
 
     #[test]
     fn median_and_min_of_odd_and_even_sets() {
