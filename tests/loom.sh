@@ -19,7 +19,7 @@ run() {
     echo "loom: models failed: $*" >&2
     exit 1
   fi
-  grep -E '^loom [a-z0-9_]+ [0-9]+ interleavings$' "$log" || true
+  grep -oE 'loom [a-z0-9_]+ [0-9]+ interleavings' "$log" || true
 }
 start=$SECONDS
 run -p simpler-core --test loom_sched
