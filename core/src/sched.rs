@@ -628,3 +628,272 @@ impl<'a> SchedState<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The slot machine's transitions one step at a time, on one thread (so Miri checks them):
+    //! readiness, fan-in counting, lifetimes and in-order reclamation, driven through the
+    //! orchestrator's submit and the schedulers' calls.
+    use super::*;
+    use crate::arg::TensorArgType;
+    use crate::cores::ActiveMask;
+    use crate::deps::ExplicitDep;
+    use crate::layout::Line;
+    use crate::orchestrator::{
+        NoWait, Orchestrator, OrchestratorConfig, OrchestratorLayout, Task, TaskArg,
+    };
+    use crate::ring::RingConfig;
+    use crate::scope::ScopeMode;
+    use crate::{AddressSpace, BufferHandle, DataType, TaskTensor};
+    use std::vec;
+    use std::vec::Vec;
+
+    fn with_state(f: impl FnOnce(&mut Orchestrator<'_>, &SchedState<'_>)) {
+        let config = OrchestratorConfig {
+            sched: SchedConfig::uniform(RingConfig {
+                window: 8,
+                heap_bytes: 1 << 14,
+                edges: 16,
+            }),
+            map_buckets: 8,
+            map_entries: 16,
+            heap_base: [0x10_0000, 0x20_0000, 0x30_0000, 0x40_0000],
+        };
+        let layout = OrchestratorLayout::new(config).unwrap();
+        let mut shared_mem = vec![Line([0; 64]); layout.sched().size() / 64];
+        let mut orch_mem = vec![Line([0; 64]); layout.size().div_ceil(64)];
+        let shared =
+            SchedState::init(bytemuck::cast_slice_mut(&mut shared_mem), layout.sched()).unwrap();
+        let mut orch =
+            Orchestrator::init(bytemuck::cast_slice_mut(&mut orch_mem), &layout, &shared).unwrap();
+        f(&mut orch, &shared);
+    }
+
+    fn output() -> TaskArg {
+        TaskArg {
+            tensor: TaskTensor::create_info(&[16], DataType::Float32).unwrap(),
+            tag: TensorArgType::Output,
+        }
+    }
+
+    fn input(tensor: TaskTensor) -> TaskArg {
+        TaskArg {
+            tensor,
+            tag: TensorArgType::Input,
+        }
+    }
+
+    fn external() -> TaskTensor {
+        TaskTensor::new(
+            BufferHandle {
+                addr: 0x9000,
+                size: 64,
+            },
+            0,
+            &[16],
+            &[1],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap()
+    }
+
+    fn submit(
+        orch: &mut Orchestrator<'_>,
+        mask: ActiveMask,
+        args: &mut [TaskArg],
+        deps: &[ExplicitDep],
+    ) -> TaskId {
+        orch.submit(
+            Task {
+                mask,
+                block_num: 1,
+                args,
+                deps,
+                predicate: None,
+            },
+            &mut NoWait,
+        )
+        .unwrap()
+    }
+
+    fn status(shared: &SchedState<'_>, t: TaskId) -> SlotStatus {
+        shared.slot(shared.slot_ref(t).unwrap()).status()
+    }
+
+    /// Runs a READY task to completion as a scheduler would.
+    fn run(shared: &SchedState<'_>, t: TaskId) {
+        assert_eq!(status(shared, t), SlotStatus::Ready, "{t:?}");
+        assert!(shared.mark_running(t));
+        assert_eq!(status(shared, t), SlotStatus::Running);
+        assert!(shared.complete_subtask(t));
+    }
+
+    fn pop_all(shared: &SchedState<'_>, shape: ResourceShape) -> Vec<TaskId> {
+        core::iter::from_fn(|| shared.pop_ready(shape)).collect()
+    }
+
+    #[test]
+    fn a_consumer_becomes_ready_only_with_its_last_producer() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut p1 = [output()];
+            let a = submit(orch, ActiveMask::AIV0, &mut p1, &[]);
+            let mut p2 = [output()];
+            let b = submit(orch, ActiveMask::AIV0, &mut p2, &[]);
+            let mut c_args = [input(p1[0].tensor), input(p2[0].tensor)];
+            let c = submit(orch, ActiveMask::AIC, &mut c_args, &[]);
+            assert_eq!(status(shared, c), SlotStatus::Pending);
+            let slot = shared.slot(shared.slot_ref(c).unwrap());
+            // Two linked edges, then the publish's share: two releases short of the target.
+            assert_eq!(slot.fanin_refcount.load(Ordering::Relaxed), FANIN_READY - 2);
+            assert_eq!(slot.fanin_count.load(Ordering::Relaxed), 3);
+            assert_eq!(pop_all(shared, ResourceShape::Aiv), [a, b]);
+            run(shared, a);
+            assert_eq!(
+                status(shared, c),
+                SlotStatus::Pending,
+                "one producer is still running"
+            );
+            assert_eq!(shared.pop_ready(ResourceShape::Aic), None);
+            run(shared, b);
+            assert_eq!(status(shared, c), SlotStatus::Ready);
+            assert_eq!(slot.fanin_refcount.load(Ordering::Relaxed), FANIN_READY);
+            assert_eq!(
+                pop_all(shared, ResourceShape::Aic),
+                [c],
+                "ready exactly once"
+            );
+        });
+    }
+
+    #[test]
+    fn a_producer_completed_before_the_submit_counts_at_once() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut p = [output()];
+            let a = submit(orch, ActiveMask::AIV0, &mut p, &[]);
+            assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(a));
+            run(shared, a);
+            assert_eq!(
+                status(shared, a),
+                SlotStatus::Completed,
+                "its scope still holds it"
+            );
+            let mut c_args = [input(p[0].tensor)];
+            let c = submit(orch, ActiveMask::AIV0, &mut c_args, &[]);
+            assert_eq!(status(shared, c), SlotStatus::Ready, "ready at publish");
+            let flags: Vec<_> = shared.fanin(c).collect();
+            assert_eq!(flags, [(a, DepFlags::WAIT | DepFlags::RETAIN)]);
+        });
+    }
+
+    #[test]
+    fn a_dummy_task_completes_from_ready_and_releases_its_consumers() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let gate = submit(orch, ActiveMask::empty(), &mut [], &[]);
+            let deps = [ExplicitDep::wait(gate)];
+            let c = submit(orch, ActiveMask::AIV0, &mut [], &deps);
+            assert_eq!(status(shared, c), SlotStatus::Pending);
+            assert_eq!(pop_all(shared, ResourceShape::Dummy), [gate]);
+            shared.complete(gate);
+            assert_eq!(status(shared, gate), SlotStatus::Completed);
+            assert_eq!(status(shared, c), SlotStatus::Ready);
+        });
+    }
+
+    #[test]
+    fn an_allocation_task_is_complete_at_once_and_retires_with_its_scope() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut out = [output()];
+            let a = orch.alloc_tensors(&mut out, &mut NoWait).unwrap();
+            assert_eq!(status(shared, a), SlotStatus::Completed);
+            let mut c_args = [input(out[0].tensor)];
+            let c = submit(orch, ActiveMask::AIV0, &mut c_args, &[]);
+            assert_eq!(
+                status(shared, c),
+                SlotStatus::Ready,
+                "its only producer is complete"
+            );
+            orch.scope_end().unwrap();
+            // The consumer's creator edge pins the allocation task past its scope.
+            assert_eq!(status(shared, a), SlotStatus::Completed);
+            assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(c));
+            run(shared, c);
+            assert!(shared.drained(), "both retired, in order");
+            assert_eq!(shared.flow(a.ring() as usize).last_alive(), 2);
+        });
+    }
+
+    #[test]
+    fn a_retained_producer_outlives_its_scope_until_its_consumer_completes() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut p = [output()];
+            let a = submit(orch, ActiveMask::AIV0, &mut p, &[]);
+            let mut c_args = [input(p[0].tensor)];
+            let c = submit(orch, ActiveMask::AIV0, &mut c_args, &[]);
+            orch.scope_end().unwrap();
+            assert_eq!(pop_all(shared, ResourceShape::Aiv), [a]);
+            run(shared, a);
+            assert_eq!(status(shared, a), SlotStatus::Completed, "pinned by c");
+            assert_eq!(shared.flow(0).last_alive(), 0);
+            assert_eq!(pop_all(shared, ResourceShape::Aiv), [c]);
+            run(shared, c);
+            assert_eq!(status(shared, a), SlotStatus::Free);
+            assert_eq!(status(shared, c), SlotStatus::Free);
+            assert_eq!(shared.flow(0).last_alive(), 2);
+        });
+    }
+
+    #[test]
+    fn the_watermark_passes_tasks_in_order_only() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let first = submit(orch, ActiveMask::AIV0, &mut [input(external())], &[]);
+            let second = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            orch.scope_end().unwrap();
+            assert_eq!(pop_all(shared, ResourceShape::Aiv), [first, second]);
+            run(shared, second);
+            assert_eq!(
+                status(shared, second),
+                SlotStatus::Consumed,
+                "behind a live task"
+            );
+            assert_eq!(shared.flow(0).last_alive(), 0);
+            run(shared, first);
+            assert_eq!(shared.flow(0).last_alive(), 2);
+            assert_eq!(status(shared, second), SlotStatus::Free);
+        });
+    }
+
+    #[test]
+    fn a_completion_of_a_task_no_longer_in_its_slot_is_ignored() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let a = submit(orch, ActiveMask::empty(), &mut [], &[]);
+            orch.scope_end().unwrap();
+            assert_eq!(pop_all(shared, ResourceShape::Dummy), [a]);
+            shared.complete(a);
+            assert_eq!(shared.flow(0).last_alive(), 1);
+            // The slot keeps the retired id; a late completion or scope release changes nothing.
+            shared.complete(TaskId::new(0, a.local() + 8));
+            shared.release_scope(a);
+            assert_eq!(status(shared, a), SlotStatus::Free);
+            assert!(!shared.mark_running(a));
+            assert!(!shared.complete_subtask(TaskId::new(0, a.local() + 8)));
+        });
+    }
+
+    #[test]
+    fn slot_names_round_trip() {
+        for raw in 0..8u32 {
+            let s = SlotStatus::from_raw(raw);
+            assert_eq!(s as u32, if raw <= 6 { raw } else { 0 });
+        }
+        let r = SlotRef::new(3, 12345);
+        assert_eq!((r.ring(), r.index()), (3, 12345));
+    }
+}
