@@ -7,7 +7,6 @@
 
 use crate::payloads::{MixedKernels, PayloadSink};
 use crate::scheduler::{single, CoreSlot};
-use core::sync::atomic::{AtomicU32, Ordering};
 use simpler_core::cores::ActiveMask;
 use simpler_core::deps::ExplicitDep;
 use simpler_core::gm::{Gm, GmFault};
@@ -16,6 +15,7 @@ use simpler_core::orchestrator::{Orchestrator, SubmitError, Task, TaskArg, Waite
 use simpler_core::predicate::{Predicate, PredicateError};
 use simpler_core::scope::{ScopeError, ScopeMode};
 use simpler_core::slot::SlotStatus;
+use simpler_core::sync::{AtomicU32, Ordering};
 use simpler_core::{OrchArgs, TaskId, TaskTensor};
 
 /// Why an orchestration call failed. The first one ends the run.
