@@ -595,4 +595,382 @@ mod tests {
         .unwrap();
         assert_eq!(d.body_address(), Some(0x1122_3344_5566_7788));
     }
+
+    // The tests below take their expectations from the module table, the variants' documents
+    // and hand-worked values; none asks another function of this file for the answer.
+
+    /// A valid descriptor with raw fields, for tests that then break one field.
+    fn raw(space: u8, access: u8, backend: u8, body: &[u8]) -> BufferDescriptor {
+        let mut d = BufferDescriptor {
+            magic: 0x5342,
+            address_space: space,
+            access,
+            backend_kind: backend,
+            _pad0: [0; 3],
+            identity: id(),
+            nbytes: 64,
+            owner_worker_path_id: 0,
+            body_len: body.len() as u16,
+            _pad1: 0,
+            body: [0; 32],
+        };
+        d.body[..body.len()].copy_from_slice(body);
+        d
+    }
+
+    const ADDR: [u8; 8] = [0x10, 0, 0, 0, 0, 0, 0, 0];
+
+    #[test]
+    fn wire_bytes_decode_to_exactly_the_frozen_sets() {
+        assert_eq!(AddressSpace::from_raw(0), Some(AddressSpace::Host));
+        assert_eq!(AddressSpace::from_raw(1), Some(AddressSpace::Device));
+        for raw in 2..=255u8 {
+            assert_eq!(AddressSpace::from_raw(raw), None, "{raw}");
+        }
+        let kinds = [
+            (0, BackendKind::ForkShm, false, true, "FORK_SHM"),
+            (1, BackendKind::PosixShm, false, false, "POSIX_SHM"),
+            (2, BackendKind::VmmWindow, true, true, "VMM_WINDOW"),
+            (
+                3,
+                BackendKind::RemoteSidecar,
+                false,
+                false,
+                "REMOTE_SIDECAR",
+            ),
+            (4, BackendKind::DeviceMalloc, true, true, "DEVICE_MALLOC"),
+            (5, BackendKind::ForkCow, false, true, "FORK_COW"),
+        ];
+        for (raw, kind, device, address, name) in kinds {
+            assert_eq!(BackendKind::from_raw(raw), Some(kind), "{raw}");
+            assert_eq!(kind.is_device(), device, "{name}");
+            assert_eq!(kind.carries_address(), address, "{name}");
+            assert_eq!(kind.name(), name);
+            assert_eq!(std::format!("{kind}"), name);
+        }
+        for raw in 6..=255u8 {
+            assert_eq!(BackendKind::from_raw(raw), None, "{raw}");
+        }
+    }
+
+    #[test]
+    fn identity_hash_is_the_reference_combine() {
+        // h = h ^ (v + 0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)) over the nonce bytes 1..=8,
+        // buffer id 7 and generation 1, worked out in 64-bit wrapping arithmetic.
+        assert_eq!(id().hash64(), 0x99cf_96c5_97c5_00a7);
+        // One combine of 0 into 0 is the constant itself.
+        let zero = CanonicalIdentity::new([0; 8], 0, 0);
+        assert_ne!(zero.hash64(), id().hash64());
+    }
+
+    #[test]
+    fn identity_equality_and_hash_fold_every_identifying_field() {
+        use core::hash::BuildHasher;
+        let hasher = std::hash::RandomState::new();
+        let a = id();
+        let mut padded = a;
+        padded._pad = [0xFF; 12];
+        assert_eq!(hasher.hash_one(a), hasher.hash_one(padded));
+        let mut others = [a; 3];
+        others[0].owner_instance_id[7] ^= 1;
+        others[1].buffer_id = 8;
+        others[2].generation = 2;
+        for o in others {
+            assert_ne!(a, o, "{o:?}");
+            assert_ne!(o, a, "{o:?}");
+            assert_ne!(hasher.hash_one(a), hasher.hash_one(o), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn shm_name_bytes_are_printable_ascii_without_space_or_slash() {
+        for b in 0..=255u8 {
+            let want = (0x21..=0x7E).contains(&b) && b != b'/';
+            assert_eq!(is_shm_name_byte(b), want, "{b:#04x}");
+        }
+    }
+
+    #[test]
+    fn every_backend_has_a_valid_form() {
+        let ok = [
+            raw(0, 2, 0, &ADDR),
+            raw(0, 2, 1, b"psm_x"),
+            raw(1, 2, 2, &ADDR),
+            raw(0, 2, 3, b""),
+            raw(1, 2, 3, b""),
+            raw(1, 1, 4, &ADDR),
+            raw(0, 0, 5, &ADDR),
+            // The longest body, a 32-byte name.
+            raw(0, 0, 1, &[b'a'; 32]),
+            // An address whose only set byte is the last.
+            raw(0, 1, 0, &[0, 0, 0, 0, 0, 0, 0, 1]),
+        ];
+        for d in ok {
+            assert_eq!(d.validate(), Ok(()), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn each_descriptor_check_names_its_field() {
+        use DescriptorError as E;
+        let good = raw(0, 2, 1, b"psm_x");
+        let broken = |f: &dyn Fn(&mut BufferDescriptor)| {
+            let mut d = good;
+            f(&mut d);
+            d.validate()
+        };
+        assert_eq!(
+            broken(&|d| d.magic = 0x4253),
+            Err(E::Magic { value: 0x4253 })
+        );
+        assert_eq!(
+            broken(&|d| d.address_space = 2),
+            Err(E::AddressSpace { value: 2 })
+        );
+        assert_eq!(broken(&|d| d.access = 3), Err(E::Access { value: 3 }));
+        assert_eq!(
+            broken(&|d| d.backend_kind = 6),
+            Err(E::BackendKind { value: 6 })
+        );
+        assert_eq!(
+            broken(&|d| d.body_len = 33),
+            Err(E::BodyLen {
+                value: 33,
+                limit: 32
+            })
+        );
+        assert_eq!(
+            broken(&|d| d.identity.generation = 0),
+            Err(E::ZeroGeneration)
+        );
+        // Device backends need DEVICE space, host ones HOST; a sidecar may claim either.
+        assert_eq!(
+            raw(0, 2, 4, &ADDR).validate(),
+            Err(E::Capability {
+                backend: BackendKind::DeviceMalloc,
+                address_space: AddressSpace::Host
+            })
+        );
+        assert_eq!(
+            raw(0, 2, 2, &ADDR).validate(),
+            Err(E::Capability {
+                backend: BackendKind::VmmWindow,
+                address_space: AddressSpace::Host
+            })
+        );
+        assert_eq!(
+            raw(1, 2, 1, b"x").validate(),
+            Err(E::Capability {
+                backend: BackendKind::PosixShm,
+                address_space: AddressSpace::Device
+            })
+        );
+        for access in [AccessMode::Write, AccessMode::ReadWrite] {
+            assert_eq!(
+                raw(0, access as u8, 5, &ADDR).validate(),
+                Err(E::CowWritable { access })
+            );
+        }
+        for len in [0usize, 7, 9] {
+            assert_eq!(
+                raw(0, 0, 0, &[1; 9][..len]).validate(),
+                Err(E::AddressBodyLen {
+                    backend: BackendKind::ForkShm,
+                    value: len as u16
+                })
+            );
+        }
+        assert_eq!(
+            raw(1, 0, 4, &[0; 8]).validate(),
+            Err(E::NullAddress {
+                backend: BackendKind::DeviceMalloc
+            })
+        );
+        assert_eq!(raw(0, 0, 1, b"").validate(), Err(E::EmptyShmName));
+        // The first offending byte, not the first good one nor a later bad one.
+        assert_eq!(
+            raw(0, 0, 1, b"ab/ c").validate(),
+            Err(E::ShmNameByte {
+                index: 2,
+                value: b'/'
+            })
+        );
+        assert_eq!(
+            raw(0, 0, 1, b"a b").validate(),
+            Err(E::ShmNameByte {
+                index: 1,
+                value: b' '
+            })
+        );
+        assert_eq!(
+            raw(0, 0, 3, b"x").validate(),
+            Err(E::SidecarBody { value: 1 })
+        );
+        // Tail bytes 2..32 of a two-byte name: byte 2 is clean, byte 5 is the first dirty one.
+        assert_eq!(
+            broken(&|d| {
+                d.body_len = 2;
+                d.body[2..5].fill(0);
+                d.body[5] = 7;
+                d.body[9] = 8;
+            }),
+            Err(E::BodyTail { index: 5, value: 7 })
+        );
+        // The first check that fails is reported.
+        assert_eq!(
+            broken(&|d| {
+                d.magic = 0;
+                d.address_space = 9;
+            }),
+            Err(E::Magic { value: 0 })
+        );
+    }
+
+    #[test]
+    fn descriptor_errors_read_as_documented() {
+        use DescriptorError as E;
+        let cases: [(E, &str); 15] = [
+            (
+                E::Magic { value: 0x12 },
+                "descriptor magic 0x0012 is not 0x5342",
+            ),
+            (
+                E::AddressSpace { value: 2 },
+                "address_space 2 is not HOST (0) or DEVICE (1)",
+            ),
+            (
+                E::Access { value: 3 },
+                "access 3 is not READ, WRITE or READWRITE",
+            ),
+            (
+                E::BackendKind { value: 6 },
+                "backend_kind 6 is unknown (0..=5)",
+            ),
+            (
+                E::BodyLen {
+                    value: 33,
+                    limit: 32,
+                },
+                "body_len 33 exceeds 32",
+            ),
+            (
+                E::ZeroGeneration,
+                "identity generation is 0 (uninitialised)",
+            ),
+            (
+                E::Capability {
+                    backend: BackendKind::DeviceMalloc,
+                    address_space: AddressSpace::Host,
+                },
+                "backend DEVICE_MALLOC cannot live in Host space",
+            ),
+            (
+                E::CowWritable {
+                    access: AccessMode::Write,
+                },
+                "FORK_COW must be READ, not WRITE: its writes would be lost",
+            ),
+            (
+                E::AddressBodyLen {
+                    backend: BackendKind::ForkShm,
+                    value: 7,
+                },
+                "backend FORK_SHM needs an 8-byte address body, got 7",
+            ),
+            (
+                E::NullAddress {
+                    backend: BackendKind::VmmWindow,
+                },
+                "backend VMM_WINDOW has a null address",
+            ),
+            (E::EmptyShmName, "POSIX_SHM descriptor has an empty name"),
+            (
+                E::ShmNameByte {
+                    index: 2,
+                    value: b'/',
+                },
+                "POSIX_SHM name byte 2 is 0x2f (allowed: 0x21..=0x7e except '/')",
+            ),
+            (
+                E::SidecarBody { value: 4 },
+                "REMOTE_SIDECAR descriptor must have no body, got 4 bytes",
+            ),
+            (
+                E::BodyTail { index: 5, value: 7 },
+                "body byte 5 past body_len is 0x07, must be 0",
+            ),
+            (
+                E::BodyTooLong { len: 33, limit: 32 },
+                "descriptor body of 33 bytes exceeds 32",
+            ),
+        ];
+        for (e, text) in cases {
+            assert_eq!(std::format!("{e}"), text);
+        }
+    }
+
+    #[test]
+    fn new_rejects_a_long_body_and_validates() {
+        let mk = |body: &[u8]| {
+            BufferDescriptor::new(
+                id(),
+                AddressSpace::Host,
+                AccessMode::Read,
+                BackendKind::PosixShm,
+                64,
+                body,
+            )
+        };
+        assert_eq!(
+            mk(&[b'a'; 33]),
+            Err(DescriptorError::BodyTooLong { len: 33, limit: 32 })
+        );
+        assert_eq!(mk(b""), Err(DescriptorError::EmptyShmName));
+        assert_eq!(mk(&[b'a'; 32]).unwrap().body(), &[b'a'; 32]);
+    }
+
+    #[test]
+    fn accessors_decode_the_raw_fields() {
+        let d = raw(1, 1, 2, &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+        assert_eq!(d.space(), Some(AddressSpace::Device));
+        assert_eq!(d.access_mode(), Some(AccessMode::Write));
+        assert_eq!(d.backend(), Some(BackendKind::VmmWindow));
+        assert_eq!(d.body_address(), Some(0x1122_3344_5566_7788));
+        let bad = raw(2, 3, 6, &ADDR);
+        assert_eq!(bad.space(), None);
+        assert_eq!(bad.access_mode(), None);
+        assert_eq!(bad.backend(), None);
+        assert_eq!(bad.body_address(), None);
+        let shm = raw(0, 1, 1, b"psm_x");
+        assert_eq!(shm.body(), b"psm_x");
+        // Not an address backend, even with an 8-byte body.
+        assert_eq!(raw(0, 1, 1, b"12345678").body_address(), None);
+        // An address backend whose body is not 8 bytes.
+        assert_eq!(raw(0, 1, 0, &ADDR[..7]).body_address(), None);
+        let mut long = shm;
+        long.body_len = 40;
+        assert_eq!(long.body().len(), 32);
+    }
+
+    #[test]
+    fn descriptor_equality_reads_every_identifying_field() {
+        let a = raw(0, 2, 1, b"psm_x");
+        let changes: [&dyn Fn(&mut BufferDescriptor); 8] = [
+            &|d| d.identity.buffer_id = 99,
+            &|d| d.address_space = 1,
+            &|d| d.access = 0,
+            &|d| d.backend_kind = 3,
+            &|d| d.nbytes = 65,
+            &|d| d.owner_worker_path_id = 4,
+            &|d| d.body_len = 4,
+            &|d| d.body[1] = b'q',
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut b = a;
+            change(&mut b);
+            assert_ne!(a, b, "change {i}");
+            assert_ne!(b, a, "change {i}");
+        }
+        assert_eq!(a, a);
+    }
 }

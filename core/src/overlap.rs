@@ -581,6 +581,56 @@ mod tests {
         assert_eq!(check(&right, &newer, 12), Overlap::None);
     }
 
+    /// The same view again is covered whatever its layout, also where no exact test applies
+    /// (transposed, stepped, FLOAT16, running into the next row), and in a buffer whose size
+    /// is no whole number of rows.
+    #[test]
+    fn the_same_view_again_is_covered_in_any_layout() {
+        let mut half = fp(2, &[2, 2], &[8, 1]);
+        half.dtype = 1;
+        half.elem_size = 2;
+        for v in [
+            fp(0, &[4, 4], &[1, 4]),
+            fp(1, &[4], &[2]),
+            fp(0, &[2, 1, 1], &[5, 2, 1]),
+            fp(2, &[2, 3], &[4, 1]),
+            fp(3, &[2, 2], &[3, 2]),
+            half,
+        ] {
+            assert!(bytes_of(&v).is_superset(&bytes_of(&v)), "test premise");
+            assert!(!v.contiguous, "test premise: {v:?} is dense");
+            assert_eq!(check(&v, &v, 17), Overlap::Covered, "{v:?}");
+        }
+    }
+
+    /// In a 2x3x4 buffer (strides 12, 4, 1), a view of two rows from row 2 of a plane runs
+    /// into the next plane: it is no box, and the exact test must not treat it as one. Against
+    /// the first row of plane 1, which it shares, the answer is "may overlap", not "disjoint
+    /// in dimension 0".
+    #[test]
+    fn a_view_running_past_a_middle_dimension_is_no_box() {
+        let strides = strides_of(&[2, 3, 4]);
+        // Rows 2 and 3 of plane 0, in both planes' column 0..2: elements 8, 9, 12, 13 and
+        // 20, 21, 24, 25 (row 3 of plane 0 is row 0 of plane 1).
+        let wraps = boxed(&strides, &[0, 2, 0], &[2, 2, 2]);
+        let row = boxed(&strides, &[1, 0, 0], &[1, 1, 4]);
+        let (ew, er) = (bytes_of(&wraps), bytes_of(&row));
+        assert_eq!(er.shared(&ew), 2 * 4, "test premise: elements 12 and 13");
+        assert!(!wraps.contiguous, "test premise");
+        assert_eq!(check(&row, &wraps, 24), Overlap::Partial);
+        assert_eq!(check(&wraps, &row, 24), Overlap::Partial);
+        // The same in a 5-D 2x2x3x2x2 buffer, wrapping in dimension 2.
+        let strides = strides_of(&[2, 2, 3, 2, 2]);
+        let wraps = boxed(&strides, &[0, 0, 2, 0, 0], &[1, 1, 2, 1, 1]);
+        let next = boxed(&strides, &[0, 1, 0, 0, 0], &[1, 1, 1, 2, 1]);
+        assert!(
+            !bytes_of(&wraps).is_disjoint(&bytes_of(&next)),
+            "test premise"
+        );
+        assert_eq!(check(&next, &wraps, 48), Overlap::Partial);
+        assert_eq!(check(&wraps, &next, 48), Overlap::Partial);
+    }
+
     /// Views that share a byte are never answered `None`, and `Covered` only when the probe
     /// holds every byte of the entry, whatever their layouts: row-major, padded, transposed,
     /// stepped and FLOAT16 views of one 64-byte buffer.

@@ -283,3 +283,248 @@ impl PartialEq for ValidTensor {
 }
 
 impl Eq for ValidTensor {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arg::AccessMode;
+    use crate::buffer::{AddressSpace, BackendKind, CanonicalIdentity};
+
+    // Expectations come from the module table and hand-worked extents, never from the
+    // function under test.
+
+    fn desc(nbytes: u64) -> BufferDescriptor {
+        BufferDescriptor::new(
+            CanonicalIdentity::new([9; 8], 3, 1),
+            AddressSpace::Host,
+            AccessMode::ReadWrite,
+            BackendKind::PosixShm,
+            nbytes,
+            b"t",
+        )
+        .unwrap()
+    }
+
+    /// A raw tensor: shapes and strides padded with zeros.
+    fn raw(byte_offset: u64, shapes: &[u32], strides: &[u32], dtype: DataType) -> Tensor {
+        let mut t = Tensor {
+            buffer: desc(64),
+            byte_offset,
+            ndims: shapes.len() as u32,
+            shapes: [0; MAX_TENSOR_DIMS],
+            strides: [0; MAX_TENSOR_DIMS],
+            dtype: dtype.raw(),
+            _pad: [0; 3],
+        };
+        t.shapes[..shapes.len()].copy_from_slice(shapes);
+        t.strides[..strides.len()].copy_from_slice(strides);
+        t
+    }
+
+    #[test]
+    fn validate_returns_the_extent_in_bytes() {
+        // Elements 0 + {0, 1, 2} + {0, 4}: the last is 6, so 7 elements, 28 FLOAT32 bytes.
+        let t = raw(0, &[2, 3], &[4, 1], DataType::Float32);
+        assert_eq!(t.validate(), Ok(28));
+        let v = ValidTensor::new(t).unwrap();
+        assert_eq!(v.extent_bytes(), 28);
+        // The same view as FLOAT16 spans 14 bytes.
+        let h = ValidTensor::new(raw(0, &[2, 3], &[4, 1], DataType::Float16)).unwrap();
+        assert_eq!(h.extent_bytes(), 14);
+        assert_eq!(h.data_type(), DataType::Float16);
+        assert_eq!(v.data_type(), DataType::Float32);
+    }
+
+    #[test]
+    fn the_offset_must_be_a_multiple_of_the_element_size() {
+        for (offset, dtype, ok) in [
+            (4, DataType::Float32, true),
+            (8, DataType::Float32, true),
+            (2, DataType::Float32, false),
+            (6, DataType::Float32, false),
+            (1, DataType::Float16, false),
+            (2, DataType::Float16, true),
+            (4, DataType::Int64, false),
+            (8, DataType::Int64, true),
+            (1, DataType::Uint8, true),
+            (3, DataType::Uint8, true),
+        ] {
+            let got = raw(offset, &[2], &[1], dtype).validate();
+            if ok {
+                assert!(got.is_ok(), "{offset} {dtype:?}: {got:?}");
+            } else {
+                assert_eq!(
+                    got,
+                    Err(TensorError::MisalignedOffset {
+                        byte_offset: offset,
+                        elem_size: dtype.elem_size()
+                    }),
+                    "{offset} {dtype:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_view_must_fit_in_the_backing() {
+        // 64-byte backing; a view of n FLOAT32 elements spans 4n bytes.
+        let oob = |offset: u64, elems: u32| TensorError::OutOfBacking {
+            byte_offset: offset,
+            extent_bytes: 4 * elems as u64,
+            nbytes: 64,
+        };
+        for (offset, elems, fits) in [
+            (0, 16, true),
+            (60, 1, true),
+            (4, 15, true),
+            (32, 8, true),
+            (0, 17, false),
+            (60, 2, false),
+            (4, 16, false),
+            (64, 1, false),
+            (68, 1, false),
+            (128, 1, false),
+        ] {
+            let got = raw(offset, &[elems], &[1], DataType::Float32).validate();
+            if fits {
+                assert_eq!(got, Ok(4 * elems as u64), "{offset} {elems}");
+            } else {
+                assert_eq!(got, Err(oob(offset, elems)), "{offset} {elems}");
+            }
+        }
+    }
+
+    #[test]
+    fn validation_reports_descriptor_and_geometry_errors() {
+        let mut t = raw(0, &[2], &[1], DataType::Float32);
+        t.buffer.magic = 1;
+        assert_eq!(
+            t.validate(),
+            Err(TensorError::Descriptor(DescriptorError::Magic { value: 1 }))
+        );
+        let mut t = raw(0, &[2], &[1], DataType::Float32);
+        t.strides[0] = 0;
+        assert_eq!(
+            t.validate(),
+            Err(TensorError::Geometry(GeometryError::ZeroStride { dim: 0 }))
+        );
+        assert_eq!(
+            TensorError::from(DescriptorError::ZeroGeneration),
+            TensorError::Descriptor(DescriptorError::ZeroGeneration)
+        );
+        assert_eq!(
+            TensorError::from(GeometryError::ExtentOverflow),
+            TensorError::Geometry(GeometryError::ExtentOverflow)
+        );
+    }
+
+    #[test]
+    fn constructors_check_the_rank_and_fill_the_strides() {
+        let nd = |value| {
+            Err(TensorError::Geometry(GeometryError::NDims {
+                value,
+                limit: 5,
+            }))
+        };
+        let b = desc(1 << 20);
+        let f = DataType::Uint8;
+        assert_eq!(
+            Tensor::new(b, 0, &[2, 2], &[1], f).map(|_| ()),
+            Err(TensorError::RankMismatch {
+                shapes: 2,
+                strides: 1
+            })
+        );
+        assert_eq!(Tensor::new(b, 0, &[], &[], f).map(|_| ()), nd(0));
+        assert_eq!(Tensor::new(b, 0, &[1; 6], &[1; 6], f).map(|_| ()), nd(6));
+        assert_eq!(Tensor::row_major(b, 0, &[], f).map(|_| ()), nd(0));
+        assert_eq!(Tensor::row_major(b, 0, &[1; 6], f).map(|_| ()), nd(6));
+        // Row-major strides of 2x3x4: 12, 4, 1; of 5 dims 2x2x2x2x3: 24, 12, 6, 3, 1.
+        let t = Tensor::row_major(b, 8, &[2, 3, 4], DataType::Float32).unwrap();
+        assert_eq!(t.used_shapes(), &[2, 3, 4]);
+        assert_eq!(t.used_strides(), &[12, 4, 1]);
+        assert_eq!(t.get().byte_offset, 8);
+        assert_eq!(t.byte_offset, 8);
+        assert_eq!(t.get().strides, [12, 4, 1, 0, 0]);
+        let t5 = Tensor::row_major(b, 0, &[2, 2, 2, 2, 3], f).unwrap();
+        assert_eq!(t5.used_strides(), &[24, 12, 6, 3, 1]);
+        assert_eq!(t5.used_shapes(), &[2, 2, 2, 2, 3]);
+        let s = Tensor::new(b, 0, &[3, 2], &[1, 5], f).unwrap();
+        assert_eq!(s.used_strides(), &[1, 5]);
+        assert_eq!(s.get().shapes, [3, 2, 0, 0, 0]);
+    }
+
+    #[test]
+    fn the_wire_bytes_follow_the_table() {
+        let t = Tensor::new(desc(64), 8, &[2, 3], &[4, 1], DataType::Float16).unwrap();
+        let bytes = t.as_bytes();
+        assert_eq!(bytes.len(), 144);
+        assert_eq!(&bytes[0..2], &[0x42, 0x53]);
+        assert_eq!(&bytes[88..96], &8u64.to_le_bytes());
+        assert_eq!(&bytes[96..100], &2u32.to_le_bytes());
+        assert_eq!(&bytes[100..108], &[2, 0, 0, 0, 3, 0, 0, 0]);
+        assert_eq!(&bytes[120..128], &[4, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(bytes[140], 1);
+    }
+
+    #[test]
+    fn equality_reads_every_field_but_the_padding() {
+        let a = ValidTensor(raw(4, &[2, 3], &[4, 1], DataType::Float32));
+        let mut padded = a;
+        padded.0._pad = [1, 2, 3];
+        assert_eq!(a, padded);
+        let changes: [&dyn Fn(&mut Tensor); 6] = [
+            &|t| t.buffer.nbytes = 128,
+            &|t| t.byte_offset = 8,
+            &|t| t.ndims = 1,
+            &|t| t.shapes[0] = 1,
+            &|t| t.strides[0] = 3,
+            &|t| t.dtype = 2,
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut b = a;
+            change(&mut b.0);
+            assert_ne!(a, b, "change {i}");
+            assert_ne!(b, a, "change {i}");
+        }
+    }
+
+    #[test]
+    fn tensor_errors_read_as_documented() {
+        let cases = [
+            (
+                TensorError::Descriptor(DescriptorError::ZeroGeneration),
+                "buffer: identity generation is 0 (uninitialised)",
+            ),
+            (
+                TensorError::Geometry(GeometryError::ZeroShape { dim: 1 }),
+                "shapes[1] is 0",
+            ),
+            (
+                TensorError::MisalignedOffset {
+                    byte_offset: 6,
+                    elem_size: 4,
+                },
+                "byte_offset 6 is not a multiple of the element size 4",
+            ),
+            (
+                TensorError::OutOfBacking {
+                    byte_offset: 60,
+                    extent_bytes: 8,
+                    nbytes: 64,
+                },
+                "view [60, +8) does not fit the 64-byte backing",
+            ),
+            (
+                TensorError::RankMismatch {
+                    shapes: 2,
+                    strides: 1,
+                },
+                "2 shapes but 1 strides",
+            ),
+        ];
+        for (e, text) in cases {
+            assert_eq!(std::format!("{e}"), text);
+        }
+    }
+}
