@@ -816,6 +816,19 @@ mod tests {
             }),
             Err(E::BodyTail { index: 5, value: 7 })
         );
+        // Two equal dirty bytes, which cancel in an exclusive or.
+        assert_eq!(
+            broken(&|d| {
+                d.body_len = 2;
+                d.body[2..].fill(0);
+                d.body[6] = 0x40;
+                d.body[31] = 0x40;
+            }),
+            Err(E::BodyTail {
+                index: 6,
+                value: 0x40
+            })
+        );
         // The first check that fails is reported.
         assert_eq!(
             broken(&|d| {
