@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RUSTFLAGS="--cfg loom"
+# The state machines' debug assertions are part of what the models check.
+export CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
 export CARGO_TARGET_DIR="${LOOM_TARGET_DIR:-target/loom}"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -8,22 +8,24 @@ use loom::sync::Arc;
 use simpler_core::layout::Line;
 use simpler_core::ready_queue::ReadyQueue;
 
-/// Two producers push two values each (so the fourth and later pushes reuse cells a pop has
-/// handed back), two consumers pop until every value is out; each value comes out once.
+/// The main thread pushes three values into a queue of two cells (the third push reuses a
+/// cell a pop handed back, a lap on, and pops itself while the queue is full); two threads
+/// make two pop attempts each meanwhile; the main thread then pops what is left. Every value
+/// comes out exactly once. The poppers try a fixed number of times instead of spinning, which
+/// keeps the model's state space small.
 #[test]
 fn every_pushed_value_is_popped_exactly_once() {
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = runs.clone();
     let mut builder = loom::model::Builder::new();
-    // Unbounded, four threads of a few operations each do not finish in minutes; two
-    // preemptions explore every interleaving with up to two forced switches.
+    // Three threads of a handful of operations each: two forced switches of thread explore
+    // every interleaving with up to two preemptions in a few seconds.
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(2);
     }
-    builder.max_branches = 100_000;
     builder.check(move || {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let layout = ReadyQueue::layout(4).unwrap();
+        let layout = ReadyQueue::layout(2).unwrap();
         let mem: &'static mut [Line] =
             Box::leak(vec![Line([0; 64]); layout.size() / 64].into_boxed_slice());
         let mem_ptr = mem as *mut [Line];
@@ -31,45 +33,46 @@ fn every_pushed_value_is_popped_exactly_once() {
             ReadyQueue::init(bytemuck::cast_slice_mut(mem), &layout).unwrap(),
         ));
         let queue_ptr = queue as *const ReadyQueue<'static> as *mut ReadyQueue<'static>;
-        const VALUES: usize = 4;
+        const VALUES: usize = 3;
         let seen: Arc<Vec<AtomicUsize>> =
             Arc::new((0..VALUES).map(|_| AtomicUsize::new(0)).collect());
-        let popped = Arc::new(AtomicUsize::new(0));
-        let mut threads = Vec::new();
-        for p in 0..2u64 {
-            threads.push(loom::thread::spawn(move || {
-                for v in [p * 2, p * 2 + 1] {
-                    while queue.push(v).is_err() {
-                        loom::thread::yield_now();
-                    }
-                }
-            }));
-        }
-        for _ in 0..2 {
-            let (seen, popped) = (seen.clone(), popped.clone());
-            threads.push(loom::thread::spawn(move || {
-                while popped.load(Ordering::Acquire) < VALUES {
-                    match queue.pop() {
-                        Some(v) => {
-                            assert_eq!(
-                                seen[v as usize].fetch_add(1, Ordering::Relaxed),
-                                0,
-                                "value {v} popped twice"
-                            );
-                            popped.fetch_add(1, Ordering::AcqRel);
+        let take = |seen: &[AtomicUsize], v: u64| {
+            assert_eq!(
+                seen[v as usize].fetch_add(1, Ordering::Relaxed),
+                0,
+                "value {v} popped twice"
+            );
+        };
+        let poppers: Vec<_> = (0..2)
+            .map(|_| {
+                let seen = seen.clone();
+                loom::thread::spawn(move || {
+                    for _ in 0..2 {
+                        if let Some(v) = queue.pop() {
+                            take(&seen, v);
                         }
-                        None => loom::thread::yield_now(),
                     }
+                })
+            })
+            .collect();
+        for v in 0..VALUES as u64 {
+            while queue.push(v).is_err() {
+                if let Some(w) = queue.pop() {
+                    take(&seen, w);
+                } else {
+                    loom::thread::yield_now();
                 }
-            }));
+            }
         }
-        for t in threads {
+        for t in poppers {
             t.join().unwrap();
+        }
+        while let Some(v) = queue.pop() {
+            take(&seen, v);
         }
         for (v, n) in seen.iter().enumerate() {
             assert_eq!(n.load(Ordering::Relaxed), 1, "value {v}");
         }
-        assert_eq!(queue.pop(), None);
         // SAFETY: both were leaked above only to hand `'static` references to this
         // execution's threads, all joined; each pointer came from `Box::leak` of that type
         // and is freed once, the queue view before its memory.

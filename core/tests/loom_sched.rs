@@ -173,23 +173,33 @@ impl Board {
     }
 }
 
-/// Whether `producer` has completed: its slot says COMPLETED or CONSUMED, or it no longer
-/// holds it (retired; a reused or freed slot).
+/// Whether `producer` has completed: its slot says COMPLETED, CONSUMED or FREE, or it holds a
+/// later task. The status is read before the task id: a slot being claimed again stores the
+/// new id before its BUILDING status, so a BUILDING (or later) status read here comes with the
+/// new id, while a stale status of the producer's own comes with the producer's id.
 fn has_completed(shared: &SchedState<'_>, producer: TaskId) -> bool {
-    match shared.task_slot(producer).map(|s| s.status()) {
-        Some(SlotStatus::Completed | SlotStatus::Consumed | SlotStatus::Free) | None => true,
-        Some(_) => false,
-    }
+    let slot = shared.slot(shared.slot_ref(producer).expect("a ring of the model"));
+    let status = slot.status();
+    matches!(
+        status,
+        SlotStatus::Completed | SlotStatus::Consumed | SlotStatus::Free
+    ) || slot.task_id() != producer
 }
 
 /// One scheduler thread: pops every queue, checks what it popped, runs it at once.
 fn scheduler(shared: &'static SchedState<'static>, board: Arc<Board>) {
-    // The shapes the models submit (each poll of a queue is a few more branches to explore).
-    const SHAPES: [ResourceShape; 3] =
-        [ResourceShape::Dummy, ResourceShape::Aic, ResourceShape::Aiv];
+    scheduler_of(shared, board, &ALL_SHAPES)
+}
+
+/// The shapes the models submit (each poll of a queue is a few more branches to explore).
+const ALL_SHAPES: [ResourceShape; 3] =
+    [ResourceShape::Dummy, ResourceShape::Aic, ResourceShape::Aiv];
+
+/// A scheduler thread that pops only the queues of `shapes`.
+fn scheduler_of(shared: &'static SchedState<'static>, board: Arc<Board>, shapes: &[ResourceShape]) {
     while board.finished.load(Ordering::Acquire) < board.tasks.len() {
         let mut progress = false;
-        for shape in SHAPES {
+        for &shape in shapes {
             let Some(id) = shared.pop_ready(shape) else {
                 continue;
             };
@@ -212,7 +222,10 @@ fn scheduler(shared: &'static SchedState<'static>, board: Arc<Board>) {
             for &p in &e.waits_for {
                 assert!(
                     has_completed(shared, p),
-                    "{id:?} became ready before its producer {p:?} completed"
+                    "{id:?} became ready before its producer {p:?} completed: {:?} holds {:?}; fanin {:?}",
+                    shared.slot_ref(p).map(|r| shared.slot(r).status()),
+                    shared.slot_ref(p).map(|r| shared.slot(r).task_id()),
+                    shared.fanin(id).collect::<Vec<_>>()
                 );
             }
             if shape == ResourceShape::Dummy {
@@ -253,6 +266,18 @@ fn check_drained(shared: &SchedState<'_>, orch: &Orchestrator<'_>, board: &Board
         out
     };
     assert!(shared.drained(), "a ring kept a task\n{}", dump());
+    for shape in [
+        ResourceShape::Aic,
+        ResourceShape::Aiv,
+        ResourceShape::Mix,
+        ResourceShape::Dummy,
+    ] {
+        assert_eq!(
+            shared.pop_ready(shape),
+            None,
+            "left in the {shape:?} queue (made ready twice)"
+        );
+    }
     for ring in 0..4 {
         let flow = shared.flow(ring);
         assert_eq!(
@@ -447,6 +472,142 @@ fn explicit_dependencies_merge_into_one_edge() {
             for t in threads {
                 t.join().unwrap();
             }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
+
+/// The orchestrator thread's own scheduler: while a ring is full (and at the end) it runs the
+/// ready tasks of `shapes` itself, so a model needs one thread fewer.
+struct RunInline<'b> {
+    shared: &'static SchedState<'static>,
+    board: &'b Board,
+    shapes: &'b [ResourceShape],
+}
+
+impl RunInline<'_> {
+    /// Runs every ready task of its shapes; whether it ran any.
+    fn drain(&self) -> bool {
+        let mut ran = false;
+        while let Some((id, shape)) = self
+            .shapes
+            .iter()
+            .find_map(|&s| self.shared.pop_ready(s).map(|t| (t, s)))
+        {
+            ran = true;
+            let (i, e) = self.board.index_of(id);
+            assert_eq!(
+                self.board.popped[i].fetch_add(1, Ordering::AcqRel),
+                0,
+                "{id:?} popped twice"
+            );
+            for &p in &e.waits_for {
+                assert!(
+                    has_completed(self.shared, p),
+                    "{id:?} became ready before its producer {p:?} completed"
+                );
+            }
+            if shape == ResourceShape::Dummy {
+                self.shared.complete(id);
+            } else {
+                assert!(self.shared.mark_running(id));
+                assert!(self.shared.complete_subtask(id));
+            }
+            self.board.finished.fetch_add(1, Ordering::AcqRel);
+        }
+        ran
+    }
+}
+
+impl Waiter for RunInline<'_> {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        if !self.drain() {
+            loom::thread::yield_now();
+        }
+        Ok(())
+    }
+}
+
+/// The premature-ready race. Consumer C (inner scope, ring 1) waits on D (outer scope, ring 0,
+/// completed by a thread of its own) and on a dummy E. D's completion adds its release while E
+/// is still outstanding, and its thread is preempted right there. E's release makes C ready;
+/// C runs and retires; ring 1 moves on (ring 0 cannot: D's completion still holds D) and C's
+/// slot is claimed again by C', which waits on X4 (fanin count 2, equal to D's thread's stale
+/// sum). D's thread then resumes. Deciding readiness by loading the slot's count after the
+/// increment made C' ready while X4 was still pending (or pushed it twice); deciding by the
+/// increment's own result cannot. The orchestrator thread runs every other task itself, so the
+/// model has two threads; two preemptions reach the race (D's thread runs before E is drained,
+/// and stops after its increment).
+#[test]
+fn a_release_that_is_not_the_last_decides_nothing() {
+    model("stale_release", Some(2), || {
+        with_state(|orch, shared| {
+            let (d, e, c) = (TaskId::new(0, 0), TaskId::new(1, 0), TaskId::new(1, 1));
+            let x = |i| TaskId::new(1, i);
+            let c2 = x(5);
+            let board = Board::new(&[
+                (d, &[]),
+                (e, &[]),
+                (c, &[d, e]),
+                (x(2), &[]),
+                (x(3), &[]),
+                (x(4), &[]),
+                (c2, &[x(4)]),
+            ]);
+            let d_thread = {
+                let board = board.clone();
+                loom::thread::spawn(move || {
+                    let popped = loop {
+                        match shared.pop_ready(ResourceShape::Aiv) {
+                            Some(t) => break t,
+                            None => loom::thread::yield_now(),
+                        }
+                    };
+                    assert_eq!(popped, d);
+                    board.popped[0].fetch_add(1, Ordering::AcqRel);
+                    assert!(shared.mark_running(d));
+                    assert!(shared.complete_subtask(d));
+                    board.finished.fetch_add(1, Ordering::AcqRel);
+                })
+            };
+            let mut inline = RunInline {
+                shared,
+                board: &board,
+                shapes: &[ResourceShape::Dummy, ResourceShape::Aic],
+            };
+            let mut submit = |orch: &mut Orchestrator<'static>,
+                              mask: ActiveMask,
+                              args: &mut [TaskArg],
+                              deps: &[ExplicitDep]| {
+                orch.submit(task(mask, args, deps), &mut inline).unwrap()
+            };
+            let none = ActiveMask::empty();
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            assert_eq!(submit(orch, ActiveMask::AIV0, &mut [], &[]), d);
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            assert_eq!(submit(orch, none, &mut [], &[]), e);
+            let deps = [ExplicitDep::wait(d), ExplicitDep::wait(e)];
+            assert_eq!(submit(orch, ActiveMask::AIC, &mut [], &deps), c);
+            orch.scope_end().unwrap();
+            for i in 2..4 {
+                orch.scope_begin(ScopeMode::Auto).unwrap();
+                assert_eq!(submit(orch, none, &mut [], &[]), x(i));
+                orch.scope_end().unwrap();
+            }
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut out = [output()];
+            assert_eq!(submit(orch, none, &mut out, &[]), x(4));
+            // C' reads X4's output: a creator edge (X4 is held by this scope), fanin count 2.
+            let mut a = [arg(out[0].tensor, TensorArgType::Input)];
+            assert_eq!(submit(orch, ActiveMask::AIC, &mut a, &[]), c2);
+            orch.scope_end().unwrap();
+            orch.scope_end().unwrap();
+            while board.finished.load(Ordering::Acquire) < board.tasks.len() {
+                if !inline.drain() {
+                    loom::thread::yield_now();
+                }
+            }
+            d_thread.join().unwrap();
             check_drained(shared, orch, &board);
         });
     });
