@@ -888,6 +888,123 @@ mod tests {
     }
 
     #[test]
+    fn a_configuration_out_of_range_is_refused_by_field() {
+        let ring = |window, edges, heap_bytes| {
+            SchedStateLayout::new(SchedConfig::uniform(RingConfig {
+                window,
+                edges,
+                heap_bytes,
+            }))
+            .map(|_| ())
+        };
+        let refused = |field: &'static str, value: u64| Err(LayoutError::Config { field, value });
+        assert_eq!(ring(4, 4, 1024), Ok(()), "the smallest valid ring");
+        assert_eq!(ring(4, 4, u32::MAX as u64), Ok(()));
+        for w in [2, 3, 6, 1 << 30] {
+            assert_eq!(ring(w, 4, 1024), refused("ring.window", w as u64));
+        }
+        for e in [2, 6, 1 << 30] {
+            assert_eq!(ring(4, e, 1024), refused("ring.edges", e as u64));
+        }
+        for h in [1023, u32::MAX as u64 + 1] {
+            assert_eq!(ring(4, 4, h), refused("ring.heap_bytes", h));
+        }
+    }
+
+    #[test]
+    fn drained_and_reset_return_to_the_formatted_state() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let a = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            assert!(!shared.drained(), "a live task");
+            assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(a));
+            run(shared, a);
+            assert!(!shared.drained(), "its scope still holds it");
+            orch.scope_end().unwrap();
+            assert!(shared.drained());
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let b = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            shared.reset();
+            for ring in 0..MAX_RINGS {
+                let flow = shared.flow(ring);
+                assert_eq!(flow.current_task_index.load(Ordering::Relaxed), 0);
+                assert_eq!(flow.last_alive(), 0);
+                assert_eq!(flow.advance_requests.load(Ordering::Relaxed), 0);
+            }
+            for t in [a, b] {
+                let slot = shared.slot(shared.slot_ref(t).unwrap());
+                assert_eq!(slot.status(), SlotStatus::Free);
+                assert_eq!(slot.task_id(), TaskId(u64::MAX));
+            }
+            assert_eq!(
+                shared.pop_ready(ResourceShape::Aiv),
+                None,
+                "b's queue entry is gone"
+            );
+        });
+    }
+
+    #[test]
+    fn fanin_lists_every_producer_of_a_task_whose_edges_start_inside_the_pool() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            // Each consumer's edge list starts where the previous one's ended (cells 0, 3, 6,
+            // 9 of a 16-cell pool), so a wrong cell mask reads another task's edges.
+            let mut outs: Vec<TaskArg> = Vec::new();
+            let mut producers = Vec::new();
+            for _ in 0..3 {
+                let mut o = [output()];
+                producers.push(submit(orch, ActiveMask::AIV0, &mut o, &[]));
+                outs.push(o[0]);
+            }
+            for _ in 0..4 {
+                let mut args: Vec<TaskArg> = outs.iter().map(|o| input(o.tensor)).collect();
+                let c = submit(orch, ActiveMask::AIV0, &mut args, &[]);
+                let mut got: Vec<_> = shared.fanin(c).collect();
+                got.sort_by_key(|e| e.0);
+                let want: Vec<_> = producers
+                    .iter()
+                    .map(|&p| (p, DepFlags::WAIT | DepFlags::RETAIN))
+                    .collect();
+                assert_eq!(got, want, "fanin of {c:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_completion_releases_exactly_the_producers_it_retained() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let waited = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            let pinned = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            let deps = [
+                ExplicitDep::wait(waited),
+                ExplicitDep {
+                    task: pinned,
+                    flags: DepFlags::RETAIN,
+                },
+            ];
+            let c = submit(orch, ActiveMask::AIV0, &mut [], &deps);
+            let refs = |t: TaskId| {
+                shared
+                    .slot(shared.slot_ref(t).unwrap())
+                    .fanout_refcount
+                    .load(Ordering::Relaxed)
+            };
+            assert_eq!(pop_all(shared, ResourceShape::Aiv), [waited, pinned]);
+            run(shared, waited);
+            run(shared, pinned);
+            assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(c));
+            let (w0, p0) = (refs(waited), refs(pinned));
+            run(shared, c);
+            assert_eq!(refs(waited), w0, "a WAIT-only edge holds no reference");
+            assert_eq!(refs(pinned), p0 + 1, "the RETAIN edge is released once");
+            orch.scope_end().unwrap();
+            assert!(shared.drained());
+        });
+    }
+
+    #[test]
     fn slot_names_round_trip() {
         for raw in 0..8u32 {
             let s = SlotStatus::from_raw(raw);
