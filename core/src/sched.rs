@@ -1005,6 +1005,42 @@ mod tests {
     }
 
     #[test]
+    fn an_spmd_task_completes_with_its_last_subtask_only() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            // Three blocks on a MIX of AIC and AIV0: six subtasks.
+            let t = orch
+                .submit(
+                    Task {
+                        mask: ActiveMask::AIC | ActiveMask::AIV0,
+                        block_num: 3,
+                        args: &mut [],
+                        deps: &[],
+                        predicate: None,
+                    },
+                    &mut NoWait,
+                )
+                .unwrap();
+            let shape = ActiveMask::AIC.union(ActiveMask::AIV0).normalized().shape();
+            assert_eq!(shared.pop_ready(shape), Some(t));
+            assert!(shared.mark_running(t));
+            for k in 1..6 {
+                assert!(
+                    !shared.complete_subtask(t),
+                    "completed after {k} of 6 subtasks"
+                );
+                assert_eq!(status(shared, t), SlotStatus::Running);
+            }
+            assert!(shared.complete_subtask(t));
+            assert_eq!(status(shared, t), SlotStatus::Completed);
+            assert_eq!(
+                shared.slot(shared.slot_ref(t).unwrap()).active_mask(),
+                ActiveMask::AIC | ActiveMask::AIV0
+            );
+        });
+    }
+
+    #[test]
     fn slot_names_round_trip() {
         for raw in 0..8u32 {
             let s = SlotStatus::from_raw(raw);
