@@ -945,6 +945,30 @@ mod tests {
     }
 
     #[test]
+    fn reset_prefix_returns_what_a_build_used_to_the_formatted_state() {
+        with_state(|orch, shared| {
+            // Built with no scheduler running, as the host builds an image.
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let a = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            let b = submit(orch, ActiveMask::empty(), &mut [], &[ExplicitDep::wait(a)]);
+            let usage = shared.usage(orch.edges_used()).unwrap();
+            shared.reset_prefix(&usage);
+            for t in [a, b] {
+                let slot = shared.slot(shared.slot_ref(t).unwrap());
+                assert_eq!(slot.status(), SlotStatus::Free);
+                assert_eq!(slot.task_id(), TaskId(u64::MAX));
+            }
+            assert_eq!(shared.flow(0).current_task_index.load(Ordering::Relaxed), 0);
+            assert_eq!(
+                shared.pop_ready(ResourceShape::Aiv),
+                None,
+                "a's queue entry is gone"
+            );
+            assert!(shared.drained());
+        });
+    }
+
+    #[test]
     fn fanin_lists_every_producer_of_a_task_whose_edges_start_inside_the_pool() {
         with_state(|orch, shared| {
             orch.scope_begin(ScopeMode::Auto).unwrap();
