@@ -1065,6 +1065,26 @@ mod tests {
     }
 
     #[test]
+    fn a_consumed_producer_behind_the_watermark_gets_no_edge() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let old = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            let q = submit(orch, ActiveMask::empty(), &mut [], &[]);
+            assert_eq!(pop_all(shared, ResourceShape::Dummy), [q]);
+            shared.complete(q);
+            orch.scope_end().unwrap();
+            // Completed, released by its scope, retained by nothing: consumed, but not retired
+            // while `old`, ahead of it on the ring, is live.
+            assert_eq!(status(shared, q), SlotStatus::Consumed);
+            assert_eq!(shared.flow(0).last_alive(), 0);
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let c = submit(orch, ActiveMask::AIV0, &mut [], &[ExplicitDep::wait(q)]);
+            assert_eq!(shared.fanin(c).count(), 0, "no edge to a consumed task");
+            let _ = old;
+        });
+    }
+
+    #[test]
     fn slot_names_round_trip() {
         for raw in 0..8u32 {
             let s = SlotStatus::from_raw(raw);
