@@ -1085,6 +1085,48 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_added_to_a_retaining_edge_counts_its_producer_once() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut done_out = [output()];
+            let done = submit(orch, ActiveMask::AIV0, &mut done_out, &[]);
+            let mut live_out = [output()];
+            let live = submit(orch, ActiveMask::AIV0, &mut live_out, &[]);
+            assert_eq!(pop_all(shared, ResourceShape::Aiv), [done, live]);
+            run(shared, done);
+            // A RETAIN-only dependency first, then the creator edge adds WAIT to that edge.
+            let pin = |t| ExplicitDep {
+                task: t,
+                flags: DepFlags::RETAIN,
+            };
+            let c1 = submit(
+                orch,
+                ActiveMask::AIV0,
+                &mut [input(done_out[0].tensor)],
+                &[pin(done)],
+            );
+            assert_eq!(
+                status(shared, c1),
+                SlotStatus::Ready,
+                "its producer had completed"
+            );
+            let c2 = submit(
+                orch,
+                ActiveMask::AIV0,
+                &mut [input(live_out[0].tensor)],
+                &[pin(live)],
+            );
+            assert_eq!(
+                status(shared, c2),
+                SlotStatus::Pending,
+                "its producer is running"
+            );
+            run(shared, live);
+            assert_eq!(status(shared, c2), SlotStatus::Ready);
+        });
+    }
+
+    #[test]
     fn slot_names_round_trip() {
         for raw in 0..8u32 {
             let s = SlotStatus::from_raw(raw);
