@@ -1001,6 +1001,14 @@ mod tests {
             orch.scope_begin(ScopeMode::Auto).unwrap();
             let waited = submit(orch, ActiveMask::AIV0, &mut [], &[]);
             let pinned = submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            // Two edges of another task first: the consumer's list starts at cell 2, where a
+            // wrong cell mask reads another task's edges.
+            let filler = submit(
+                orch,
+                ActiveMask::AIV0,
+                &mut [],
+                &[ExplicitDep::wait(waited), ExplicitDep::wait(pinned)],
+            );
             let deps = [
                 ExplicitDep::wait(waited),
                 ExplicitDep {
@@ -1018,7 +1026,10 @@ mod tests {
             assert_eq!(pop_all(shared, ResourceShape::Aiv), [waited, pinned]);
             run(shared, waited);
             run(shared, pinned);
-            assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(c));
+            let mut ready = pop_all(shared, ResourceShape::Aiv);
+            ready.sort();
+            assert_eq!(ready, [filler, c]);
+            run(shared, filler);
             let (w0, p0) = (refs(waited), refs(pinned));
             run(shared, c);
             assert_eq!(refs(waited), w0, "a WAIT-only edge holds no reference");
