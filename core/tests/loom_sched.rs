@@ -200,46 +200,50 @@ fn scheduler_of(shared: &'static SchedState<'static>, board: Arc<Board>, shapes:
     while board.finished.load(Ordering::Acquire) < board.tasks.len() {
         let mut progress = false;
         for &shape in shapes {
-            let Some(id) = shared.pop_ready(shape) else {
-                continue;
-            };
-            progress = true;
-            let (i, e) = board.index_of(id);
-            let e = e.clone();
-            assert_eq!(
-                board.popped[i].fetch_add(1, Ordering::AcqRel),
-                0,
-                "{id:?} popped twice"
-            );
-            let slot = shared
-                .task_slot(id)
-                .expect("a popped task occupies its slot");
-            assert_eq!(
-                slot.status(),
-                SlotStatus::Ready,
-                "{id:?} popped but not READY"
-            );
-            for &p in &e.waits_for {
-                assert!(
-                    has_completed(shared, p),
-                    "{id:?} became ready before its producer {p:?} completed: {:?} holds {:?}; fanin {:?}",
-                    shared.slot_ref(p).map(|r| shared.slot(r).status()),
-                    shared.slot_ref(p).map(|r| shared.slot(r).task_id()),
-                    shared.fanin(id).collect::<Vec<_>>()
-                );
+            if let Some(id) = shared.pop_ready(shape) {
+                progress = true;
+                run_popped(shared, &board, id, shape);
             }
-            if shape == ResourceShape::Dummy {
-                shared.complete(id);
-            } else {
-                assert!(shared.mark_running(id), "{id:?} refused by mark_running");
-                assert!(shared.complete_subtask(id), "{id:?} did not complete");
-            }
-            board.finished.fetch_add(1, Ordering::AcqRel);
         }
         if !progress {
             loom::thread::yield_now();
         }
     }
+}
+
+/// Checks a task just popped from the `shape` queue (popped once, READY, every producer it
+/// waits for completed) and runs it at once, as a scheduler would.
+fn run_popped(shared: &SchedState<'_>, board: &Board, id: TaskId, shape: ResourceShape) {
+    let (i, e) = board.index_of(id);
+    assert_eq!(
+        board.popped[i].fetch_add(1, Ordering::AcqRel),
+        0,
+        "{id:?} popped twice"
+    );
+    let slot = shared
+        .task_slot(id)
+        .expect("a popped task occupies its slot");
+    assert_eq!(
+        slot.status(),
+        SlotStatus::Ready,
+        "{id:?} popped but not READY"
+    );
+    for &p in &e.waits_for {
+        assert!(
+            has_completed(shared, p),
+            "{id:?} became ready before its producer {p:?} completed: {:?} holds {:?}; fanin {:?}",
+            shared.slot_ref(p).map(|r| shared.slot(r).status()),
+            shared.slot_ref(p).map(|r| shared.slot(r).task_id()),
+            shared.fanin(id).collect::<Vec<_>>()
+        );
+    }
+    if shape == ResourceShape::Dummy {
+        shared.complete(id);
+    } else {
+        assert!(shared.mark_running(id), "{id:?} refused by mark_running");
+        assert!(shared.complete_subtask(id), "{id:?} did not complete");
+    }
+    board.finished.fetch_add(1, Ordering::AcqRel);
 }
 
 /// After every thread joined: every task ran once, every ring retired all it was given, every
@@ -495,25 +499,7 @@ impl RunInline<'_> {
             .find_map(|&s| self.shared.pop_ready(s).map(|t| (t, s)))
         {
             ran = true;
-            let (i, e) = self.board.index_of(id);
-            assert_eq!(
-                self.board.popped[i].fetch_add(1, Ordering::AcqRel),
-                0,
-                "{id:?} popped twice"
-            );
-            for &p in &e.waits_for {
-                assert!(
-                    has_completed(self.shared, p),
-                    "{id:?} became ready before its producer {p:?} completed"
-                );
-            }
-            if shape == ResourceShape::Dummy {
-                self.shared.complete(id);
-            } else {
-                assert!(self.shared.mark_running(id));
-                assert!(self.shared.complete_subtask(id));
-            }
-            self.board.finished.fetch_add(1, Ordering::AcqRel);
+            run_popped(self.shared, self.board, id, shape);
         }
         ran
     }
