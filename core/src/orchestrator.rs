@@ -457,6 +457,12 @@ impl<'a> Orchestrator<'a> {
         &self.map
     }
 
+    /// Moves the submit epoch, so a test can reach its wrap without 2^32 submits.
+    #[cfg(test)]
+    pub(crate) fn set_epoch(&mut self, epoch: u32) {
+        self.wiring.epoch = epoch;
+    }
+
     /// Turns write-after-read tracking on or off (off by default, as in the reference).
     ///
     /// When on, INPUT arguments are recorded as readers, and a writer (INOUT or

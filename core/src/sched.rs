@@ -1138,6 +1138,58 @@ mod tests {
     }
 
     #[test]
+    fn a_ring_full_of_tasks_its_open_scope_holds_names_the_head() {
+        with_state(|orch, shared| {
+            assert_eq!(shared.head_pinned_by_scope(0, 0), None, "an empty ring");
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let tasks: Vec<TaskId> = (0..4)
+                .map(|_| submit(orch, ActiveMask::AIV0, &mut [], &[]))
+                .collect();
+            let ring = tasks[0].ring() as usize;
+            assert_eq!(shared.head_pinned_by_scope(ring, 0), Some(tasks[0]));
+            // The head asked about is the one at the caller's watermark, in its own slot.
+            assert_eq!(shared.head_pinned_by_scope(ring, 2), Some(tasks[2]));
+            // A watermark a whole window later maps to the same slot, which holds another task.
+            assert_eq!(shared.head_pinned_by_scope(ring, 2 + 8), None);
+            assert_eq!(shared.head_pinned_by_scope(ring + 1, 0), None, "another ring");
+            orch.scope_end().unwrap();
+            // Released by its scope, the head retires once it runs: not a deadlock.
+            assert_eq!(shared.head_pinned_by_scope(ring, 0), None);
+            for t in pop_all(shared, ResourceShape::Aiv) {
+                run(shared, t);
+            }
+            assert!(shared.drained());
+            assert_eq!(shared.head_pinned_by_scope(ring, 4), None, "drained");
+        });
+    }
+
+    #[test]
+    fn a_wrapped_submit_epoch_forgets_the_edges_marked_before_it() {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut p = [output()];
+            let producer = submit(orch, ActiveMask::AIV0, &mut p, &[]);
+            let first = submit(orch, ActiveMask::AIV0, &mut [input(p[0].tensor)], &[]);
+            assert_eq!(orch.edges_recorded(), 1);
+            // `first` was the run's second submit: its edge mark on the producer carries
+            // epoch 2. Wrap the epoch so the second submit after the wrap has epoch 2 again.
+            orch.set_epoch(u32::MAX);
+            submit(orch, ActiveMask::AIV0, &mut [], &[]);
+            let second = submit(orch, ActiveMask::AIV0, &mut [input(p[0].tensor)], &[]);
+            assert_eq!(orch.edges_recorded(), 2, "an edge of its own");
+            assert_eq!(status(shared, first), SlotStatus::Pending);
+            assert_eq!(
+                status(shared, second),
+                SlotStatus::Pending,
+                "it waits for the producer"
+            );
+            assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(producer));
+            run(shared, producer);
+            assert_eq!(status(shared, second), SlotStatus::Ready);
+        });
+    }
+
+    #[test]
     fn slot_names_round_trip() {
         for raw in 0..8u32 {
             let s = SlotStatus::from_raw(raw);
