@@ -6,8 +6,6 @@
 //!
 //! Modules:
 #![no_std]
-#![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 // The core's loop body over the AICPU-AICore handshake.
 pub mod core_loop;

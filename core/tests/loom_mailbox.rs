@@ -1,4 +1,3 @@
-#![cfg(loom)]
 //! Model of the L3 mailbox handshake and its doorbells: the parent and a child as two loom
 //! threads over one task frame's state and error words ([`FrameWords`]) and two
 //! [`Doorbell`]s (the child's, the parent scheduler's), all core's own source, which the host
@@ -22,6 +21,7 @@
 //! preemptions per execution (see its test). Run:
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p simpler-core
 //! --test loom_mailbox -- --nocapture`
+#![cfg(loom)]
 
 use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Condvar, Mutex};

@@ -6,8 +6,6 @@
 //! Modules:
 // The OS calls of the L3 level (fork, mmap, futex) live in `l3::os`, the one module allowed
 // `unsafe`; every block there carries a SAFETY comment.
-#![deny(unsafe_code)]
-#![warn(missing_docs)]
 
 // Heap allocations per bind phase, read through a counter the program installs.
 pub mod alloc_count;

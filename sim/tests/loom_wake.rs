@@ -1,4 +1,3 @@
-#![cfg(loom)]
 //! Model of the simulator's wakeup (`sim/src/wake.rs`): no lost wakeup.
 //!
 //! A producer publishes work (a relaxed flag: the wakeup's own ordering must carry it) and
@@ -10,6 +9,7 @@
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p
 //! simpler-sim --test loom_wake -- --nocapture`
+#![cfg(loom)]
 
 use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
