@@ -4,16 +4,17 @@
 //! [`simpler_core::TaskTensor`]s and its scalars), moves tiles between GM and the core's local
 //! buffer, and reports success or a typed failure.
 //!
-//! Modules:
+//! ## Modules
+//!
+//! - [`core_loop`]: the core's loop body over the AICPU-AICore handshake.
+//! - [`kernel`]: the kernel calling convention.
+//! - [`tile`]: moving tensor views between GM and the local buffer.
+//! - [`kernels`]: the reference kernels the example scenes use.
 #![no_std]
 
-// The core's loop body over the AICPU-AICore handshake.
 pub mod core_loop;
-// The kernel calling convention.
 pub mod kernel;
-// The reference kernels the example scenes use.
 pub mod kernels;
-// Moving tensor views between GM and the local buffer.
 pub mod tile;
 
 pub use kernel::{KernelCtx, KernelFailure, KernelFn, KernelId};

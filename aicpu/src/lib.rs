@@ -4,22 +4,30 @@
 //! Everything here is generic over [`Platform`], the few primitives that differ between the
 //! device firmware and the simulator: register access, payload buffers and a cycle counter.
 //!
-//! Modules:
+//! ## The orchestrator thread
+//!
+//! - [`runtime`]: the orchestration API handed to orchestration functions.
+//! - [`payloads`]: per-slot task payloads written at submit and read at dispatch.
+//!
+//! ## The scheduler threads
+//!
+//! - [`scheduler`]: a scheduler thread's completion, fanout and dispatch pass.
+//! - [`graph_exec`]: an outer GRAPH task expanded into its Definition's internal
+//!   nodes.
+//!
+//! ## What differs per platform, and what a run reports
+//!
+//! - [`platform`]: the hardware primitives the AICPU program needs.
+//! - [`run`]: how a run ended.
+//! - [`trace`]: trace events a traced run records.
 #![no_std]
 
-// Graph execution: an outer GRAPH task expanded into its Definition's internal nodes.
 pub mod graph_exec;
-// Per-slot task payloads written at submit and read at dispatch.
 pub mod payloads;
-// The hardware primitives the AICPU program needs.
 pub mod platform;
-// How a run ended.
 pub mod run;
-// The orchestration API handed to orchestration functions.
 pub mod runtime;
-// A scheduler thread's completion, fanout and dispatch pass.
 pub mod scheduler;
-// Trace events a traced run records.
 pub mod trace;
 
 pub use payloads::{MixedKernels, PayloadSink, TaskPayloads, NO_KERNEL};

@@ -25,7 +25,7 @@
 //! | 8 | COMPLETED → CONSUMED | whichever thread releases the last reference | `SchedState::release_fanout` (crate-private) |
 //! | 9 | CONSUMED → FREE | whichever thread advances the ring's watermark | `SchedState::advance` (crate-private) |
 //!
-//! **Readiness.** `fanin_refcount` counts up to the constant [`FANIN_READY`]. Each WAIT
+//! **Readiness.** `fanin_refcount` counts up to the constant `FANIN_READY`. Each WAIT
 //! producer that had not completed when its edge was linked adds one when it completes; the
 //! orchestrator, once wiring is done, adds the rest (`FANIN_READY` minus the linked edges), so
 //! a task cannot become ready half-wired: before the publish the count is at most the number

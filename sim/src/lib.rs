@@ -8,14 +8,15 @@
 //! its device, for `tests/loom_wake.rs` to model-check the wakeup: the device carves GM out of
 //! `std` atomic words, and core's `Carver` hands out only loom's atomics there.
 //!
-//! Modules:
+//! ## Modules
+//!
+//! - [`device`]: the device: its threads, registers, runs and host requests.
+//! - [`gm`]: GM as an arena of atomic words.
+//! - [`wake`]: the wakeup primitive idle threads block on.
 
-// The device: its threads, registers, runs and host requests.
 #[cfg(not(loom))]
 pub mod device;
-// GM as an arena of atomic words.
 pub mod gm;
-// The wakeup primitive idle threads block on.
 pub mod wake;
 
 #[cfg(not(loom))]

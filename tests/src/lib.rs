@@ -1,19 +1,25 @@
 //! `simpler-tests`: behaviour across crates, property tests against independent oracles, and
 //! the benchmarks. The library part holds what the tests and benches share.
 //!
-//! Modules:
-// `unsafe` only in `alloc_count` (a `GlobalAlloc` impl), which allows it with its reason.
+//! ## Modules
+//!
+//! - [`fixtures`]: the reference's base tensor and descriptor builders used across
+//!   suites.
+//! - [`harness`]: memory for the core runtime structures and a single-threaded scheduler stand-in.
+//! - [`workloads`]: task-stream generators shaped like the reference scenes (paged attention,
+//!   bgemm).
+//! - [`forked`]: a sequential runner for the suites that fork (the L3 Worker's).
+//! - [`alloc_count`]: the counting global allocator the allocation-counting tests and benchmarks
+//!   install.
+//! - [`measure`]: timing and reporting helpers for the benchmarks, in the `bench <name> <figure>
+//!   <value> <unit>` line format.
+//!
+//! `unsafe` appears only in `alloc_count` (a `GlobalAlloc` impl), which allows it with its
+//! reason.
 
-// The counting global allocator the allocation-counting tests and benchmarks install.
 pub mod alloc_count;
-// Fixtures: the reference's base tensor and descriptor builders used across suites.
 pub mod fixtures;
-// A sequential runner for the suites that fork (the L3 Worker's).
 pub mod forked;
-// Memory for the core runtime structures and a single-threaded scheduler stand-in.
 pub mod harness;
-/// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`
-// line format.
 pub mod measure;
-// Task-stream generators shaped like the reference scenes (paged attention, bgemm).
 pub mod workloads;
