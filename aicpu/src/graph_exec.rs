@@ -88,7 +88,7 @@ impl Submission {
 
 /// One expansion in progress.
 pub struct Expansion {
-    /// The outer task.
+    /// The GRAPH task this expansion runs the nodes of.
     pub outer: TaskId,
     sub: Submission,
     header: GraphDefinitionHeader,

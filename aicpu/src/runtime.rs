@@ -27,7 +27,7 @@ pub enum RtError {
     TooManyScalars {
         /// Scalars given.
         count: usize,
-        /// The cap.
+        /// Scalars one task carries at most.
         limit: usize,
     },
     /// A scope call was refused.

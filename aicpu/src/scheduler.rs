@@ -72,9 +72,9 @@ impl OwnedCore {
 pub enum SchedError {
     /// A core reported that its kernel failed.
     KernelFailed {
-        /// The task.
+        /// The task whose kernel failed.
         task: TaskId,
-        /// The core.
+        /// The device-wide index of the core that ran it.
         core: usize,
         /// The kernel id the core ran.
         kernel: u32,
@@ -85,19 +85,19 @@ pub enum SchedError {
     },
     /// A ready task names no kernel for a core slot it occupies.
     MissingKernel {
-        /// The task.
+        /// The task with an occupied slot and no kernel for it.
         task: TaskId,
     },
     /// A Graph could not be expanded.
     Graph {
-        /// The outer task.
+        /// The Graph's outer task, whose Definition failed to expand.
         task: TaskId,
         /// Why.
         error: GraphExecError,
     },
     /// A task's dispatch predicate could not be evaluated.
     Predicate {
-        /// The task.
+        /// The predicated task.
         task: TaskId,
         /// Why.
         error: PredicateError,

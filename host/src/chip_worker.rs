@@ -150,7 +150,7 @@ pub enum WorkerError {
     },
     /// A tensor's direction is not the one the callable's signature gives it.
     Direction {
-        /// The tensor.
+        /// Index of the tensor among the run's arguments.
         index: usize,
         /// The signature's direction.
         expected: ArgDirection,
@@ -159,7 +159,7 @@ pub enum WorkerError {
     },
     /// A tensor's data does not match its shape and dtype.
     TensorSize {
-        /// The tensor.
+        /// Index of the tensor among the run's arguments.
         index: usize,
         /// Bytes its shape needs.
         expected: u64,

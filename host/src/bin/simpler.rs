@@ -36,7 +36,7 @@ enum Command {
         /// Rounds to run on the same chip.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
-        /// The simulated platform.
+        /// The simulated platform: a2a3sim or a5sim.
         #[arg(long, default_value = "a2a3sim")]
         platform: String,
         /// Clusters of 1 AIC + 2 AIV (default 8).
@@ -306,7 +306,7 @@ fn run_hbg(
             round,
             run.host.as_secs_f64() * 1e3,
             run.outcome.device.as_secs_f64() * 1e3,
-            bind.phases[2].time.as_secs_f64() * 1e3,
+            bind.phase("host_orch").map_or(0.0, |p| p.time.as_secs_f64() * 1e3),
             bind.tasks,
             bind.image_bytes as f64 / 1024.0
         );
