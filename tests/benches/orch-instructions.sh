@@ -13,11 +13,18 @@
 # cost time without instructions; the `bind` benchmark measures the time.
 #
 # Needs valgrind. Run: tests/benches/orch-instructions.sh [R]   (default 3)
+#      SIMPLER_BIN=/path/to/simpler tests/benches/orch-instructions.sh [R]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds="${1:-3}"
-cargo build -q --release -p simpler-host
-bin=${CARGO_TARGET_DIR:-target}/release/simpler
+# SIMPLER_BIN names another build of `simpler` to count (for example an older commit's, to
+# compare two builds); by default the tree's release build is made and counted.
+if [[ -n ${SIMPLER_BIN:-} ]]; then
+  bin=$SIMPLER_BIN
+else
+  cargo build -q --release -p simpler-host
+  bin=${CARGO_TARGET_DIR:-target}/release/simpler
+fi
 # Instructions collected inside $fn over N host-only binds, and the tasks each bind built
 # (the run's own table: round, host ms, device ms, host_orch ms, tasks, image KiB; every round
 # must agree).
