@@ -1,5 +1,6 @@
-//! A scheduler thread: polls the cores it owns for completions, resolves their fanout, and
-//! dispatches ready tasks to its idle cores.
+//! A scheduler thread's pass over the cores it owns (the shared state and slot transitions it
+//! drives are `simpler_core::sched`): poll for completions, resolve their fanout, dispatch ready
+//! tasks to idle cores.
 //!
 //! Each thread owns whole clusters (1 AIC + 2 AIV) so a MIX task is never split across
 //! threads. One [`Scheduler::step`] is one pass of the reference's loop: completions first,
