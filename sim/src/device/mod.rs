@@ -76,7 +76,9 @@ pub struct Device {
 }
 
 impl Device {
-    /// Builds the device and starts its threads.
+    /// Builds the device and starts its threads; returns once the device thread has built
+    /// every byte of device state. Refused with [`DeviceError::Config`] for 0 clusters or more
+    /// than the topology has, with [`DeviceError::Layout`] for sizes a layout refuses.
     pub fn start(config: DeviceConfig) -> Result<Self, DeviceError> {
         if config.clusters == 0 || config.clusters > config.topology.max_clusters() {
             return Err(DeviceError::Config("clusters"));
@@ -102,7 +104,7 @@ impl Device {
         }
     }
 
-    /// The device's configuration.
+    /// The configuration the device was started with (it never changes).
     pub fn config(&self) -> &DeviceConfig {
         &self.config
     }
