@@ -10,7 +10,8 @@
 use simpler_core::gm::{Gm, GmFault};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Device memory of `len` bytes starting at device address `base`.
+/// GM as the device sees it: device addresses `base..base + len()`, backed by borrowed atomic
+/// words; the device thread, every scheduler thread and every core share one.
 pub struct GmArena<'a> {
     base: u64,
     words: &'a [AtomicU64],
@@ -22,17 +23,17 @@ impl<'a> GmArena<'a> {
         Self { base, words }
     }
 
-    /// The first device address.
+    /// The first device address (the one the first word's first byte has).
     pub fn base(&self) -> u64 {
         self.base
     }
 
-    /// Bytes of device memory.
+    /// Bytes of device memory: 8 per word.
     pub fn len(&self) -> u64 {
         self.words.len() as u64 * 8
     }
 
-    /// Whether the arena is empty.
+    /// Whether the arena has no words (then every access faults but an empty one at `base`).
     pub fn is_empty(&self) -> bool {
         self.words.is_empty()
     }

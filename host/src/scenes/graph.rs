@@ -14,10 +14,11 @@ use simpler_core::orchestrator::TaskArg;
 use simpler_core::{ArgDirection, TensorArgType};
 use std::sync::Arc;
 
-/// The scene.
+/// The `graph_vector` scene: one case, `default`, its golden the vector_example formula in f64
+/// over each of the eight output rows.
 pub struct GraphVector;
 
-/// Invocations of the body.
+/// Graph submissions of the body per run: the rows of the `a` input and the `f` output.
 pub const INVOCATIONS: u32 = 8;
 const SHAPE: [u32; 3] = [INVOCATIONS, 128, 128];
 
@@ -75,10 +76,7 @@ impl Scene for GraphVector {
             .collect();
         let b: Vec<f32> = (0..row).map(|i| ((i % 17) as f32) / 8.0 - 1.0).collect();
         let golden: Vec<f64> = (0..n)
-            .map(|i| {
-                let s = a[i] as f64 + b[i % row] as f64;
-                (s + 1.0) * (s + 2.0) + s
-            })
+            .map(|i| super::vector::golden(a[i] as f64, b[i % row] as f64))
             .collect();
         Some(Prepared {
             orch: Arc::new(orchestrate),

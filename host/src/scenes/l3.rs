@@ -17,7 +17,7 @@ use super::{compare, Check, Scene};
 use crate::l3::{Buffer, L3Error, MappedArgs, RunSummary, Worker, WorkerConfig};
 use crate::task_args::TaskArgs;
 use simpler_core::mailbox::CallConfig;
-use simpler_core::{AccessMode, BackendKind, DataType, TensorArgType};
+use simpler_core::{AccessMode, BackendKind, DataType, TensorArgType, ValidTensor};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,8 +27,7 @@ const SHAPE: [u32; 2] = [128, 128];
 
 /// The body both chips run, in f64.
 pub fn v(a: f64, b: f64) -> f64 {
-    let s = a + b;
-    (s + 1.0) * (s + 2.0) + s
+    super::vector::golden(a, b)
 }
 
 /// The scene's Worker and buffers, set up once and run for many rounds.
@@ -53,9 +52,10 @@ pub struct RoundReport {
     pub chip1: Check,
     /// The SUB worker's sum against the f64 sum of the golden.
     pub sum_ok: bool,
-    /// The engine's account.
+    /// What the engine reports of the run (its id, tasks submitted, time from the first
+    /// submit to the last completion).
     pub summary: RunSummary,
-    /// Wall time of the run.
+    /// Wall time of the run, from the call into the Worker to its return.
     pub wall: Duration,
 }
 
@@ -64,6 +64,17 @@ impl RoundReport {
     pub fn pass(&self) -> bool {
         self.chip0.pass && self.chip1.pass && self.sum_ok
     }
+}
+
+/// One task's arguments: `tensors` with their tags, in order.
+fn task_args<const N: usize>(
+    tensors: [(ValidTensor, TensorArgType); N],
+) -> Result<TaskArgs, L3Error> {
+    let mut args = TaskArgs::new();
+    for (tensor, tag) in tensors {
+        args.add_tensor(tensor, tag).map_err(L3Error::Args)?;
+    }
+    Ok(args)
 }
 
 /// The SUB callable: total[0] = sum of the input's elements (f64 accumulation, stored as f32).
@@ -109,7 +120,8 @@ impl L3Vector {
         })
     }
 
-    /// The Worker.
+    /// The Worker the scene runs on (two or more chip children and one SUB child), to read
+    /// its state between rounds.
     pub fn worker(&self) -> &Worker {
         &self.worker
     }
@@ -139,36 +151,25 @@ impl L3Vector {
         let cfg: CallConfig = bytemuck::Zeroable::zeroed();
         let start = Instant::now();
         let summary = self.worker.run(|o| {
-            let mut first = TaskArgs::new();
-            first
-                .add_tensor(t(&self.a0)?, TensorArgType::Input)
-                .map_err(L3Error::Args)?;
-            first
-                .add_tensor(t(&self.b0)?, TensorArgType::Input)
-                .map_err(L3Error::Args)?;
-            first
-                .add_tensor(t(&self.f0)?, TensorArgType::OutputExisting)
-                .map_err(L3Error::Args)?;
+            let first = task_args([
+                (t(&self.a0)?, TensorArgType::Input),
+                (t(&self.b0)?, TensorArgType::Input),
+                (t(&self.f0)?, TensorArgType::OutputExisting),
+            ])?;
             o.submit_next_level(0, self.chip, &first, &cfg)?;
-            let mut second = TaskArgs::new();
-            second
-                .add_tensor(t(&self.f0)?, TensorArgType::Input)
-                .map_err(L3Error::Args)?;
-            second
-                .add_tensor(t(&self.b1)?, TensorArgType::Input)
-                .map_err(L3Error::Args)?;
-            second
-                .add_tensor(t(&self.f1)?, TensorArgType::OutputExisting)
-                .map_err(L3Error::Args)?;
+            let second = task_args([
+                (t(&self.f0)?, TensorArgType::Input),
+                (t(&self.b1)?, TensorArgType::Input),
+                (t(&self.f1)?, TensorArgType::OutputExisting),
+            ])?;
             o.submit_next_level(1, self.chip, &second, &cfg)?;
-            let mut sum = TaskArgs::new();
-            sum.add_tensor(t(&self.f1)?, TensorArgType::Input)
-                .map_err(L3Error::Args)?;
-            sum.add_tensor(
-                self.total.tensor(&[1], DataType::Float32, 0)?,
-                TensorArgType::OutputExisting,
-            )
-            .map_err(L3Error::Args)?;
+            let sum = task_args([
+                (t(&self.f1)?, TensorArgType::Input),
+                (
+                    self.total.tensor(&[1], DataType::Float32, 0)?,
+                    TensorArgType::OutputExisting,
+                ),
+            ])?;
             o.submit_sub(self.sum, &sum)?;
             Ok(())
         })?;

@@ -19,13 +19,21 @@ use simpler_core::scope::ScopeMode;
 use simpler_core::{ArgDirection, DataType, TaskTensor, TensorArgType};
 use std::sync::Arc;
 
-/// The scene.
+/// The `vector_example` scene, the README's main command: one case, `default`, its golden
+/// the formula in f64 over the one output.
 pub struct VectorExample;
 
 const ADD: u32 = 0;
 const ADD_SCALAR: u32 = 1;
 const MUL: u32 = 2;
 const SHAPE: [u32; 2] = [128, 128];
+
+/// f(a, b) = (a + b + 1)(a + b + 2) + (a + b) in f64: the golden of one element, which the
+/// graph and l3 scenes check their outputs against too.
+pub(crate) fn golden(a: f64, b: f64) -> f64 {
+    let s = a + b;
+    (s + 1.0) * (s + 2.0) + s
+}
 
 fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
     TaskArg { tensor, tag }
@@ -90,10 +98,7 @@ impl Scene for VectorExample {
         let golden: Vec<f64> = a
             .iter()
             .zip(&b)
-            .map(|(&x, &y)| {
-                let s = x as f64 + y as f64;
-                (s + 1.0) * (s + 2.0) + s
-            })
+            .map(|(&x, &y)| golden(x as f64, y as f64))
             .collect();
         Some(Prepared {
             orch: Arc::new(orchestrate),

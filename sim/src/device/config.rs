@@ -1,0 +1,151 @@
+//! How a device is built: the chip generation ([`Topology`]), the sizes ([`DeviceConfig`]),
+//! why a build is refused ([`DeviceError`]) and the memory layouts a configuration implies
+//! ([`DeviceLayouts`]).
+//!
+//! Its own file because the host reads all of it without starting a device: `simpler run`
+//! parses a [`Topology`] from `--platform`, and the hbg runtime builds its mirror of the shared
+//! state from [`DeviceConfig::layouts`] so that the mirror's image imports without translation.
+
+use simpler_aicpu::payloads::PayloadsLayout;
+use simpler_core::layout::LayoutError;
+use simpler_core::orchestrator::{OrchestratorConfig, OrchestratorLayout};
+use simpler_core::ring::{RingConfig, MAX_RINGS};
+use simpler_core::sched::SchedConfig;
+use std::time::Duration;
+
+/// Device address of the first ring's heap. The four heaps sit back to back from here, and
+/// host allocations start where the last one ends.
+pub(super) const GM_BASE: u64 = 0x1_0000_0000;
+
+/// The chip generation a device simulates: it fixes how many scheduler threads the device
+/// starts and how many clusters a [`DeviceConfig`] may ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// a2a3: 1 orchestrator + 3 scheduler threads, up to 24 clusters.
+    A2a3,
+    /// a5: 1 orchestrator + 4 scheduler threads, up to 36 clusters.
+    A5,
+}
+
+impl Topology {
+    /// How many scheduler threads the AICPU runs (3 on a2a3, 4 on a5); the device starts one
+    /// thread per scheduler and deals the clusters out among them round robin.
+    pub fn schedulers(self) -> usize {
+        match self {
+            Self::A2a3 => 3,
+            Self::A5 => 4,
+        }
+    }
+
+    /// The most clusters the chip has (24 on a2a3, 36 on a5): the upper bound of
+    /// [`DeviceConfig::clusters`].
+    pub fn max_clusters(self) -> u32 {
+        match self {
+            Self::A2a3 => 24,
+            Self::A5 => 36,
+        }
+    }
+
+    /// The platform's name as `simpler run --platform` spells it (`a2a3sim`, `a5sim`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::A2a3 => "a2a3sim",
+            Self::A5 => "a5sim",
+        }
+    }
+}
+
+/// How a device is built: fixed at [`Device::start`](super::Device::start) and kept for every
+/// run of that device.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceConfig {
+    /// The chip generation: how many scheduler threads run and how many clusters are allowed.
+    pub topology: Topology,
+    /// Clusters of 1 AIC + 2 AIV cores; from 1 to [`Topology::max_clusters`].
+    pub clusters: u32,
+    /// The sizes every one of the four rings gets (task window, heap bytes, dependency-pool
+    /// edges).
+    pub ring: RingConfig,
+    /// TensorMap hash buckets (a power of two).
+    pub map_buckets: u32,
+    /// TensorMap entries: how many live producer records the orchestrator can hold.
+    pub map_entries: u32,
+    /// GM bytes beyond the four heaps, for buffers the host allocates (per run and
+    /// persistent); rounded down to whole 8-byte words.
+    pub gm_bytes: u64,
+    /// A run in which no scheduler thread's pass or core step does anything for this long
+    /// ends with [`RunError::Timeout`](crate::RunError::Timeout).
+    pub watchdog: Duration,
+    /// Each core's local buffer (its unified buffer), in f32 words.
+    pub local_words: usize,
+}
+
+impl DeviceConfig {
+    /// The default device of `topology`: 8 clusters, rings of 4096 tasks with 16 MiB heaps,
+    /// 256 MiB of GM, a 10 s watchdog.
+    pub fn new(topology: Topology) -> Self {
+        Self {
+            topology,
+            clusters: 8,
+            ring: RingConfig {
+                window: 4096,
+                heap_bytes: 16 << 20,
+                edges: 16_384,
+            },
+            map_buckets: 4096,
+            map_entries: 16_384,
+            gm_bytes: 256 << 20,
+            watchdog: Duration::from_secs(10),
+            local_words: 64 * 1024,
+        }
+    }
+
+    /// The layouts a device of this configuration uses, with heap addresses in its GM.
+    pub fn layouts(&self) -> Result<DeviceLayouts, DeviceError> {
+        Ok(DeviceLayouts {
+            orchestrator: OrchestratorLayout::new(orchestrator_config(self, GM_BASE))?,
+            payloads: PayloadsLayout::new([self.ring.window; MAX_RINGS])?,
+        })
+    }
+}
+
+/// Why a device could not be started, or why a request to it failed.
+#[derive(Debug)]
+pub enum DeviceError {
+    /// The configuration is out of range; the string names the field (today only
+    /// `"clusters"`: 0, or more than the topology has).
+    Config(&'static str),
+    /// A memory layout the configuration implies was refused: a size out of range (a ring
+    /// window that is not a power of two) or more bytes than `usize` counts.
+    Layout(LayoutError),
+    /// The device thread is gone: it failed to start, or the device is being dropped.
+    Stopped,
+}
+
+impl From<LayoutError> for DeviceError {
+    fn from(e: LayoutError) -> Self {
+        Self::Layout(e)
+    }
+}
+
+/// The layouts a device of some configuration uses, so a host can build a mirror of its
+/// shared state that imports without translation.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceLayouts {
+    /// The orchestrator's private state; its `sched()` is the layout of the state it shares
+    /// with the schedulers, the part a mirror exports.
+    pub orchestrator: OrchestratorLayout,
+    /// The per-slot task payload records (one window of slots per ring).
+    pub payloads: PayloadsLayout,
+}
+
+/// The orchestrator's sizes for `config`, with the four heaps back to back from `gm_base`.
+pub(super) fn orchestrator_config(config: &DeviceConfig, gm_base: u64) -> OrchestratorConfig {
+    let heap = config.ring.heap_bytes;
+    OrchestratorConfig {
+        sched: SchedConfig::uniform(config.ring),
+        map_buckets: config.map_buckets,
+        map_entries: config.map_entries,
+        heap_base: [0, 1, 2, 3].map(|r| gm_base + r * heap),
+    }
+}

@@ -1,0 +1,221 @@
+//! One simulated device: GM, the AICPU's threads and the AICore cores, set up once and reused
+//! for every run.
+//!
+//! Threads (all created at [`Device::start`], all ended at drop):
+//!
+//! - the **device thread** owns every byte of device state, answers the host's requests
+//!   (allocate, copy in, copy out, run) and, during a run, is the AICPU's orchestrator thread:
+//!   it runs the orchestration function;
+//! - one **scheduler thread** per AICPU scheduler (3 on a2a3, 4 on a5), each owning whole
+//!   clusters; it runs the `aicpu` scheduler pass and steps the `aicore` loop of each core it
+//!   owns. A core is stepped only when it has a task, so 30 simulated cores cost nothing when
+//!   idle, and a thread with nothing to do blocks on a [`Wakeup`](crate::wake::Wakeup)
+//!   instead of spinning;
+//! - a **watchdog thread** that aborts a run which makes no progress for the configured time.
+//!
+//! The device code (`simpler_aicpu`, `simpler_aicore`, `simpler_core`) is the code the
+//! firmware runs; this module supplies its registers, GM and threads. This file holds the
+//! [`Device`] handle the host calls; the rest is in:
+//!
+//! - [`config`]: the chip generation, the sizes, the start-up errors and the layouts they
+//!   imply;
+//! - [`job`]: what a run is given (orchestration function, kernels, arguments, hooks, a
+//!   prebuilt graph);
+//! - [`gm_alloc`]: where host buffers go in GM, per run and persistent;
+//! - [`state`]: what the threads share for the current run, and the watchdog thread;
+//! - [`orchestrator`]: the device thread, which is the orchestrator during a run;
+//! - [`scheduler`]: the scheduler threads and their dispatch loop;
+//! - [`regs`]: each core's registers and payload buffers, and a thread's cores as the
+//!   AICPU's `Platform`;
+//! - [`trace`]: the per-thread trace buffers and the sink they flush into.
+
+pub mod config;
+pub mod gm_alloc;
+pub mod job;
+pub mod orchestrator;
+pub mod regs;
+pub mod scheduler;
+pub mod state;
+pub mod trace;
+
+pub use config::{DeviceConfig, DeviceError, DeviceLayouts, Topology};
+pub use job::{Job, OrchFn, Prebuilt, SharedHook};
+pub use trace::{TraceSink, TRACE_EVENTS_PER_THREAD};
+
+use config::orchestrator_config;
+use gm_alloc::GmAllocator;
+use orchestrator::device_main;
+use simpler_aicpu::RunOutcome;
+use simpler_core::orchestrator::OrchestratorLayout;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// A request from the host to the device thread, with the channel its answer goes back on.
+enum Msg {
+    /// Copy the bytes to GM at the address; answers whether the range was inside GM.
+    Write(u64, Vec<u8>, Sender<bool>),
+    /// Copy this many bytes of GM at the address; answers `None` outside GM.
+    Read(u64, usize, Sender<Option<Vec<u8>>>),
+    /// Run the job to its end; answers its outcome.
+    Run(Job, Sender<RunOutcome>),
+}
+
+/// A running simulated device: the host's handle on its device thread. Every method may be
+/// called from any thread; dropping the handle stops the device's threads.
+pub struct Device {
+    /// Requests to the device thread; `None` once the device is being dropped.
+    tx: Option<Sender<Msg>>,
+    /// The device thread, joined at drop.
+    thread: Option<JoinHandle<()>>,
+    /// What the device was started with.
+    config: DeviceConfig,
+    /// GM placement. The host decides where its buffers go; the device thread only reads and
+    /// writes GM, so allocating needs no message (and no heap allocation) per call.
+    gm_alloc: Mutex<GmAllocator>,
+}
+
+impl Device {
+    /// Builds the device and starts its threads; returns once the device thread has built
+    /// every byte of device state. Refused with [`DeviceError::Config`] for 0 clusters or more
+    /// than the topology has, with [`DeviceError::Layout`] for sizes a layout refuses.
+    pub fn start(config: DeviceConfig) -> Result<Self, DeviceError> {
+        if config.clusters == 0 || config.clusters > config.topology.max_clusters() {
+            return Err(DeviceError::Config("clusters"));
+        }
+        // Check the layouts here so a bad configuration is reported, not a dead thread.
+        let orch_config = orchestrator_config(&config, 0);
+        OrchestratorLayout::new(orch_config)?;
+        let (tx, rx) = channel();
+        let (ready_tx, ready_rx) = channel();
+        let thread = std::thread::Builder::new()
+            .name("simpler-device".into())
+            .spawn(move || device_main(config, rx, ready_tx))
+            .map_err(|_| DeviceError::Stopped)?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Self {
+                tx: Some(tx),
+                thread: Some(thread),
+                config,
+                gm_alloc: Mutex::new(GmAllocator::new(&config)),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(DeviceError::Stopped),
+        }
+    }
+
+    /// The configuration the device was started with (it never changes).
+    pub fn config(&self) -> &DeviceConfig {
+        &self.config
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), DeviceError> {
+        self.tx
+            .as_ref()
+            .ok_or(DeviceError::Stopped)?
+            .send(msg)
+            .map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Allocates `bytes` of GM for the current run (1024-byte aligned, bumped upward from
+    /// the end of the heaps); `None` when GM is full. The bump never reaches into a live
+    /// persistent allocation ([`Device::malloc`]).
+    pub fn alloc(&self, bytes: u64) -> Result<Option<u64>, DeviceError> {
+        Ok(self.gm()?.alloc(bytes))
+    }
+
+    /// The GM allocator, while the device runs.
+    fn gm(&self) -> Result<MutexGuard<'_, GmAllocator>, DeviceError> {
+        if self.tx.is_none() {
+            return Err(DeviceError::Stopped);
+        }
+        // Every update is a single assignment or map operation: a panic elsewhere cannot
+        // leave the allocator half-updated, so a poisoned lock is used as it is.
+        Ok(self.gm_alloc.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Releases every per-run allocation ([`Device::alloc`]); persistent allocations
+    /// ([`Device::malloc`]) are kept.
+    pub fn free_all(&self) -> Result<(), DeviceError> {
+        self.gm()?.free_all();
+        Ok(())
+    }
+
+    /// Allocates `bytes` of persistent GM (`DEVICE_MALLOC`): 1024-byte aligned, taken from the
+    /// top of GM downward, first fit in the gaps between live persistent allocations. It
+    /// survives [`Device::free_all`] and every run until [`Device::free`]. A size of 0 is
+    /// taken as 1 byte; `None` when no gap above the current per-run allocations holds it.
+    pub fn malloc(&self, bytes: u64) -> Result<Option<u64>, DeviceError> {
+        Ok(self.gm()?.malloc(bytes))
+    }
+
+    /// Releases the persistent allocation starting at `addr`; `false` when `addr` is not the
+    /// start of a live persistent allocation.
+    pub fn free(&self, addr: u64) -> Result<bool, DeviceError> {
+        Ok(self.gm()?.free(addr))
+    }
+
+    /// Copies `data` to GM at `addr`; `false` if the range is outside GM.
+    pub fn write(&self, addr: u64, data: Vec<u8>) -> Result<bool, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Write(addr, data, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Copies `len` bytes of GM at `addr`; `None` if the range is outside GM.
+    pub fn read(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Read(addr, len, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Runs `job` to completion (or failure).
+    pub fn run(&self, job: Job) -> Result<RunOutcome, DeviceError> {
+        let (tx, rx) = channel();
+        self.send(Msg::Run(job, tx))?;
+        rx.recv().map_err(|_| DeviceError::Stopped)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gm_alloc::ALLOC_ALIGN;
+    use super::*;
+
+    #[test]
+    fn per_run_and_persistent_allocations_do_not_overlap() {
+        let mut config = DeviceConfig::new(Topology::A2a3);
+        config.gm_bytes = 64 << 10;
+        let device = Device::start(config).unwrap();
+        let p = device.malloc(16 << 10).unwrap().unwrap();
+        assert_eq!(p % ALLOC_ALIGN, 0);
+        // The bump allocator stops at the persistent allocation.
+        let mut bumped = Vec::new();
+        while let Some(at) = device.alloc(4096).unwrap() {
+            bumped.push(at);
+        }
+        assert!(bumped.iter().all(|&at| at + 4096 <= p));
+        assert!(!bumped.is_empty());
+        // Persistent memory does not come from below the live bump.
+        assert_eq!(device.malloc(16 << 10).unwrap(), None);
+        device.free_all().unwrap();
+        let q = device.malloc(16 << 10).unwrap().unwrap();
+        assert!(q + (16 << 10) <= p);
+        assert!(device.free(p).unwrap());
+        assert!(!device.free(p).unwrap());
+        assert!(!device.free(q + 8).unwrap());
+        assert!(device.free(q).unwrap());
+        // With nothing persistent left, the bump reaches the end of GM again.
+        assert!(device.alloc(48 << 10).unwrap().is_some());
+        assert_eq!(device.malloc(0).unwrap().map(|a| a % ALLOC_ALIGN), Some(0));
+    }
+}

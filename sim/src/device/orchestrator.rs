@@ -1,0 +1,316 @@
+//! The device thread: it builds every byte of device state, starts the scheduler and
+//! watchdog threads, answers the host's requests, and during a run is the AICPU's
+//! orchestrator thread (`device_main`, `run_one`).
+//!
+//! Its own file because this thread owns what the others borrow: GM, the shared scheduler
+//! state, the payload records and the orchestrator's private state live on its stack for the
+//! device's whole life, and the scheduler threads are scoped threads of it.
+
+use super::config::{orchestrator_config, DeviceConfig, DeviceError, GM_BASE};
+use super::job::Job;
+use super::scheduler::scheduler_main;
+use super::state::{watchdog_main, RunState, ABORT_ORCH, ABORT_SCHED, ABORT_TIMEOUT};
+use super::trace::{TraceBuf, TracingHook};
+use super::Msg;
+use crate::gm::GmArena;
+use simpler_aicpu::payloads::PayloadsLayout;
+use simpler_aicpu::{Rt, RunError, RunOutcome, TaskPayloads};
+use simpler_core::layout::{Carver, Layout, Line};
+use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
+use simpler_core::ring::MAX_RINGS;
+use simpler_core::sched::SchedState;
+use simpler_core::scope::ScopeMode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// A zeroed region of at least `bytes` bytes, aligned to a cache line (what core's layouts
+/// carve).
+fn region(bytes: usize) -> Box<[Line]> {
+    bytemuck::zeroed_slice_box(bytes.div_ceil(64))
+}
+
+/// The orchestrator's waiting policy: spin briefly, then block on the wakeup; give up when the
+/// run is aborted.
+struct OrchWaiter<'s> {
+    state: &'s RunState,
+}
+
+impl Waiter for OrchWaiter<'_> {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        if self.state.abort.load(Ordering::Acquire) != 0 {
+            return Err(GaveUp);
+        }
+        let seen = self.state.wake.generation();
+        for _ in 0..256 {
+            core::hint::spin_loop();
+        }
+        if self.state.wake.generation() == seen {
+            self.state.wake.wait(seen, Duration::from_millis(2));
+        }
+        if self.state.abort.load(Ordering::Acquire) != 0 {
+            Err(GaveUp)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The device thread's body: builds the device state for `config`, reports on `ready` whether
+/// that worked, then serves `rx` until the [`Device`](super::Device) hangs up, and stops the
+/// other threads before returning.
+pub(super) fn device_main(
+    config: DeviceConfig,
+    rx: Receiver<Msg>,
+    ready: Sender<Result<(), DeviceError>>,
+) {
+    let heaps = config.ring.heap_bytes * MAX_RINGS as u64;
+    let orch_config = orchestrator_config(&config, GM_BASE);
+    let built = (|| {
+        let orch_layout = OrchestratorLayout::new(orch_config)?;
+        let payloads_layout = PayloadsLayout::new([config.ring.window; MAX_RINGS])?;
+        let mut gm_layout = Layout::new();
+        let gm_words = gm_layout.array::<AtomicU64>(((heaps + config.gm_bytes) / 8) as usize)?;
+        Ok::<_, DeviceError>((orch_layout, payloads_layout, gm_layout, gm_words))
+    })();
+    let (orch_layout, payloads_layout, gm_layout, gm_words) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let mut sched_mem = region(orch_layout.sched().size());
+    let mut orch_mem = region(orch_layout.size());
+    let mut payload_mem = region(payloads_layout.size());
+    let mut gm_mem = region(gm_layout.size());
+    let shared = match SchedState::init(
+        bytemuck::cast_slice_mut(&mut sched_mem),
+        orch_layout.sched(),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let payloads =
+        match TaskPayloads::init(bytemuck::cast_slice_mut(&mut payload_mem), &payloads_layout) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = ready.send(Err(e.into()));
+                return;
+            }
+        };
+    let gm = match Carver::new(bytemuck::cast_slice_mut(&mut gm_mem), &gm_layout)
+        .and_then(|mut c| c.atomic_as_is(gm_words))
+    {
+        Ok(words) => GmArena::new(GM_BASE, words),
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let mut orch = match Orchestrator::init(
+        bytemuck::cast_slice_mut(&mut orch_mem),
+        &orch_layout,
+        &shared,
+    ) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let state = RunState::new();
+    let nsched = config.topology.schedulers();
+    std::thread::scope(|s| {
+        for t in 0..nsched {
+            let (state, shared, payloads, gm) = (&state, &shared, &payloads, &gm);
+            let _ = std::thread::Builder::new()
+                .name(format!("simpler-sched-{t}"))
+                .spawn_scoped(s, move || {
+                    scheduler_main(t, nsched, &config, state, shared, payloads, gm)
+                });
+        }
+        let state_ref = &state;
+        let _ = std::thread::Builder::new()
+            .name("simpler-watchdog".into())
+            .spawn_scoped(s, move || watchdog_main(&config, state_ref));
+        let _ = ready.send(Ok(()));
+
+        let mut orch_trace = TraceBuf::new();
+        while let Ok(msg) = rx.recv() {
+            match msg {
+                Msg::Write(addr, data, reply) => {
+                    let _ = reply.send(simpler_core::gm::Gm::write(&gm, addr, &data).is_ok());
+                }
+                Msg::Read(addr, len, reply) => {
+                    let mut out = vec![0u8; len];
+                    let ok = simpler_core::gm::Gm::read(&gm, addr, &mut out).is_ok();
+                    let _ = reply.send(ok.then_some(out));
+                }
+                Msg::Run(job, reply) => {
+                    let outcome = run_one(
+                        &job,
+                        &mut orch_trace,
+                        &state,
+                        &shared,
+                        &mut orch,
+                        &payloads,
+                        &gm,
+                        nsched,
+                    );
+                    let _ = reply.send(outcome);
+                }
+            }
+        }
+        state.shutdown.store(true, Ordering::SeqCst);
+        {
+            let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
+            g.0 += 1;
+            state.start.notify_all();
+        }
+        state.wake.notify();
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+/// One run on the device thread: resets the shared state, starts the scheduler threads on
+/// it, runs the orchestration function (or imports the host's prebuilt graph), waits for every
+/// scheduler thread to leave the run, and reports the outcome.
+fn run_one<'a>(
+    job: &Job,
+    orch_trace: &mut TraceBuf,
+    state: &RunState,
+    shared: &SchedState<'a>,
+    orch: &mut Orchestrator<'a>,
+    payloads: &TaskPayloads<'a>,
+    gm: &GmArena<'_>,
+    nsched: usize,
+) -> RunOutcome {
+    let init_start = Instant::now();
+    shared.reset();
+    orch.reset();
+    state.orch_done.store(false, Ordering::SeqCst);
+    state.abort.store(0, Ordering::SeqCst);
+    state.dispatched.store(0, Ordering::SeqCst);
+    *state.sched_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *state.active.lock().unwrap_or_else(|e| e.into_inner()) = nsched;
+    state.run_id.fetch_add(1, Ordering::SeqCst);
+    state.running.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    state.trace_dropped.store(0, Ordering::SeqCst);
+    // Without the `trace` feature no sink is ever armed, and every event site folds away.
+    let sink = if cfg!(feature = "trace") {
+        job.trace.clone()
+    } else {
+        None
+    };
+    *state.trace.lock().unwrap_or_else(|e| e.into_inner()) = sink.clone().map(|sink| (sink, start));
+    if sink.is_some() {
+        orch_trace.arm();
+    }
+    if let Some(p) = &job.prebuilt {
+        // hbg: the host built the graph; import its live image before any scheduler starts.
+        let imported = shared.import(&p.usage, &p.sched).and_then(|()| {
+            payloads.import(
+                &p.usage.tasks,
+                &mut simpler_core::image::Reader::new(&p.payloads),
+            )
+        });
+        if let Err(e) = imported {
+            state.running.store(false, Ordering::SeqCst);
+            return RunOutcome {
+                result: Err(RunError::Image(e)),
+                tasks: 0,
+                edges: 0,
+                dispatched: 0,
+                orchestration: Duration::ZERO,
+                init: init_start.elapsed(),
+                device: start.elapsed(),
+                trace_dropped: 0,
+            };
+        }
+    }
+    let init = init_start.elapsed();
+    {
+        let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 += 1;
+        g.1 = Some(job.kernels.clone());
+        state.start.notify_all();
+    }
+    let mut waiter = OrchWaiter { state };
+    let mut hook_guard = job
+        .hook
+        .as_ref()
+        .map(|h| h.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut tracing = sink.as_ref().map(|_| TracingHook {
+        inner: None,
+        buf: &mut *orch_trace,
+        epoch: start,
+        started: 0,
+    });
+    let result = if job.prebuilt.is_some() {
+        Ok(())
+    } else {
+        let mut rt = Rt::new(orch, payloads, &mut waiter, gm, &job.args, &state.abort);
+        match (tracing.as_mut(), hook_guard.as_mut()) {
+            (Some(t), inner) => {
+                t.inner = inner.map(|g| &mut **g);
+                rt = rt.with_hook(t);
+            }
+            (None, Some(g)) => rt = rt.with_hook(&mut **g),
+            (None, None) => {}
+        }
+        let r = rt.scope(ScopeMode::Auto, |rt| (job.orch)(rt));
+        r.and_then(|()| rt.error().map_or(Ok(()), Err))
+    };
+    drop(hook_guard);
+    let orchestration = start.elapsed();
+    if result.is_err() {
+        let _ = state
+            .abort
+            .compare_exchange(0, ABORT_ORCH, Ordering::SeqCst, Ordering::SeqCst);
+    }
+    state.orch_done.store(true, Ordering::SeqCst);
+    state.wake.notify();
+    {
+        let mut active = state.active.lock().unwrap_or_else(|e| e.into_inner());
+        while *active > 0 {
+            active = state.done.wait(active).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+    state.running.store(false, Ordering::SeqCst);
+    let device = start.elapsed();
+    if let Some(sink) = &sink {
+        orch_trace.flush(state, sink);
+    }
+    *state.trace.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let (tasks, edges) = match &job.prebuilt {
+        Some(p) => (p.usage.tasks.iter().map(|&t| t as u64).sum(), p.edges),
+        None => (
+            (0..MAX_RINGS).map(|r| orch.submitted(r) as u64).sum(),
+            orch.edges_recorded(),
+        ),
+    };
+    // The cause of an abort wins over what the orchestration saw of it: an orchestrator
+    // waiting on a full ring when a kernel failed gives up with a ring error.
+    let sched_error = *state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
+    let result = match (result, state.abort.load(Ordering::SeqCst), sched_error) {
+        (_, ABORT_SCHED, Some(e)) => Err(RunError::Scheduler(e)),
+        (_, ABORT_TIMEOUT, _) => Err(RunError::Timeout),
+        (Err(e), _, _) => Err(RunError::Orchestration(e)),
+        (Ok(()), _, _) => Ok(()),
+    };
+    RunOutcome {
+        result,
+        tasks,
+        edges,
+        dispatched: state.dispatched.load(Ordering::SeqCst),
+        orchestration,
+        init,
+        device,
+        trace_dropped: state.trace_dropped.load(Ordering::SeqCst),
+    }
+}

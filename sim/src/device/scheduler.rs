@@ -1,0 +1,314 @@
+//! A scheduler thread: the AICPU scheduler pass over the cores it owns, and the `aicore` loop
+//! of each of those cores, stepped in turn on the same thread (`scheduler_main`).
+//!
+//! Its own file because this is the dispatch path, the loop a run's speed depends on. It never
+//! sleeps on a timer: a thread with nothing to do blocks on the run's
+//! [`Wakeup`](crate::wake::Wakeup) (its 5 ms timeout only a backstop) and is woken by whoever
+//! makes work (a submit, a completion, an abort). The loop's steps are `#[inline(always)]`
+//! methods of `SchedThread`, so naming them adds no call to the loop.
+
+use super::config::DeviceConfig;
+use super::regs::{CoreBlock, SimCores};
+use super::state::{RunState, ABORT_SCHED};
+use super::trace::{TraceBuf, TraceSink};
+use crate::gm::GmArena;
+use simpler_aicore::core_loop::{CoreLoop, Step};
+use simpler_aicore::KernelFn;
+use simpler_aicpu::scheduler::CoreSlot;
+use simpler_aicpu::{EventKind, OwnedCore, SchedError, Scheduler, TaskPayloads, TraceEvent};
+use simpler_core::handshake::AICPU_IDLE;
+use simpler_core::sched::SchedState;
+use simpler_core::TaskId;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The body of scheduler thread `index` of `nsched`: sets up the cores it owns once, then
+/// serves one run after another until the device shuts down.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn scheduler_main(
+    index: usize,
+    nsched: usize,
+    config: &DeviceConfig,
+    state: &RunState,
+    shared: &SchedState<'_>,
+    payloads: &TaskPayloads<'_>,
+    gm: &GmArena<'_>,
+) {
+    let mut thread = SchedThread::new(index, nsched, config);
+    let mut seen_generation = 0;
+    while let Some(kernels) = wait_for_run(state, &mut seen_generation) {
+        let run = thread.begin_run(state);
+        thread.dispatch_loop(state, shared, payloads, gm, &kernels, &run);
+        thread.end_run(state, &run);
+    }
+}
+
+/// Blocks until the device thread starts the next run (it bumps the generation), and returns
+/// that run's kernel table; `None` when the bump was the shutdown.
+fn wait_for_run(state: &RunState, seen_generation: &mut u64) -> Option<Arc<[KernelFn]>> {
+    let kernels = {
+        let mut g = state.generation.lock().unwrap_or_else(|e| e.into_inner());
+        while g.0 == *seen_generation {
+            g = state.start.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        *seen_generation = g.0;
+        g.1.clone()
+    };
+    if state.shutdown.load(Ordering::SeqCst) {
+        return None;
+    }
+    Some(kernels.unwrap_or_else(|| Arc::from(Vec::new())))
+}
+
+/// What one scheduler thread owns and keeps from run to run: its cores (registers, loop
+/// state, local buffers), its scheduler and its trace buffer.
+struct SchedThread {
+    /// The thread's position among the schedulers; its trace track is
+    /// `SCHEDULER_TRACK + index`.
+    index: usize,
+    /// The cores it owns, whole clusters of (AIC, AIV0, AIV1).
+    owned: Vec<OwnedCore>,
+    /// Their registers, as the scheduler's `Platform`.
+    platform: SimCores,
+    /// Each owned core's `aicore` loop state.
+    loops: Vec<CoreLoop>,
+    /// Each owned core's local buffer.
+    locals: Vec<Vec<f32>>,
+    /// The AICPU scheduler over `owned`.
+    sched: Scheduler,
+    /// The thread's trace buffer.
+    trace: TraceBuf,
+}
+
+/// One run as a scheduler thread sees it: where its trace goes and the scheduler's counters
+/// when it began.
+struct RunStart {
+    /// The run's trace sink and start, when traced.
+    tracing: Option<(TraceSink, Instant)>,
+    /// The run's start when traced: event times count from it; `None` records nothing.
+    epoch: Option<Instant>,
+    /// The thread's trace track.
+    track: u32,
+    /// `sched.dispatched` at the start.
+    dispatched: u64,
+    /// `sched.loops`, `sched.pops` and `sched.pop_hits` at the start.
+    counters: (u64, u64, u64),
+}
+
+/// Nanoseconds since `epoch`, or 0 when the run is not traced.
+#[inline(always)]
+fn now(epoch: Option<Instant>) -> u64 {
+    epoch.map_or(0, |e| e.elapsed().as_nanos() as u64)
+}
+
+impl SchedThread {
+    /// Thread `index` of `nsched` with its cores idle.
+    fn new(index: usize, nsched: usize, config: &DeviceConfig) -> Self {
+        // Whole clusters, round robin: cluster c belongs to thread c % nsched. Cores of a
+        // cluster are contiguous (AIC, AIV0, AIV1), which the scheduler's MIX placement
+        // relies on.
+        let mut owned = Vec::new();
+        let mut blocks = Vec::new();
+        for cluster in (index..config.clusters as usize).step_by(nsched) {
+            for slot in [CoreSlot::Aic, CoreSlot::Aiv0, CoreSlot::Aiv1] {
+                owned.push(OwnedCore::new(blocks.len(), cluster, slot));
+                blocks.push(CoreBlock::idle());
+            }
+        }
+        let loops = vec![CoreLoop::new(); blocks.len()];
+        let locals: Vec<Vec<f32>> = (0..blocks.len())
+            .map(|_| vec![0.0; config.local_words])
+            .collect();
+        let platform = SimCores {
+            blocks,
+            epoch: Instant::now(),
+        };
+        let sched = Scheduler::new(&owned);
+        Self {
+            index,
+            owned,
+            platform,
+            loops,
+            locals,
+            sched,
+            trace: TraceBuf::new(),
+        }
+    }
+
+    /// Readies the thread for a run: the scheduler and every core loop reset, every task
+    /// register idle, the trace buffer armed when the run is traced.
+    fn begin_run(&mut self, state: &RunState) -> RunStart {
+        self.sched.reset();
+        for (b, l) in self.platform.blocks.iter().zip(self.loops.iter_mut()) {
+            b.task.store(AICPU_IDLE, Ordering::Release);
+            l.reset();
+        }
+        let dispatched = self.sched.dispatched;
+        let counters = (self.sched.loops, self.sched.pops, self.sched.pop_hits);
+        let tracing = if cfg!(feature = "trace") {
+            state
+                .trace
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        } else {
+            None
+        };
+        if tracing.is_some() {
+            self.trace.arm();
+        }
+        let epoch = tracing.as_ref().map(|t| t.1);
+        // Timed passes read the platform clock, which counts from the run's start.
+        self.sched.set_timed(epoch.is_some());
+        if let Some(e) = epoch {
+            self.platform.epoch = e;
+        }
+        RunStart {
+            tracing,
+            epoch,
+            track: simpler_aicpu::trace::SCHEDULER_TRACK + self.index as u32,
+            dispatched,
+            counters,
+        }
+    }
+
+    /// The dispatch loop: a scheduler pass, then one step of every owned core, until the run
+    /// is aborted or drained; waits on the wakeup when a round did nothing.
+    #[inline(always)]
+    fn dispatch_loop(
+        &mut self,
+        state: &RunState,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+        gm: &GmArena<'_>,
+        kernels: &[KernelFn],
+        run: &RunStart,
+    ) {
+        let (epoch, track) = (run.epoch, run.track);
+        loop {
+            if state.abort.load(Ordering::Acquire) != 0 {
+                break;
+            }
+            let seen = state.wake.generation();
+            let completed0 = self.sched.completed;
+            let stepped = self.sched.step(&mut self.platform, shared, payloads, gm);
+            if epoch.is_some() && matches!(stepped, Ok(true)) {
+                self.trace_pass(track);
+            }
+            let mut progress = match stepped {
+                Ok(p) => p,
+                Err(e) => {
+                    fail(state, e);
+                    break;
+                }
+            };
+            if self.step_cores(gm, kernels, epoch) {
+                progress = true;
+            }
+            if progress {
+                state.progress.fetch_add(1, Ordering::Relaxed);
+                if self.sched.completed != completed0 {
+                    state.wake.notify();
+                }
+                continue;
+            }
+            if state.orch_done.load(Ordering::Acquire) && shared.drained() && !self.sched.busy() {
+                break;
+            }
+            let t0 = now(epoch);
+            state.wake.wait(seen, Duration::from_millis(5));
+            if epoch.is_some() {
+                self.trace.span(track, EventKind::Idle, t0, now(epoch));
+            }
+        }
+    }
+
+    /// Records the last scheduler pass as its completion and dispatch phases.
+    #[inline(always)]
+    fn trace_pass(&mut self, track: u32) {
+        let pass = self.sched.last_pass();
+        for (kind, start_ns, end_ns) in [
+            (EventKind::Completion, pass.start, pass.completed),
+            (EventKind::Dispatch, pass.completed, pass.end),
+        ] {
+            self.trace.span(track, kind, start_ns, end_ns);
+        }
+    }
+
+    /// Steps every owned core's loop once (each runs a task it was given, if any); `true` when
+    /// some core did something. With `epoch`, records each task run as an `Exec` span.
+    #[inline(always)]
+    fn step_cores(
+        &mut self,
+        gm: &GmArena<'_>,
+        kernels: &[KernelFn],
+        epoch: Option<Instant>,
+    ) -> bool {
+        let mut progress = false;
+        for (i, l) in self.loops.iter_mut().enumerate() {
+            let t0 = now(epoch);
+            let step = l.step(&self.platform.blocks[i], gm, kernels, &mut self.locals[i]);
+            if step != Step::Idle {
+                progress = true;
+                if let (Some(_), Step::Ran(token)) = (epoch, step) {
+                    let c = &self.owned[i];
+                    self.trace.push(TraceEvent {
+                        track: (c.cluster * 3 + c.slot as usize) as u32,
+                        kind: EventKind::Exec,
+                        task: self.sched.running(i).unwrap_or(TaskId::INVALID),
+                        kernel: self.platform.blocks[i].payloads[(token & 1) as usize].kernel_id,
+                        start_ns: t0,
+                        end_ns: now(epoch),
+                        value: 0,
+                    });
+                }
+            }
+        }
+        progress
+    }
+
+    /// Leaves the run: records the thread's loop and pop counters and flushes its trace (when
+    /// traced), adds its dispatches to the run's, and tells the device thread it is done.
+    fn end_run(&mut self, state: &RunState, run: &RunStart) {
+        if let Some((sink, _)) = &run.tracing {
+            use simpler_aicpu::trace::{COUNTER_LOOPS, COUNTER_POPS, COUNTER_POP_HITS};
+            let end_ns = now(run.epoch);
+            let (loops0, pops0, hits0) = run.counters;
+            for (counter, value) in [
+                (COUNTER_LOOPS, self.sched.loops - loops0),
+                (COUNTER_POPS, self.sched.pops - pops0),
+                (COUNTER_POP_HITS, self.sched.pop_hits - hits0),
+            ] {
+                self.trace.push(TraceEvent {
+                    track: run.track,
+                    kind: EventKind::Counter,
+                    task: TaskId::INVALID,
+                    kernel: counter,
+                    start_ns: end_ns,
+                    end_ns,
+                    value,
+                });
+            }
+            self.trace.flush(state, sink);
+        }
+        state
+            .dispatched
+            .fetch_add(self.sched.dispatched - run.dispatched, Ordering::SeqCst);
+        let mut active = state.active.lock().unwrap_or_else(|e| e.into_inner());
+        *active -= 1;
+        state.done.notify_all();
+    }
+}
+
+/// Ends the run for a scheduler error: keeps the run's first error, aborts with
+/// [`ABORT_SCHED`] (unless another abort came first) and wakes every sleeper.
+#[cold]
+fn fail(state: &RunState, e: SchedError) {
+    let mut slot = state.sched_error.lock().unwrap_or_else(|e| e.into_inner());
+    slot.get_or_insert(e);
+    let _ = state
+        .abort
+        .compare_exchange(0, ABORT_SCHED, Ordering::SeqCst, Ordering::SeqCst);
+    state.wake.notify();
+}
