@@ -30,7 +30,7 @@
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
 use crate::image_payloads::ImagePayloads;
-use crate::l3::os::Mapping;
+use crate::os::PrivateMapping;
 use crate::record::{Inflight, InflightStatus, RecorderPool};
 use crate::transport::{HostImage, RunOptions};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
@@ -349,8 +349,8 @@ impl BindGraphs<'_> {
 /// The retained host mirror of one chip's shared memory.
 pub(crate) struct Mirror {
     layout: OrchestratorLayout,
-    sched: Mapping,
-    orch: Mapping,
+    sched: PrivateMapping,
+    orch: PrivateMapping,
     /// The payload records, written in the image's format as the orchestration submits.
     payloads: ImagePayloads,
     sched_image: ImageBuffer,
@@ -364,7 +364,7 @@ impl Mirror {
     /// bind writes it (an aligned heap allocation would be zeroed eagerly).
     fn new(layout: OrchestratorLayout) -> Result<Self, HbgError> {
         let region = |bytes: usize| {
-            Mapping::anon_private(bytes.max(1)).map_err(|e| HbgError::Mirror(e.to_string()))
+            PrivateMapping::new(bytes.max(1)).map_err(|e| HbgError::Mirror(e.to_string()))
         };
         Ok(Self {
             sched: region(layout.sched().size())?,
@@ -440,8 +440,8 @@ struct Clock {
 impl Clock {
     /// Starts timing a phase of the bind that started at `bind`.
     fn start(bind: Instant) -> Self {
-        let faults = crate::l3::os::minor_faults();
-        let cpu = crate::l3::os::thread_cpu_time();
+        let faults = crate::os::minor_faults();
+        let cpu = crate::os::thread_cpu_time();
         Self {
             bind,
             start: Instant::now(),
@@ -454,8 +454,8 @@ impl Clock {
         let time = self.start.elapsed();
         Phase {
             time,
-            cpu: crate::l3::os::thread_cpu_time().saturating_sub(self.cpu),
-            minflt: crate::l3::os::minor_faults().saturating_sub(self.faults),
+            cpu: crate::os::thread_cpu_time().saturating_sub(self.cpu),
+            minflt: crate::os::minor_faults().saturating_sub(self.faults),
             allocs: crate::alloc_count::now().saturating_sub(self.allocs),
             at: self.start.saturating_duration_since(self.bind),
         }
@@ -888,14 +888,14 @@ fn commit(
 /// pages as they are first written, and an export writes every byte it ships.
 #[derive(Default)]
 struct ImageBuffer {
-    map: Option<Mapping>,
+    map: Option<PrivateMapping>,
 }
 
 impl ImageBuffer {
     /// At least `len` writable bytes.
     fn get(&mut self, len: usize) -> Result<&mut [u8], HbgError> {
-        if self.map.as_ref().map_or(0, Mapping::len) < len {
-            let map = Mapping::anon_private(len.max(4096) * 2)
+        if self.map.as_ref().map_or(0, PrivateMapping::len) < len {
+            let map = PrivateMapping::new(len.max(4096) * 2)
                 .map_err(|e| HbgError::Mirror(e.to_string()))?;
             self.map = Some(map);
         }
@@ -907,7 +907,7 @@ impl ImageBuffer {
     fn filled(&self, len: usize) -> &[u8] {
         self.map
             .as_ref()
-            .and_then(|m| m.bytes(0, len))
+            .and_then(|m| m.bytes().get(..len))
             .unwrap_or(&[])
     }
 }

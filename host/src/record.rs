@@ -23,7 +23,7 @@
 //! scalar values would reuse the recorded ones (the reference's documented trap, here for all
 //! scalars until scalar provenance is tracked).
 
-use crate::l3::os::Mapping;
+use crate::os::PrivateMapping;
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads, NO_KERNEL};
 use simpler_aicpu::{GraphRef, GraphSink, Rt, RtError, SubmitHook, SubmittedTask};
 use simpler_core::deps::DepFlags;
@@ -266,9 +266,9 @@ impl std::error::Error for RecordError {}
 /// The private runtime's memory: page-aligned mappings of zero pages, touched only where a
 /// recording writes (an aligned heap allocation would be zeroed eagerly, 20 ms for these 40 MB).
 struct Regions {
-    sched: Mapping,
-    orch: Mapping,
-    payloads: Mapping,
+    sched: PrivateMapping,
+    orch: PrivateMapping,
+    payloads: PrivateMapping,
 }
 
 /// The flat arrays a recording fills; every traversal is bounded by `node_count`.
@@ -414,7 +414,7 @@ impl Recording {
     fn stand_up(&mut self) -> Result<(), RecordError> {
         let fail = self.fail.take();
         // Both allocations, or neither: a failure drops everything stood up so far.
-        let region = |bytes: usize| Mapping::anon_private(bytes.max(1));
+        let region = |bytes: usize| PrivateMapping::new(bytes.max(1));
         let hazard = match (fail, region(self.layout.size())) {
             (Some(StandUpPart::HazardMap), _) | (_, Err(_)) => {
                 self.drop_storage();
@@ -1037,24 +1037,6 @@ impl Inflight {
     }
 }
 
-/// Makes this (recorder) thread give way to the orchestration thread when both want one CPU:
-/// a batch thread does not preempt a running one when it wakes, and a lower priority gives
-/// it a smaller share. Recordings overlap the orchestration only where a CPU is spare (at the
-/// commit the orchestration thread waits, and the recorders have every CPU). Best effort: on
-/// a system that refuses, the thread keeps the default policy.
-fn yield_to_the_orchestration() {
-    #[cfg(target_os = "linux")]
-    #[allow(unsafe_code)]
-    // SAFETY: both calls act on the calling thread (id 0) and read only the parameter struct
-    // passed by reference, which lives across the call; failure is reported by the return
-    // value, which is ignored (best effort).
-    unsafe {
-        let param = libc::sched_param { sched_priority: 0 };
-        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
-        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-    }
-}
-
 /// Recorder threads at start.
 pub const RECORDERS_AT_START: usize = 8;
 /// Recorder threads at most.
@@ -1383,7 +1365,10 @@ impl Drop for RecorderPool {
 }
 
 fn recorder_main(index: usize, shared: &PoolShared) {
-    yield_to_the_orchestration();
+    // Give way to the orchestration thread when both want one CPU: recordings then overlap
+    // the orchestration only where a CPU is spare (at the commit the orchestration thread
+    // waits, and the recorders have every CPU).
+    crate::os::yield_to_busier_threads();
     // This thread's retained storage, reused by every body it records, and its copy of the
     // boundary it records against (retained too: a warm recording allocates nothing).
     let mut recording = Recording::new();

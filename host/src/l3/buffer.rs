@@ -11,8 +11,8 @@
 //! `release_buffer` or `close`. Closing sets `closed` first (so no new tensor or descriptor is
 //! derived), then unlinks the name; the mapping goes when the last handle drops.
 
-use super::os::{shm_create, shm_unlink, Mapping, Region};
 use super::L3Error;
+use crate::os::{shm_create, shm_unlink, Mapping, Region};
 use simpler_core::{
     AccessMode, AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DataType, Tensor,
     ValidTensor,
@@ -367,7 +367,7 @@ pub(super) fn create_arena(
         .sub(offset as usize, nbytes as usize)
         .expect("the arena allocator stays inside the arena");
     // Fresh arena memory may hold a released buffer's bytes; hand it out zeroed.
-    region.bytes_mut().fill(0);
+    region.zero();
     let desc = descriptor(
         identity,
         AddressSpace::Host,

@@ -12,9 +12,9 @@
 
 use super::buffer::Buffer;
 use super::mailbox::{Bells, Mailbox, SCHEDULER_BELL, TASK_FRAME};
-use super::os::ChildExit;
 use super::worker::LiveBuffers;
 use super::L3Error;
+use crate::os::ChildExit;
 use simpler_core::mailbox::{CallConfig, MailboxState, PipelineSlotLease};
 use simpler_core::overlap::{self, Footprint, Overlap};
 use simpler_core::{CanonicalIdentity, TensorArgType, ValidTensor};
@@ -73,7 +73,7 @@ impl Lane {
         if exit.is_none() {
             let pid = self.pid.load(Ordering::Acquire);
             if pid > 0 {
-                match super::os::try_reap(pid) {
+                match crate::os::try_reap(pid) {
                     Ok(Some(e)) => *exit = Some(e),
                     Ok(None) => {}
                     // ECHILD: reaped elsewhere or never ours; treat as gone.

@@ -9,7 +9,7 @@
 //! landing silently; a FORK-inherited address must lie inside a range the process really
 //! inherited, so no descriptor can make the registry hand out an address it never mapped.
 
-use super::os::{fd_size, shm_open, Mapping, Region};
+use crate::os::{fd_size, shm_open, Mapping, Region};
 use simpler_core::blob::{BlobError, TaskArgsView};
 use simpler_core::{
     AccessMode, AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DataType,
@@ -385,7 +385,9 @@ impl ImportRegistry {
     }
 
     /// Decodes a SUB task's blob and maps its arguments for a host callable; any DEVICE tensor
-    /// is refused.
+    /// is refused. The arguments point into this registry's imports: use them only while
+    /// those stay imported (no [`Self::release`] of their buffers, no [`Self::close`], and
+    /// the registry alive), as a child does for the one task they belong to.
     pub fn mapped_args(&mut self, view: &TaskArgsView<'_>) -> Result<MappedArgs, ImportError> {
         let mut args = Vec::with_capacity(view.tensor_count());
         for index in 0..view.tensor_count() {
@@ -507,20 +509,35 @@ impl std::error::Error for ReadOnlyArg {}
 
 impl MappedArg {
     /// The view's bytes, from its first to one past its last element.
+    #[allow(unsafe_code)]
     pub fn bytes(&self) -> &[u8] {
-        self.region.as_ref().map(Region::bytes).unwrap_or(&[])
+        let Some(region) = self.region.as_ref() else {
+            return &[];
+        };
+        // SAFETY: the region lies in an import the registry that made this argument holds (or
+        // in memory the child inherited at fork and never unmaps) for the task's duration, and
+        // the dependency engine keeps every writer of these bytes waiting until the task that
+        // reads them has finished. (A caller of the public registry that releases the import,
+        // or drops the registry, while it still holds the arguments breaks the first half:
+        // see [`ImportRegistry::mapped_args`].)
+        unsafe { region.bytes() }
     }
 
     /// The view's bytes for writing; refused for a READ buffer.
+    #[allow(unsafe_code)]
     pub fn bytes_mut(&mut self) -> Result<&mut [u8], ReadOnlyArg> {
         if !self.writable {
             return Err(ReadOnlyArg);
         }
-        Ok(self
-            .region
-            .as_ref()
-            .map(Region::bytes_mut)
-            .unwrap_or(&mut []))
+        let Some(region) = self.region.as_ref() else {
+            return Ok(&mut []);
+        };
+        // SAFETY: the region stays mapped as for `bytes`; the engine gives the running task
+        // exclusive use of a range it writes (no other task touches overlapping bytes until
+        // it finishes, and the submit checks refuse two tracked arguments of one task that
+        // overlap where either writes), and `&mut self` keeps this argument's own slices
+        // apart.
+        Ok(unsafe { region.bytes_mut() })
     }
 
     /// Whether the buffer grants writing.

@@ -19,7 +19,6 @@ mod child;
 mod engine;
 pub mod import;
 mod mailbox;
-pub(crate) mod os;
 mod worker;
 
 pub use buffer::{shm_prefix, Buffer};

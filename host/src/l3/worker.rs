@@ -9,8 +9,8 @@ use super::child::{self, ChildSetup};
 use super::engine::{Lane, LaneKind, MemberTarget, NewMember, RunShared, RunSummary, Shared};
 use super::import::{ForkRanges, MappedArgs};
 use super::mailbox::{Bells, CONTROL_FRAME, CTRL_OFF_RESULT, SCHEDULER_BELL};
-use super::os::{self, Forked};
 use super::L3Error;
+use crate::os::{self, Forked};
 use crate::task_args::TaskArgs;
 use crate::transport::OrchFn;
 use simpler_aicore::KernelFn;
@@ -327,6 +327,7 @@ impl Worker {
         }
     }
 
+    #[allow(unsafe_code)] // the fork: see its SAFETY comment
     fn start_children(&mut self) -> Result<Arc<Shared>, L3Error> {
         let chips = self.config.chips;
         let subs = self.config.sub_workers;
@@ -365,7 +366,13 @@ impl Worker {
                 device: &self.config.device,
                 parent,
             };
-            match os::fork() {
+            // SAFETY: in the child, `child_main` never returns: it catches a panic of the
+            // child's work and ends with `exit_now`, so no frame or destructor of the parent's
+            // runs there. No thread of this Worker exists yet (the scheduler starts after the
+            // last fork), and the child uses no other thread of the process; one that held a
+            // lock at the fork (a logger's) can only leave the child blocked, which the
+            // start-up deadline below reports.
+            match unsafe { os::fork() } {
                 Ok(Forked::Child) => child::child_main(setup),
                 Ok(Forked::Parent(pid)) => shared.lanes[lane].pid.store(pid, Ordering::Release),
                 Err(e) => {
