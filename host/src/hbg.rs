@@ -31,14 +31,14 @@
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
 use crate::image_payloads::ImagePayloads;
 use crate::os::PrivateMapping;
-use crate::record::{Inflight, InflightStatus, RecorderPool};
+use crate::record::{Inflight, InflightStatus, RecorderPool, RefusingWaiter};
 use crate::transport::{HostImage, RunOptions};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::graph::GraphDefinitionHeader;
 use simpler_core::image::ImageError;
 use simpler_core::orchestrator::TaskArg;
-use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
+use simpler_core::orchestrator::{Orchestrator, OrchestratorLayout};
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
 use simpler_core::TaskId;
@@ -378,19 +378,6 @@ impl Mirror {
     }
 }
 
-/// A waiter that never waits: nothing retires while the host builds, so a full ring or heap
-/// can never drain.
-struct NoWait {
-    blocked: Option<Blocked>,
-}
-
-impl Waiter for NoWait {
-    fn wait(&mut self, on: Blocked) -> Result<(), GaveUp> {
-        self.blocked = Some(on);
-        Err(GaveUp)
-    }
-}
-
 /// What the host sees of device memory while it builds: the entry tensors it staged, through
 /// their host copies (the reference's host views of external tensors). Reads inside one of
 /// them succeed; anything else, and every write (the device copy is already staged), faults.
@@ -612,7 +599,7 @@ impl ChipWorker {
             pool.orchestrating(true);
             before
         };
-        let mut waiter = NoWait { blocked: None };
+        let mut waiter = RefusingWaiter::default();
         let abort = AtomicU32::new(0);
         let result = {
             let views = HostViews { args, staged };
