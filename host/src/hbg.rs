@@ -28,7 +28,7 @@
 //! waiting. The mirror (its three regions and the two image buffers) is allocated at the first
 //! bind and kept by the `ChipWorker` until it is finalized.
 
-use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
+use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, Staging, WorkerError};
 use crate::image_payloads::ImagePayloads;
 use crate::os::PrivateMapping;
 use crate::record::{Inflight, InflightStatus, RecorderPool, RefusingWaiter};
@@ -245,6 +245,24 @@ fn place(staging: &mut Vec<u8>, base: u64, bytes: &[u8]) -> Option<u64> {
     staging.resize(at, 0);
     staging.extend_from_slice(bytes);
     Some(base + at as u64)
+}
+
+impl Graphs {
+    /// Empties the per-bind state for a new bind and tells the pool one begins: the rotation
+    /// advances, and recordings may run while the orchestration builds. Returns the pool's
+    /// count of orchestration wake-ups so far (the bind's own is the difference at its end).
+    fn begin_bind(&mut self, pool: &mut RecorderPool) -> u64 {
+        self.staging.clear();
+        self.keys.clear();
+        self.shells.clear();
+        self.used = 0;
+        self.binds += 1;
+        self.begin_time = Duration::ZERO;
+        pool.rotate(self.binds);
+        let before = pool.orchestration_wakes();
+        pool.orchestrating(true);
+        before
+    }
 }
 
 impl GraphSink for BindGraphs<'_> {
@@ -539,7 +557,6 @@ impl ChipWorker {
         // Retained across binds; a bind that fails leaves it behind and the next makes another.
         let mut staging = self.staging.take().unwrap_or_default();
         self.prepare(handle, args, scalars, false, &mut staging)?;
-        let (orch_args, staged) = (&staging.orch_args, &staging.staged);
         // Device memory for this bind's Definitions and Graph boundaries.
         let staging_base =
             self.device
@@ -549,6 +566,57 @@ impl ChipWorker {
                 })?;
         report.phases[0] = clock.stop();
 
+        let built = self.build_image(handle, args, &staging, staging_base, start, &mut report)?;
+
+        let clock = Clock::start(start);
+        if run_device {
+            self.upload_graph_staging(staging_base)?;
+        }
+        report.phases[5] = clock.stop();
+
+        let clock = Clock::start(start);
+        if run_device {
+            ChipWorker::copy_in(&*self.device, args, &staging.staged)?;
+        }
+        report.phases[6] = clock.stop();
+
+        if !run_device {
+            let run = host_only_run(start, &report, built.edges);
+            self.staging = Some(staging);
+            if let Some(sink) = &trace {
+                record_bind_phases(sink, &report, Duration::ZERO);
+            }
+            return Ok((run, report));
+        }
+        let outcome = self.run_image(handle, &built, start, trace.clone(), &mut report)?;
+
+        let clock = Clock::start(start);
+        self.copy_back(args, &staging.staged)?;
+        report.phases[9] = clock.stop();
+        self.staging = Some(staging);
+        if let Some(sink) = &trace {
+            record_bind_phases(sink, &report, report.phases[7].at);
+        }
+        let run = RunReport {
+            outcome,
+            host: start.elapsed(),
+        };
+        Ok((run, report))
+    }
+
+    /// Phases `arena_build` to `shared_mem`: formats (or attaches to) the mirror, runs the
+    /// orchestration into it, commits the bind's Graphs, and exports the live image into the
+    /// mirror's retained buffers. Fills those phases, the task and Graph counts and the image
+    /// size in `report`.
+    fn build_image(
+        &mut self,
+        handle: CallableHandle,
+        args: &[ChipArg],
+        staging: &Staging,
+        staging_base: u64,
+        start: Instant,
+        report: &mut BindReport,
+    ) -> Result<BuiltImage, WorkerError> {
         let clock = Clock::start(start);
         if self.hbg.is_none() {
             let (layout, _) = self.device.layouts()?;
@@ -584,28 +652,18 @@ impl ChipWorker {
 
         let clock = Clock::start(start);
         let graph_counts = mirror.graphs.counts;
-        let wakes_before = {
-            let g = &mut mirror.graphs;
-            g.staging.clear();
-            g.keys.clear();
-            g.shells.clear();
-            g.used = 0;
-            g.binds += 1;
-            g.begin_time = Duration::ZERO;
-            let bind = g.binds;
-            let pool = self.recorders.get_or_insert_with(RecorderPool::start);
-            pool.rotate(bind);
-            let before = pool.orchestration_wakes();
-            pool.orchestrating(true);
-            before
-        };
+        let pool = self.recorders.get_or_insert_with(RecorderPool::start);
+        let wakes_before = mirror.graphs.begin_bind(pool);
         let mut waiter = RefusingWaiter::default();
         let abort = AtomicU32::new(0);
         let result = {
-            let views = HostViews { args, staged };
+            let views = HostViews {
+                args,
+                staged: &staging.staged,
+            };
             let mut sink = BindGraphs {
                 g: &mut mirror.graphs,
-                pool: self.recorders.as_mut().expect("started above"),
+                pool: &mut *pool,
                 base: staging_base,
             };
             let mut rt = Rt::new(
@@ -613,7 +671,7 @@ impl ChipWorker {
                 &mirror.payloads,
                 &mut waiter,
                 &views,
-                orch_args,
+                &staging.orch_args,
                 &abort,
             )
             .with_graphs(&mut sink);
@@ -621,14 +679,11 @@ impl ChipWorker {
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
         report.phases[2] = clock.stop();
-        if let Some(pool) = self.recorders.as_ref() {
-            mirror.graphs.phases.host_orch_wakes = pool.orchestration_wakes() - wakes_before;
-        }
+        mirror.graphs.phases.host_orch_wakes = pool.orchestration_wakes() - wakes_before;
+
         let clock = Clock::start(start);
         // Commit even when the orchestration failed: no recording may outlive its bind.
-        if let Some(pool) = self.recorders.as_mut() {
-            pool.orchestrating(false);
-        }
+        pool.orchestrating(false);
         let committed = commit(
             &mut mirror.graphs,
             &mirror.payloads,
@@ -651,91 +706,70 @@ impl ChipWorker {
             .usage(orch.edges_used())
             .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
         mirror.last_usage = Some(usage);
-        let sched_len = SchedState::image_size(&usage);
-        let n = shared
-            .export(
-                &usage,
-                mirror
-                    .sched_image
-                    .get(sched_len)
-                    .map_err(WorkerError::Hbg)?,
-            )
-            .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
-        let p = mirror
-            .payloads
-            .image(&usage.tasks)
-            .ok_or(WorkerError::Hbg(HbgError::Image(ImageError::Usage {
-                field: "payload.tasks",
-                value: usage.tasks.iter().map(|&t| t as u64).sum(),
-            })))?
-            .len();
+        let (sched_len, payloads_len) = export_image(
+            &shared,
+            &usage,
+            &mut mirror.sched_image,
+            &mut mirror.payloads,
+        )?;
         report.tasks = usage.tasks.iter().map(|&t| t as u64).sum();
-        report.image_bytes = n + p;
-        report.graph_phases = mirror.graphs.phases;
-        report.graphs = [
-            mirror.graphs.counts[0] - graph_counts[0],
-            mirror.graphs.counts[1] - graph_counts[1],
-            mirror.graphs.counts[2] - graph_counts[2],
-        ];
+        report.image_bytes = sched_len + payloads_len;
+        let g = &mirror.graphs;
+        report.graph_phases = g.phases;
+        report.graphs = core::array::from_fn(|i| g.counts[i] - graph_counts[i]);
         report.phases[4] = clock.stop();
-
-        let clock = Clock::start(start);
-        if run_device && !mirror.graphs.staging.is_empty() {
-            let ok = self
-                .device
-                .copy_to_device(staging_base, mirror.graphs.staging.clone())?;
-            if !ok {
-                return Err(WorkerError::OutOfDeviceMemory {
-                    bytes: mirror.graphs.staging.len() as u64,
-                });
-            }
-        }
-        report.phases[5] = clock.stop();
-
-        let clock = Clock::start(start);
-        if run_device {
-            ChipWorker::copy_in(&*self.device, args, staged)?;
-        }
-        report.phases[6] = clock.stop();
-
-        if !run_device {
-            let outcome = simpler_aicpu::RunOutcome {
-                result: Ok(()),
-                tasks: report.tasks,
-                edges,
-                dispatched: 0,
-                orchestration: report.phases[2].time,
-                init: Duration::ZERO,
-                device: Duration::ZERO,
-                trace_dropped: 0,
-            };
-            let run = RunReport {
-                outcome,
-                host: start.elapsed(),
-            };
-            self.staging = Some(staging);
-            if let Some(sink) = &trace {
-                record_bind_phases(sink, &report, Duration::ZERO);
-            }
-            return Ok((run, report));
-        }
-        let clock = Clock::start(start);
-        let image = HostImage {
+        Ok(BuiltImage {
             usage,
-            sched: mirror.sched_image.filled(n),
-            payloads: mirror.payloads.bytes(),
+            sched_len,
             edges,
+        })
+    }
+
+    /// `graph_upload`: copies the bind's staged Definitions and Graph boundaries to the
+    /// device memory reserved for them at `base`.
+    fn upload_graph_staging(&self, base: u64) -> Result<(), WorkerError> {
+        let staged = &self
+            .hbg
+            .as_ref()
+            .expect("built by this bind")
+            .graphs
+            .staging;
+        if staged.is_empty() {
+            return Ok(());
+        }
+        if !self.device.copy_to_device(base, staged.clone())? {
+            return Err(WorkerError::OutOfDeviceMemory {
+                bytes: staged.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// `runtime_init` and `device_run`: ships the built image (one copy each) and runs the
+    /// device's schedulers on it. The device times its own set-up (reset, image import) on its
+    /// thread; the binding thread waits across it, so its CPU time and faults stay with
+    /// `device_run`.
+    fn run_image(
+        &mut self,
+        handle: CallableHandle,
+        built: &BuiltImage,
+        start: Instant,
+        trace: Option<crate::transport::TraceSink>,
+        report: &mut BindReport,
+    ) -> Result<simpler_aicpu::RunOutcome, WorkerError> {
+        let clock = Clock::start(start);
+        let mirror = self.hbg.as_mut().expect("built by this bind");
+        let image = HostImage {
+            usage: built.usage,
+            sched: mirror.sched_image.filled(built.sched_len),
+            payloads: mirror.payloads.bytes(),
+            edges: built.edges,
         };
         let outcome = self.device.run_prebuilt(
-            callable.kernels.clone(),
+            self.callables[handle.0].kernels.clone(),
             image,
-            RunOptions {
-                hook: None,
-                trace: trace.clone(),
-            },
+            RunOptions { hook: None, trace },
         )?;
-        // The device's own set-up (reset, image import) is timed on its thread; the binding
-        // thread waits across it, so its CPU time and faults stay with `device_run`.
         let whole = clock.stop();
         report.phases[7] = Phase {
             time: outcome.init,
@@ -750,19 +784,56 @@ impl ChipWorker {
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
+        Ok(outcome)
+    }
+}
 
-        let clock = Clock::start(start);
-        self.copy_back(args, staged)?;
-        report.phases[9] = clock.stop();
-        self.staging = Some(staging);
-        if let Some(sink) = &trace {
-            record_bind_phases(sink, &report, report.phases[7].at);
-        }
-        let run = RunReport {
-            outcome,
-            host: start.elapsed(),
-        };
-        Ok((run, report))
+/// What a bind's build leaves for the device run: the usage the images were exported with,
+/// the shared state's image length in the mirror's image buffer, and the edges recorded.
+struct BuiltImage {
+    usage: simpler_core::image::Usage,
+    sched_len: usize,
+    edges: u64,
+}
+
+/// `shared_mem`'s export: the shared state's live prefix into `sched_image`, and the payload
+/// records' image completed for `usage`. Returns both images' lengths in bytes.
+fn export_image(
+    shared: &SchedState<'_>,
+    usage: &simpler_core::image::Usage,
+    sched_image: &mut ImageBuffer,
+    payloads: &mut ImagePayloads,
+) -> Result<(usize, usize), WorkerError> {
+    let sched_len = SchedState::image_size(usage);
+    let n = shared
+        .export(usage, sched_image.get(sched_len).map_err(WorkerError::Hbg)?)
+        .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
+    let p = payloads
+        .image(&usage.tasks)
+        .ok_or(WorkerError::Hbg(HbgError::Image(ImageError::Usage {
+            field: "payload.tasks",
+            value: usage.tasks.iter().map(|&t| t as u64).sum(),
+        })))?
+        .len();
+    Ok((n, p))
+}
+
+/// The run report of a host-only bind (`run_device` false): nothing ran, and the outcome counts
+/// the tasks built and the edges recorded.
+fn host_only_run(start: Instant, report: &BindReport, edges: u64) -> RunReport {
+    let outcome = simpler_aicpu::RunOutcome {
+        result: Ok(()),
+        tasks: report.tasks,
+        edges,
+        dispatched: 0,
+        orchestration: report.phases[2].time,
+        init: Duration::ZERO,
+        device: Duration::ZERO,
+        trace_dropped: 0,
+    };
+    RunReport {
+        outcome,
+        host: start.elapsed(),
     }
 }
 
