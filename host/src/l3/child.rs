@@ -11,12 +11,12 @@
 // is compiled out and its data goes unread.
 #![cfg_attr(not(feature = "sim"), allow(unused_imports, dead_code))]
 
+use super::callable::{ChipCallable, SubCallable};
 use super::engine::LaneKind;
 use super::import::{view_offsets, ForkRanges, ImportContext, ImportRegistry, ImportedView};
 use super::mailbox::{
     Bells, Mailbox, CONTROL_FRAME, CTRL_OFF_ARG0, CTRL_OFF_RESULT, SCHEDULER_BELL, TASK_FRAME,
 };
-use super::worker::{ChipCallable, SubCallable};
 use crate::os;
 use simpler_core::blob::read_blob;
 #[cfg(feature = "sim")]
@@ -173,7 +173,9 @@ fn lookup<'c, T>(
 ) -> Result<(usize, &'c T), String> {
     let index = u32::from_le_bytes([digest[1], digest[2], digest[3], digest[4]]) as usize;
     match table.get(index) {
-        Some(c) if digest[0] == kind && *digest == super::worker::digest(kind, index, name(c)) => {
+        Some(c)
+            if digest[0] == kind && *digest == super::callable::digest(kind, index, name(c)) =>
+        {
             Ok((index, c))
         }
         _ => Err("callable digest is not prepared on this endpoint".into()),

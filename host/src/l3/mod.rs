@@ -13,22 +13,46 @@
 //! Task arguments cross the process boundary only as the `TaskArgs` blob of address-free wire
 //! tensors; each child validates and materializes them through its [`ImportRegistry`].
 //! Buffers ([`Buffer`]) are POSIX_SHM, FORK_SHM, FORK_COW or DEVICE_MALLOC; see [`buffer`].
+//!
+//! # Submodules
+//!
+//! The public items are re-exported here, so every `l3::Item` path names the item whichever
+//! file holds it:
+//!
+//! - `worker` (private): [`Worker`] and [`WorkerConfig`], the lifecycle: forking the children,
+//!   start-up, close;
+//! - `callable` (private): chip and SUB callables, their ids and the digests task frames name
+//!   them by;
+//! - `control` (private): the Worker's buffers, device allocations and control-plane copies,
+//!   over the control frame;
+//! - `orch` (private): runs: [`L3Orch`] (the submit-time argument checks, scopes) and
+//!   [`RunHandle`];
+//! - `engine` (private): the dependency engine, failure propagation and the scheduler thread;
+//! - `mailbox` (private): the mailbox protocol over shared memory and the doorbells;
+//! - `child` (private): what a forked child runs;
+//! - [`buffer`]: buffers, their backings and life;
+//! - [`import`]: the import registry a child materializes wire tensors through.
+//!
+//! The OS calls under all of this (fork, mmap, futex) are in `crate::os`.
 
 pub mod buffer;
+mod callable;
 mod child;
+mod control;
 mod engine;
 pub mod import;
 mod mailbox;
+mod orch;
 mod worker;
 
 pub use buffer::{shm_prefix, Buffer};
+pub use callable::{ChipCallableId, SubCallableId, SubFn};
 pub use engine::{LaneKind, RunSummary};
 pub use import::{
     ForkRanges, ImportContext, ImportError, ImportRegistry, MappedArg, MappedArgs, ReadOnlyArg,
 };
-pub use worker::{
-    ChipCallableId, L3Orch, Lifecycle, RunHandle, SubCallableId, SubFn, Worker, WorkerConfig,
-};
+pub use orch::{L3Orch, RunHandle};
+pub use worker::{Lifecycle, Worker, WorkerConfig};
 
 use simpler_core::mailbox::{ConfigError, CopyRequestError};
 use simpler_core::{AccessMode, DescriptorError, TensorArgType, TensorError};
