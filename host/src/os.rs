@@ -16,8 +16,9 @@
 //!
 //! Everything above this module handles only safe types and functions, except the few `unsafe
 //! fn`s here whose soundness depends on their caller ([`fork`], [`Mapping::bytes`],
-//! [`Region::bytes`], [`Region::bytes_mut`]): each states its contract in a `# Safety`
-//! section, and each call site says why it holds.
+//! [`Region::bytes_mut`]): each states its contract in a `# Safety` section, and each call
+//! site says why it holds. ([`Region::bytes`] has such a contract too but stays a safe fn:
+//! it is reachable from the public API.)
 //!
 //! A [`Region`] does not borrow its [`Mapping`]: its owner (a buffer, an import, the
 //! FORK_SHM arena, a mailbox) keeps the mapping alive while the region is used, and a forked
@@ -270,15 +271,16 @@ impl Region {
 
     /// The bytes as a shared slice.
     ///
-    /// # Safety
-    ///
-    /// The memory must stay mapped, and nothing (no thread of this process, no other process)
-    /// may write it, while the slice is held: the slice's lifetime is not tied to the mapping.
+    /// Safe to call, unlike [`Self::bytes_mut`], because it is part of the public API (through
+    /// `l3::import::Imported::region`); but the slice is only valid while the memory stays
+    /// mapped and nothing (no thread of this process, no other process) writes it, which the
+    /// holder of the region has to see to: the slice's lifetime is not tied to the mapping.
     /// At level 3 the dependency engine orders every writer of a range after the tasks that
-    /// read it.
-    pub unsafe fn bytes(&self) -> &[u8] {
-        // SAFETY: a region of `len` bytes the caller keeps mapped and unwritten meanwhile;
-        // `u8` has no alignment or validity invariant.
+    /// read it, and the registry keeps an import mapped until it is released.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: not guaranteed by this function alone (see its doc): a region of `len`
+        // bytes its holder keeps mapped and unwritten while the slice lives; `u8` has no
+        // alignment or validity invariant.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 

@@ -182,7 +182,7 @@ fn lookup<'c, T>(
     }
 }
 
-#[allow(unsafe_code)] // reads a mailbox frame or an import in place: see the SAFETY comments
+#[allow(unsafe_code)] // reads a mailbox frame in place: see the SAFETY comments
 fn task(
     setup: &ChildSetup<'_>,
     role: &mut Role,
@@ -247,7 +247,6 @@ fn task(
 /// One materialized argument as the chip takes it: a device view in place, or a host view
 /// gathered into a staging tensor (exactly the view's elements, strides honoured).
 #[cfg(feature = "sim")]
-#[allow(unsafe_code)] // reads a mailbox frame or an import in place: see the SAFETY comments
 fn chip_arg(
     index: usize,
     t: &ValidTensor,
@@ -274,11 +273,11 @@ fn chip_arg(
     let region = v
         .region
         .ok_or_else(|| format!("tensor {index}: no host mapping"))?;
-    // SAFETY: the region lies in an import `registry` holds until a later control request
-    // releases it, and no control request is served while this task runs (one thread serves
-    // both frames); the engine keeps every writer of the view's bytes waiting until this task
+    // The region lies in an import `registry` holds until a later control request releases
+    // it, and no control request is served while this task runs (one thread serves both
+    // frames); the engine keeps every writer of the view's bytes waiting until this task
     // finishes; `src` is dropped before this function returns.
-    let src = unsafe { region.bytes() };
+    let src = region.bytes();
     let numel: usize = shapes.iter().map(|&s| s as usize).product();
     let mut data = vec![0u8; numel * elem];
     if dir != ArgDirection::Out {
@@ -307,7 +306,7 @@ fn scatter(t: &ValidTensor, v: &ImportedView, data: &[u8]) {
     }
 }
 
-#[allow(unsafe_code)] // reads a mailbox frame or an import in place: see the SAFETY comments
+#[allow(unsafe_code)] // reads a mailbox frame in place: see the SAFETY comments
 fn control(
     setup: &ChildSetup<'_>,
     role: &mut Role,
@@ -365,7 +364,6 @@ fn control(
 /// this Worker's DEVICE_MALLOC memory granting the direction, the host side a host buffer
 /// granting the opposite one, both at least `nbytes` long.
 #[cfg(feature = "sim")]
-#[allow(unsafe_code)] // reads a mailbox frame or an import in place: see the SAFETY comments
 fn copy(
     setup: &ChildSetup<'_>,
     worker: &mut crate::ChipWorker,
@@ -421,11 +419,11 @@ fn copy(
         .ok_or("the host side is not host memory")?;
     if to_device {
         worker
-            // SAFETY: the region lies in the import `materialize` just made or found, which
-            // `registry` keeps while this request is served (on this thread); the host buffer
-            // is the parent's to keep unwritten while it waits for this copy (a control copy
-            // is ordered by its caller, not by the engine).
-            .copy_to_device(addr, unsafe { region.bytes() })
+            // The region lies in the import `materialize` just made or found, which `registry`
+            // keeps while this request is served (on this thread); the host buffer is the
+            // parent's to keep unwritten while it waits for this copy (a control copy is
+            // ordered by its caller, not by the engine).
+            .copy_to_device(addr, region.bytes())
             .map_err(|e| e.to_string())?;
     } else {
         let mut out = vec![0u8; req.nbytes as usize];

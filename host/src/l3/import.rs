@@ -509,18 +509,12 @@ impl std::error::Error for ReadOnlyArg {}
 
 impl MappedArg {
     /// The view's bytes, from its first to one past its last element.
-    #[allow(unsafe_code)]
     pub fn bytes(&self) -> &[u8] {
-        let Some(region) = self.region.as_ref() else {
-            return &[];
-        };
-        // SAFETY: the region lies in an import the registry that made this argument holds (or
-        // in memory the child inherited at fork and never unmaps) for the task's duration, and
+        // The region lies in an import the registry that made this argument holds (or in
+        // memory the child inherited at fork and never unmaps) for the task's duration, and
         // the dependency engine keeps every writer of these bytes waiting until the task that
-        // reads them has finished. (A caller of the public registry that releases the import,
-        // or drops the registry, while it still holds the arguments breaks the first half:
-        // see [`ImportRegistry::mapped_args`].)
-        unsafe { region.bytes() }
+        // reads them has finished (see `ImportRegistry::mapped_args` for the caller's part).
+        self.region.as_ref().map(Region::bytes).unwrap_or(&[])
     }
 
     /// The view's bytes for writing; refused for a READ buffer.
