@@ -77,7 +77,7 @@ pub const CONTROL_PLANE: [&str; 5] = [
 /// One phase's cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Phase {
-    /// Wall time.
+    /// Wall time from the phase's start to its end, on the binding thread's clock.
     pub time: Duration,
     /// CPU time the binding thread used in it (wall time minus waiting and preemption).
     pub cpu: Duration,
@@ -114,7 +114,7 @@ pub struct GraphPhases {
 /// What one bind cost, by phase (in [`PHASES`] order), and what it shipped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
-    /// Per phase.
+    /// Each phase's cost, in [`PHASES`] order.
     pub phases: [Phase; 10],
     /// Graph submissions that recorded a Definition, replayed one, or ran inline.
     pub graphs: [u64; 3],
@@ -163,7 +163,8 @@ pub enum HbgError {
     /// The graph does not fit the mirror (a ring, the heap or the dependency pool is full);
     /// nothing is retired while building, so this never waits.
     GraphTooLarge(RtError),
-    /// The orchestration failed.
+    /// The orchestration function, or the runtime under it, returned this error (one that is
+    /// not a full mirror).
     Orchestration(RtError),
     /// The image could not be measured or written.
     Image(ImageError),
@@ -172,7 +173,7 @@ pub enum HbgError {
     /// A Graph's recording failed after its outer task was submitted: the bind is refused
     /// as invalid arguments (the reference's run status -5).
     GraphFailed {
-        /// The Graph's key.
+        /// The Graph's full key.
         key: u64,
         /// Why its recording failed.
         reason: String,
@@ -209,20 +210,31 @@ const GRAPH_HEAP_ALIGN: u64 = 1024;
 /// belongs to the `ChipWorker`: started at callable registration, alive until finalize.)
 #[derive(Default)]
 pub(crate) struct Graphs {
+    /// The in-flight entries, reused across binds: the first `used` are this bind's.
     entries: Vec<Arc<Inflight>>,
+    /// Entries (new keys) this bind has begun.
     used: usize,
+    /// This bind's keys and their entry index, in the order they were first submitted.
     keys: Vec<(u64, usize)>,
+    /// Every accepted Graph invocation's outer task and its entry index, in submission order.
     shells: Vec<(TaskId, usize)>,
+    /// Per entry, the device address its Definition was placed at (set by the commit).
     placed: Vec<u64>,
     /// The last commit: (key, heap block) per outer task, in submission order.
     committed: Vec<(u64, u64)>,
+    /// What `graph_upload` copies to the device: the boundaries (each invocation's tensors,
+    /// then its scalars) as they are accepted, then the Definitions at the commit.
     staging: Vec<u8>,
+    /// The entry of the invocation accepted last (its outer task is submitted next).
     pending: usize,
+    /// Binds so far (the recorder pool's rotation follows it).
     binds: u64,
     /// This bind's time in `definition` (graph_begin).
     begin_time: Duration,
     /// This bind's Graph sub-phases (set by the commit).
     phases: GraphPhases,
+    /// Graph submissions so far that recorded a Definition, replayed one, or ran inline
+    /// (cumulative: a bind reports the difference).
     counts: [u64; 3],
 }
 
@@ -493,7 +505,8 @@ impl ChipWorker {
         }
     }
 
-    /// Recorder threads running.
+    /// Recorder threads the pool has started (0 before it starts, at the first callable
+    /// registration).
     pub fn recorder_threads(&self) -> usize {
         self.recorders.as_ref().map_or(0, RecorderPool::threads)
     }

@@ -103,7 +103,7 @@ impl Buffer {
         self.inner.desc.nbytes
     }
 
-    /// The backend.
+    /// The backend it was created with (POSIX_SHM, FORK_SHM, FORK_COW or DEVICE_MALLOC).
     pub fn backend(&self) -> BackendKind {
         self.inner
             .desc

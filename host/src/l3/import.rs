@@ -106,28 +106,28 @@ pub enum ImportError {
     RemoteSidecar,
     /// A known identity arrived with a different descriptor; the first mapping is kept.
     Conflict {
-        /// The identity.
+        /// The identity already imported.
         identity: CanonicalIdentity,
         /// Only the differing fields, as `name: old -> new`.
         fields: Vec<String>,
     },
     /// The POSIX shared-memory object does not exist (the owner released it, or never made it).
     NotFound {
-        /// Its name.
+        /// The object's name (without the leading `/`).
         name: String,
     },
     /// The shared-memory object is shorter than its descriptor claims.
     TooSmall {
-        /// Its name.
+        /// The object's name (without the leading `/`).
         name: String,
-        /// Its real size.
+        /// Its real size in bytes.
         size: u64,
         /// What the descriptor claims.
         nbytes: u64,
     },
     /// A FORK_* address outside every range this process inherited.
     NotInherited {
-        /// The address.
+        /// The descriptor's address.
         addr: u64,
         /// The bytes claimed.
         nbytes: u64,
@@ -141,7 +141,7 @@ pub enum ImportError {
     },
     /// The identity was never imported here.
     NotImported {
-        /// The identity.
+        /// The identity looked up.
         identity: CanonicalIdentity,
     },
     /// A DEVICE tensor reached a host process's argument mapping.
@@ -581,8 +581,8 @@ pub fn view_offsets<'a>(shapes: &'a [u32], strides: &'a [u32]) -> impl Iterator<
 /// What a SUB callable receives: its mapped tensors, then its scalars.
 #[derive(Debug, Default)]
 pub struct MappedArgs {
-    /// The tensors.
+    /// The task's tensor arguments, in argument order.
     pub args: Vec<MappedArg>,
-    /// The scalars.
+    /// The task's scalar arguments, in order.
     pub scalars: Vec<u64>,
 }

@@ -28,7 +28,8 @@ use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The control frame.
+/// Index of the control frame: requests outside the task path (device malloc and free,
+/// copies, import release), one at a time per child.
 pub const CONTROL_FRAME: usize = 0;
 /// The task frame every endpoint here uses (single-frame protocol).
 pub const TASK_FRAME: usize = 1;
@@ -290,7 +291,8 @@ pub struct Bells {
     spin_at: usize,
 }
 
-/// The scheduler's doorbell.
+/// Index of the scheduler's bell in [`Bells`] (children ring it when they finish, the
+/// orchestrator when it submits).
 pub const SCHEDULER_BELL: usize = 0;
 /// Bytes per bell (one cache line, so two bells never share a line).
 const BELL_STRIDE: usize = 64;

@@ -96,7 +96,7 @@ impl RunHandle {
         self.result.done()
     }
 
-    /// The run's id.
+    /// The run's id on its Worker (the one [`RunSummary::run_id`] reports).
     pub fn run_id(&self) -> u64 {
         self.run_id
     }
@@ -115,7 +115,7 @@ pub struct L3Orch<'w> {
 }
 
 impl L3Orch<'_> {
-    /// The run's id.
+    /// The id of the run this orchestration submits into (its [`RunHandle::run_id`]).
     pub fn run_id(&self) -> u64 {
         self.run_id
     }

@@ -31,7 +31,7 @@ pub(super) type LiveBuffers = Arc<Mutex<HashMap<CanonicalIdentity, Buffer>>>;
 pub struct WorkerConfig {
     /// Chip children, one simulated device each.
     pub chips: usize,
-    /// SUB children.
+    /// SUB children, each a forked process that runs SUB callables on the host.
     pub sub_workers: usize,
     /// The device every chip child starts.
     #[cfg(feature = "sim")]
@@ -87,7 +87,8 @@ pub enum Lifecycle {
     Ready,
     /// `close()` began but did not finish; call it again.
     Closing,
-    /// Closed.
+    /// Closed: the children are reaped and the buffers released; `close()` again does
+    /// nothing.
     Closed,
 }
 
@@ -149,12 +150,12 @@ impl Worker {
         self.nonce
     }
 
-    /// Chip children.
+    /// Chip children ([`WorkerConfig::chips`]).
     pub fn chips(&self) -> usize {
         self.config.chips
     }
 
-    /// SUB children.
+    /// SUB children ([`WorkerConfig::sub_workers`]).
     pub fn sub_workers(&self) -> usize {
         self.config.sub_workers
     }

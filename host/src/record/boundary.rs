@@ -10,11 +10,12 @@ use simpler_core::{BufferHandle, TaskTensor, TensorArgType};
 /// The deep copy of one invocation's boundary.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GraphBoundary {
-    /// Boundary tensors.
+    /// The boundary tensors, in argument order, with the addresses the invocation gave.
     pub tensors: Vec<TaskTensor>,
-    /// Their tags.
+    /// Each tensor's tag, parallel to `tensors` (never OUTPUT in a cacheable boundary).
     pub tags: Vec<TensorArgType>,
-    /// Boundary scalars.
+    /// The invocation's scalars (a Definition keeps only their count: each replay supplies
+    /// its own values).
     pub scalars: Vec<u64>,
 }
 

@@ -31,17 +31,19 @@ pub struct Inflight {
     cv: std::sync::Condvar,
 }
 
-/// The entry's locked part.
+/// An entry's state under its lock: the key, the boundary it was begun with, and what the
+/// recording produced.
 pub struct InflightInner {
-    /// The key.
+    /// The Graph's full key, as the bind submitted it.
     pub full_key: u64,
-    /// The first invocation's boundary.
+    /// The first invocation's deep copy (`None` only before the entry's first use); later
+    /// invocations of the key are compared against it.
     pub boundary: Option<GraphBoundary>,
     /// Its alias representatives ([`alias_reps`]), for comparing later invocations.
     pub reps: [u16; GRAPH_MAX_TENSOR_ARGS],
     /// The Definition image, once ready.
     pub image: Vec<u8>,
-    /// Why it failed.
+    /// Why the recording failed, once the status is [`InflightStatus::Failed`].
     pub error: Option<RecordError>,
     /// Which recorder thread recorded it.
     pub recorder: usize,
@@ -88,7 +90,7 @@ impl Inflight {
         }
     }
 
-    /// The locked part.
+    /// Locks the entry's state (a panic while it was held does not poison it for the rest).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, InflightInner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -68,20 +68,22 @@ pub const GRAPH_RECORD_VIRTUAL_BASE: u64 = 1 << 63;
 pub enum StandUpPart {
     /// The hazard map (the private orchestrator's region).
     HazardMap,
-    /// The packed tensor region.
+    /// The packed tensor region, with the rest of the private runtime's regions (its
+    /// scheduler state and payload records): the second allocation.
     PackedRegion,
 }
 
 /// Why a recording failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordError {
-    /// The boundary is absent.
+    /// No boundary was given (checked before anything reads one).
     NoBoundary,
     /// The boundary cannot be recorded.
     Uncacheable(Uncacheable),
     /// The storage could not be stood up (nothing was kept; the next recording retries).
     StandUp(StandUpPart),
-    /// The body failed.
+    /// The body, or the private runtime under it, returned this error (a full recording ring
+    /// is [`Self::Unsupported`] instead).
     Body(RtError),
     /// The recording is unsupported (it ran to the end but cannot become a Definition).
     Unsupported(&'static str),

@@ -10,9 +10,10 @@ use super::{RecordError, StandUpPart};
 use simpler_aicpu::GraphBody;
 use simpler_core::graph::{GRAPH_MAX_SCALAR_ARGS, GRAPH_MAX_TENSOR_ARGS};
 
-/// Recorder threads at start.
+/// Recorder threads [`RecorderPool::start`] starts (each stands its storage up as it starts).
 pub const RECORDERS_AT_START: usize = 8;
-/// Recorder threads at most.
+/// The most recorder threads a pool grows to (it grows by one when a submit finds every
+/// thread occupied).
 pub const RECORDERS_MAX: usize = 16;
 
 /// A recording waiting in the pool's queue: the entry the submitting thread began, the body to
@@ -222,7 +223,7 @@ impl RecorderPool {
         }
     }
 
-    /// Recorder threads running.
+    /// Recorder threads started so far ([`RECORDERS_AT_START`] up to [`RECORDERS_MAX`]).
     pub fn threads(&self) -> usize {
         self.threads.len()
     }

@@ -27,7 +27,8 @@ use std::sync::atomic::AtomicU32;
 pub(super) const RECORD_WINDOW: u32 = 2048;
 /// Dependency cells of the private ring.
 const RECORD_EDGES: u32 = 16_384;
-/// Virtual heap per ring.
+/// Bytes of virtual heap per ring: addresses only, which nothing reads or writes (the private
+/// runtime's GM refuses every access).
 const RECORD_HEAP: u64 = 1 << 31;
 /// Bytes of Definition buffer a recorder stands up with (the largest dsv4-shaped Definition
 /// is well under it; a larger one grows the buffer once).
@@ -73,7 +74,7 @@ pub(super) struct Arrays {
     pub(super) unsupported: Option<&'static str>,
 }
 
-/// One recorder's retained storage.
+/// One recorder thread's retained storage, and the recording run on it ([`Self::record`]).
 pub struct Recording {
     layout: OrchestratorLayout,
     payloads_layout: PayloadsLayout,
