@@ -28,17 +28,17 @@
 //! waiting. The mirror (its three regions and the two image buffers) is allocated at the first
 //! bind and kept by the `ChipWorker` until it is finalized.
 
-use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, WorkerError};
+use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, Staging, WorkerError};
 use crate::image_payloads::ImagePayloads;
-use crate::l3::os::Mapping;
-use crate::record::{Inflight, InflightStatus, RecorderPool};
+use crate::os::PrivateMapping;
+use crate::record::{Inflight, InflightStatus, RecorderPool, RefusingWaiter};
 use crate::transport::{HostImage, RunOptions};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::graph::GraphDefinitionHeader;
 use simpler_core::image::ImageError;
 use simpler_core::orchestrator::TaskArg;
-use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
+use simpler_core::orchestrator::{Orchestrator, OrchestratorLayout};
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
 use simpler_core::TaskId;
@@ -77,7 +77,7 @@ pub const CONTROL_PLANE: [&str; 5] = [
 /// One phase's cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Phase {
-    /// Wall time.
+    /// Wall time from the phase's start to its end, on the binding thread's clock.
     pub time: Duration,
     /// CPU time the binding thread used in it (wall time minus waiting and preemption).
     pub cpu: Duration,
@@ -114,7 +114,7 @@ pub struct GraphPhases {
 /// What one bind cost, by phase (in [`PHASES`] order), and what it shipped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
-    /// Per phase.
+    /// Each phase's cost, in [`PHASES`] order.
     pub phases: [Phase; 10],
     /// Graph submissions that recorded a Definition, replayed one, or ran inline.
     pub graphs: [u64; 3],
@@ -163,7 +163,8 @@ pub enum HbgError {
     /// The graph does not fit the mirror (a ring, the heap or the dependency pool is full);
     /// nothing is retired while building, so this never waits.
     GraphTooLarge(RtError),
-    /// The orchestration failed.
+    /// The orchestration function, or the runtime under it, returned this error (one that is
+    /// not a full mirror).
     Orchestration(RtError),
     /// The image could not be measured or written.
     Image(ImageError),
@@ -172,7 +173,7 @@ pub enum HbgError {
     /// A Graph's recording failed after its outer task was submitted: the bind is refused
     /// as invalid arguments (the reference's run status -5).
     GraphFailed {
-        /// The Graph's key.
+        /// The Graph's full key.
         key: u64,
         /// Why its recording failed.
         reason: String,
@@ -209,20 +210,31 @@ const GRAPH_HEAP_ALIGN: u64 = 1024;
 /// belongs to the `ChipWorker`: started at callable registration, alive until finalize.)
 #[derive(Default)]
 pub(crate) struct Graphs {
+    /// The in-flight entries, reused across binds: the first `used` are this bind's.
     entries: Vec<Arc<Inflight>>,
+    /// Entries (new keys) this bind has begun.
     used: usize,
+    /// This bind's keys and their entry index, in the order they were first submitted.
     keys: Vec<(u64, usize)>,
+    /// Every accepted Graph invocation's outer task and its entry index, in submission order.
     shells: Vec<(TaskId, usize)>,
+    /// Per entry, the device address its Definition was placed at (set by the commit).
     placed: Vec<u64>,
     /// The last commit: (key, heap block) per outer task, in submission order.
     committed: Vec<(u64, u64)>,
+    /// What `graph_upload` copies to the device: the boundaries (each invocation's tensors,
+    /// then its scalars) as they are accepted, then the Definitions at the commit.
     staging: Vec<u8>,
+    /// The entry of the invocation accepted last (its outer task is submitted next).
     pending: usize,
+    /// Binds so far (the recorder pool's rotation follows it).
     binds: u64,
     /// This bind's time in `definition` (graph_begin).
     begin_time: Duration,
     /// This bind's Graph sub-phases (set by the commit).
     phases: GraphPhases,
+    /// Graph submissions so far that recorded a Definition, replayed one, or ran inline
+    /// (cumulative: a bind reports the difference).
     counts: [u64; 3],
 }
 
@@ -245,6 +257,24 @@ fn place(staging: &mut Vec<u8>, base: u64, bytes: &[u8]) -> Option<u64> {
     staging.resize(at, 0);
     staging.extend_from_slice(bytes);
     Some(base + at as u64)
+}
+
+impl Graphs {
+    /// Empties the per-bind state for a new bind and tells the pool one begins: the rotation
+    /// advances, and recordings may run while the orchestration builds. Returns the pool's
+    /// count of orchestration wake-ups so far (the bind's own is the difference at its end).
+    fn begin_bind(&mut self, pool: &mut RecorderPool) -> u64 {
+        self.staging.clear();
+        self.keys.clear();
+        self.shells.clear();
+        self.used = 0;
+        self.binds += 1;
+        self.begin_time = Duration::ZERO;
+        pool.rotate(self.binds);
+        let before = pool.orchestration_wakes();
+        pool.orchestrating(true);
+        before
+    }
 }
 
 impl GraphSink for BindGraphs<'_> {
@@ -349,8 +379,8 @@ impl BindGraphs<'_> {
 /// The retained host mirror of one chip's shared memory.
 pub(crate) struct Mirror {
     layout: OrchestratorLayout,
-    sched: Mapping,
-    orch: Mapping,
+    sched: PrivateMapping,
+    orch: PrivateMapping,
     /// The payload records, written in the image's format as the orchestration submits.
     payloads: ImagePayloads,
     sched_image: ImageBuffer,
@@ -364,7 +394,7 @@ impl Mirror {
     /// bind writes it (an aligned heap allocation would be zeroed eagerly).
     fn new(layout: OrchestratorLayout) -> Result<Self, HbgError> {
         let region = |bytes: usize| {
-            Mapping::anon_private(bytes.max(1)).map_err(|e| HbgError::Mirror(e.to_string()))
+            PrivateMapping::new(bytes.max(1)).map_err(|e| HbgError::Mirror(e.to_string()))
         };
         Ok(Self {
             sched: region(layout.sched().size())?,
@@ -375,19 +405,6 @@ impl Mirror {
             graphs: Graphs::default(),
             last_usage: None,
         })
-    }
-}
-
-/// A waiter that never waits: nothing retires while the host builds, so a full ring or heap
-/// can never drain.
-struct NoWait {
-    blocked: Option<Blocked>,
-}
-
-impl Waiter for NoWait {
-    fn wait(&mut self, on: Blocked) -> Result<(), GaveUp> {
-        self.blocked = Some(on);
-        Err(GaveUp)
     }
 }
 
@@ -440,8 +457,8 @@ struct Clock {
 impl Clock {
     /// Starts timing a phase of the bind that started at `bind`.
     fn start(bind: Instant) -> Self {
-        let faults = crate::l3::os::minor_faults();
-        let cpu = crate::l3::os::thread_cpu_time();
+        let faults = crate::os::minor_faults();
+        let cpu = crate::os::thread_cpu_time();
         Self {
             bind,
             start: Instant::now(),
@@ -454,8 +471,8 @@ impl Clock {
         let time = self.start.elapsed();
         Phase {
             time,
-            cpu: crate::l3::os::thread_cpu_time().saturating_sub(self.cpu),
-            minflt: crate::l3::os::minor_faults().saturating_sub(self.faults),
+            cpu: crate::os::thread_cpu_time().saturating_sub(self.cpu),
+            minflt: crate::os::minor_faults().saturating_sub(self.faults),
             allocs: crate::alloc_count::now().saturating_sub(self.allocs),
             at: self.start.saturating_duration_since(self.bind),
         }
@@ -488,7 +505,8 @@ impl ChipWorker {
         }
     }
 
-    /// Recorder threads running.
+    /// Recorder threads the pool has started (0 before it starts, at the first callable
+    /// registration).
     pub fn recorder_threads(&self) -> usize {
         self.recorders.as_ref().map_or(0, RecorderPool::threads)
     }
@@ -552,7 +570,6 @@ impl ChipWorker {
         // Retained across binds; a bind that fails leaves it behind and the next makes another.
         let mut staging = self.staging.take().unwrap_or_default();
         self.prepare(handle, args, scalars, false, &mut staging)?;
-        let (orch_args, staged) = (&staging.orch_args, &staging.staged);
         // Device memory for this bind's Definitions and Graph boundaries.
         let staging_base =
             self.device
@@ -562,6 +579,57 @@ impl ChipWorker {
                 })?;
         report.phases[0] = clock.stop();
 
+        let built = self.build_image(handle, args, &staging, staging_base, start, &mut report)?;
+
+        let clock = Clock::start(start);
+        if run_device {
+            self.upload_graph_staging(staging_base)?;
+        }
+        report.phases[5] = clock.stop();
+
+        let clock = Clock::start(start);
+        if run_device {
+            ChipWorker::copy_in(&*self.device, args, &staging.staged)?;
+        }
+        report.phases[6] = clock.stop();
+
+        if !run_device {
+            let run = host_only_run(start, &report, built.edges);
+            self.staging = Some(staging);
+            if let Some(sink) = &trace {
+                record_bind_phases(sink, &report, Duration::ZERO);
+            }
+            return Ok((run, report));
+        }
+        let outcome = self.run_image(handle, &built, start, trace.clone(), &mut report)?;
+
+        let clock = Clock::start(start);
+        self.copy_back(args, &staging.staged)?;
+        report.phases[9] = clock.stop();
+        self.staging = Some(staging);
+        if let Some(sink) = &trace {
+            record_bind_phases(sink, &report, report.phases[7].at);
+        }
+        let run = RunReport {
+            outcome,
+            host: start.elapsed(),
+        };
+        Ok((run, report))
+    }
+
+    /// Phases `arena_build` to `shared_mem`: formats (or attaches to) the mirror, runs the
+    /// orchestration into it, commits the bind's Graphs, and exports the live image into the
+    /// mirror's retained buffers. Fills those phases, the task and Graph counts and the image
+    /// size in `report`.
+    fn build_image(
+        &mut self,
+        handle: CallableHandle,
+        args: &[ChipArg],
+        staging: &Staging,
+        staging_base: u64,
+        start: Instant,
+        report: &mut BindReport,
+    ) -> Result<BuiltImage, WorkerError> {
         let clock = Clock::start(start);
         if self.hbg.is_none() {
             let (layout, _) = self.device.layouts()?;
@@ -597,28 +665,18 @@ impl ChipWorker {
 
         let clock = Clock::start(start);
         let graph_counts = mirror.graphs.counts;
-        let wakes_before = {
-            let g = &mut mirror.graphs;
-            g.staging.clear();
-            g.keys.clear();
-            g.shells.clear();
-            g.used = 0;
-            g.binds += 1;
-            g.begin_time = Duration::ZERO;
-            let bind = g.binds;
-            let pool = self.recorders.get_or_insert_with(RecorderPool::start);
-            pool.rotate(bind);
-            let before = pool.orchestration_wakes();
-            pool.orchestrating(true);
-            before
-        };
-        let mut waiter = NoWait { blocked: None };
+        let pool = self.recorders.get_or_insert_with(RecorderPool::start);
+        let wakes_before = mirror.graphs.begin_bind(pool);
+        let mut waiter = RefusingWaiter::default();
         let abort = AtomicU32::new(0);
         let result = {
-            let views = HostViews { args, staged };
+            let views = HostViews {
+                args,
+                staged: &staging.staged,
+            };
             let mut sink = BindGraphs {
                 g: &mut mirror.graphs,
-                pool: self.recorders.as_mut().expect("started above"),
+                pool: &mut *pool,
                 base: staging_base,
             };
             let mut rt = Rt::new(
@@ -626,7 +684,7 @@ impl ChipWorker {
                 &mirror.payloads,
                 &mut waiter,
                 &views,
-                orch_args,
+                &staging.orch_args,
                 &abort,
             )
             .with_graphs(&mut sink);
@@ -634,14 +692,11 @@ impl ChipWorker {
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
         report.phases[2] = clock.stop();
-        if let Some(pool) = self.recorders.as_ref() {
-            mirror.graphs.phases.host_orch_wakes = pool.orchestration_wakes() - wakes_before;
-        }
+        mirror.graphs.phases.host_orch_wakes = pool.orchestration_wakes() - wakes_before;
+
         let clock = Clock::start(start);
         // Commit even when the orchestration failed: no recording may outlive its bind.
-        if let Some(pool) = self.recorders.as_mut() {
-            pool.orchestrating(false);
-        }
+        pool.orchestrating(false);
         let committed = commit(
             &mut mirror.graphs,
             &mirror.payloads,
@@ -664,91 +719,70 @@ impl ChipWorker {
             .usage(orch.edges_used())
             .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
         mirror.last_usage = Some(usage);
-        let sched_len = SchedState::image_size(&usage);
-        let n = shared
-            .export(
-                &usage,
-                mirror
-                    .sched_image
-                    .get(sched_len)
-                    .map_err(WorkerError::Hbg)?,
-            )
-            .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
-        let p = mirror
-            .payloads
-            .image(&usage.tasks)
-            .ok_or(WorkerError::Hbg(HbgError::Image(ImageError::Usage {
-                field: "payload.tasks",
-                value: usage.tasks.iter().map(|&t| t as u64).sum(),
-            })))?
-            .len();
+        let (sched_len, payloads_len) = export_image(
+            &shared,
+            &usage,
+            &mut mirror.sched_image,
+            &mut mirror.payloads,
+        )?;
         report.tasks = usage.tasks.iter().map(|&t| t as u64).sum();
-        report.image_bytes = n + p;
-        report.graph_phases = mirror.graphs.phases;
-        report.graphs = [
-            mirror.graphs.counts[0] - graph_counts[0],
-            mirror.graphs.counts[1] - graph_counts[1],
-            mirror.graphs.counts[2] - graph_counts[2],
-        ];
+        report.image_bytes = sched_len + payloads_len;
+        let g = &mirror.graphs;
+        report.graph_phases = g.phases;
+        report.graphs = core::array::from_fn(|i| g.counts[i] - graph_counts[i]);
         report.phases[4] = clock.stop();
-
-        let clock = Clock::start(start);
-        if run_device && !mirror.graphs.staging.is_empty() {
-            let ok = self
-                .device
-                .copy_to_device(staging_base, mirror.graphs.staging.clone())?;
-            if !ok {
-                return Err(WorkerError::OutOfDeviceMemory {
-                    bytes: mirror.graphs.staging.len() as u64,
-                });
-            }
-        }
-        report.phases[5] = clock.stop();
-
-        let clock = Clock::start(start);
-        if run_device {
-            ChipWorker::copy_in(&*self.device, args, staged)?;
-        }
-        report.phases[6] = clock.stop();
-
-        if !run_device {
-            let outcome = simpler_aicpu::RunOutcome {
-                result: Ok(()),
-                tasks: report.tasks,
-                edges,
-                dispatched: 0,
-                orchestration: report.phases[2].time,
-                init: Duration::ZERO,
-                device: Duration::ZERO,
-                trace_dropped: 0,
-            };
-            let run = RunReport {
-                outcome,
-                host: start.elapsed(),
-            };
-            self.staging = Some(staging);
-            if let Some(sink) = &trace {
-                record_bind_phases(sink, &report, Duration::ZERO);
-            }
-            return Ok((run, report));
-        }
-        let clock = Clock::start(start);
-        let image = HostImage {
+        Ok(BuiltImage {
             usage,
-            sched: mirror.sched_image.filled(n),
-            payloads: mirror.payloads.bytes(),
+            sched_len,
             edges,
+        })
+    }
+
+    /// `graph_upload`: copies the bind's staged Definitions and Graph boundaries to the
+    /// device memory reserved for them at `base`.
+    fn upload_graph_staging(&self, base: u64) -> Result<(), WorkerError> {
+        let staged = &self
+            .hbg
+            .as_ref()
+            .expect("built by this bind")
+            .graphs
+            .staging;
+        if staged.is_empty() {
+            return Ok(());
+        }
+        if !self.device.copy_to_device(base, staged.clone())? {
+            return Err(WorkerError::OutOfDeviceMemory {
+                bytes: staged.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// `runtime_init` and `device_run`: ships the built image (one copy each) and runs the
+    /// device's schedulers on it. The device times its own set-up (reset, image import) on its
+    /// thread; the binding thread waits across it, so its CPU time and faults stay with
+    /// `device_run`.
+    fn run_image(
+        &mut self,
+        handle: CallableHandle,
+        built: &BuiltImage,
+        start: Instant,
+        trace: Option<crate::transport::TraceSink>,
+        report: &mut BindReport,
+    ) -> Result<simpler_aicpu::RunOutcome, WorkerError> {
+        let clock = Clock::start(start);
+        let mirror = self.hbg.as_mut().expect("built by this bind");
+        let image = HostImage {
+            usage: built.usage,
+            sched: mirror.sched_image.filled(built.sched_len),
+            payloads: mirror.payloads.bytes(),
+            edges: built.edges,
         };
         let outcome = self.device.run_prebuilt(
-            callable.kernels.clone(),
+            self.callables[handle.0].kernels.clone(),
             image,
-            RunOptions {
-                hook: None,
-                trace: trace.clone(),
-            },
+            RunOptions { hook: None, trace },
         )?;
-        // The device's own set-up (reset, image import) is timed on its thread; the binding
-        // thread waits across it, so its CPU time and faults stay with `device_run`.
         let whole = clock.stop();
         report.phases[7] = Phase {
             time: outcome.init,
@@ -763,19 +797,56 @@ impl ChipWorker {
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
+        Ok(outcome)
+    }
+}
 
-        let clock = Clock::start(start);
-        self.copy_back(args, staged)?;
-        report.phases[9] = clock.stop();
-        self.staging = Some(staging);
-        if let Some(sink) = &trace {
-            record_bind_phases(sink, &report, report.phases[7].at);
-        }
-        let run = RunReport {
-            outcome,
-            host: start.elapsed(),
-        };
-        Ok((run, report))
+/// What a bind's build leaves for the device run: the usage the images were exported with,
+/// the shared state's image length in the mirror's image buffer, and the edges recorded.
+struct BuiltImage {
+    usage: simpler_core::image::Usage,
+    sched_len: usize,
+    edges: u64,
+}
+
+/// `shared_mem`'s export: the shared state's live prefix into `sched_image`, and the payload
+/// records' image completed for `usage`. Returns both images' lengths in bytes.
+fn export_image(
+    shared: &SchedState<'_>,
+    usage: &simpler_core::image::Usage,
+    sched_image: &mut ImageBuffer,
+    payloads: &mut ImagePayloads,
+) -> Result<(usize, usize), WorkerError> {
+    let sched_len = SchedState::image_size(usage);
+    let n = shared
+        .export(usage, sched_image.get(sched_len).map_err(WorkerError::Hbg)?)
+        .map_err(|e| WorkerError::Hbg(HbgError::Image(e)))?;
+    let p = payloads
+        .image(&usage.tasks)
+        .ok_or(WorkerError::Hbg(HbgError::Image(ImageError::Usage {
+            field: "payload.tasks",
+            value: usage.tasks.iter().map(|&t| t as u64).sum(),
+        })))?
+        .len();
+    Ok((n, p))
+}
+
+/// The run report of a host-only bind (`run_device` false): nothing ran, and the outcome counts
+/// the tasks built and the edges recorded.
+fn host_only_run(start: Instant, report: &BindReport, edges: u64) -> RunReport {
+    let outcome = simpler_aicpu::RunOutcome {
+        result: Ok(()),
+        tasks: report.tasks,
+        edges,
+        dispatched: 0,
+        orchestration: report.phases[2].time,
+        init: Duration::ZERO,
+        device: Duration::ZERO,
+        trace_dropped: 0,
+    };
+    RunReport {
+        outcome,
+        host: start.elapsed(),
     }
 }
 
@@ -888,14 +959,14 @@ fn commit(
 /// pages as they are first written, and an export writes every byte it ships.
 #[derive(Default)]
 struct ImageBuffer {
-    map: Option<Mapping>,
+    map: Option<PrivateMapping>,
 }
 
 impl ImageBuffer {
     /// At least `len` writable bytes.
     fn get(&mut self, len: usize) -> Result<&mut [u8], HbgError> {
-        if self.map.as_ref().map_or(0, Mapping::len) < len {
-            let map = Mapping::anon_private(len.max(4096) * 2)
+        if self.map.as_ref().map_or(0, PrivateMapping::len) < len {
+            let map = PrivateMapping::new(len.max(4096) * 2)
                 .map_err(|e| HbgError::Mirror(e.to_string()))?;
             self.map = Some(map);
         }
@@ -907,7 +978,7 @@ impl ImageBuffer {
     fn filled(&self, len: usize) -> &[u8] {
         self.map
             .as_ref()
-            .and_then(|m| m.bytes(0, len))
+            .and_then(|m| m.bytes().get(..len))
             .unwrap_or(&[])
     }
 }

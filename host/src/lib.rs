@@ -4,8 +4,9 @@
 //! simulated chip, and the example scenes the `simpler` command runs.
 //!
 //! Modules:
-// The OS calls of the L3 level (fork, mmap, futex) live in `l3::os`, the one module allowed
-// `unsafe`; every block there carries a SAFETY comment.
+// The OS calls (mmap, fork, futex, thread accounting and scheduling) live in `os`, which holds
+// the crate's `unsafe` but for the call sites of its few `unsafe fn`s (in `l3`); every block
+// carries a SAFETY comment.
 
 // Heap allocations per bind phase, read through a counter the program installs.
 pub mod alloc_count;
@@ -21,6 +22,8 @@ mod image_payloads;
 pub mod record;
 // Level 3: chips and sub-workers in forked children, shared buffers, the import registry.
 pub mod l3;
+// The crate's OS calls: mappings, shared memory, processes, futexes, thread accounting.
+pub(crate) mod os;
 // The example scenes and their goldens.
 pub mod scenes;
 // The tagged task-argument builder and its blob encoding.

@@ -11,8 +11,8 @@
 //! `release_buffer` or `close`. Closing sets `closed` first (so no new tensor or descriptor is
 //! derived), then unlinks the name; the mapping goes when the last handle drops.
 
-use super::os::{shm_create, shm_unlink, Mapping, Region};
 use super::L3Error;
+use crate::os::{shm_create, shm_unlink, Mapping, Region};
 use simpler_core::{
     AccessMode, AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DataType, Tensor,
     ValidTensor,
@@ -103,7 +103,7 @@ impl Buffer {
         self.inner.desc.nbytes
     }
 
-    /// The backend.
+    /// The backend it was created with (POSIX_SHM, FORK_SHM, FORK_COW or DEVICE_MALLOC).
     pub fn backend(&self) -> BackendKind {
         self.inner
             .desc
@@ -367,7 +367,7 @@ pub(super) fn create_arena(
         .sub(offset as usize, nbytes as usize)
         .expect("the arena allocator stays inside the arena");
     // Fresh arena memory may hold a released buffer's bytes; hand it out zeroed.
-    region.bytes_mut().fill(0);
+    region.zero();
     let desc = descriptor(
         identity,
         AddressSpace::Host,

@@ -11,13 +11,13 @@
 // is compiled out and its data goes unread.
 #![cfg_attr(not(feature = "sim"), allow(unused_imports, dead_code))]
 
+use super::callable::{ChipCallable, SubCallable};
 use super::engine::LaneKind;
 use super::import::{view_offsets, ForkRanges, ImportContext, ImportRegistry, ImportedView};
 use super::mailbox::{
     Bells, Mailbox, CONTROL_FRAME, CTRL_OFF_ARG0, CTRL_OFF_RESULT, SCHEDULER_BELL, TASK_FRAME,
 };
-use super::os;
-use super::worker::{ChipCallable, SubCallable};
+use crate::os;
 use simpler_core::blob::read_blob;
 #[cfg(feature = "sim")]
 use simpler_core::mailbox::ControlCopyRequest;
@@ -173,13 +173,16 @@ fn lookup<'c, T>(
 ) -> Result<(usize, &'c T), String> {
     let index = u32::from_le_bytes([digest[1], digest[2], digest[3], digest[4]]) as usize;
     match table.get(index) {
-        Some(c) if digest[0] == kind && *digest == super::worker::digest(kind, index, name(c)) => {
+        Some(c)
+            if digest[0] == kind && *digest == super::callable::digest(kind, index, name(c)) =>
+        {
             Ok((index, c))
         }
         _ => Err("callable digest is not prepared on this endpoint".into()),
     }
 }
 
+#[allow(unsafe_code)] // reads a mailbox frame in place: see the SAFETY comments
 fn task(
     setup: &ChildSetup<'_>,
     role: &mut Role,
@@ -193,7 +196,11 @@ fn task(
     config
         .validate()
         .map_err(|e| format!("call config refused: {e}"))?;
-    let view = read_blob(mb.blob()).map_err(|e| format!("task arguments: {e}"))?;
+    // SAFETY: called from `serve` after it observed TASK_READY and before it publishes
+    // TASK_DONE, so the task frame is this child's; `view` (and everything decoded from it)
+    // is dropped when this function returns, before that publication.
+    let blob = unsafe { mb.blob() };
+    let view = read_blob(blob).map_err(|e| format!("task arguments: {e}"))?;
     match role {
         Role::Sub => {
             let (_, c) = lookup(setup.sub_callables, &digest, 2, |c| &c.name)?;
@@ -266,6 +273,10 @@ fn chip_arg(
     let region = v
         .region
         .ok_or_else(|| format!("tensor {index}: no host mapping"))?;
+    // The region lies in an import `registry` holds until a later control request releases
+    // it, and no control request is served while this task runs (one thread serves both
+    // frames); the engine keeps every writer of the view's bytes waiting until this task
+    // finishes; `src` is dropped before this function returns.
     let src = region.bytes();
     let numel: usize = shapes.iter().map(|&s| s as usize).product();
     let mut data = vec![0u8; numel * elem];
@@ -295,6 +306,7 @@ fn scatter(t: &ValidTensor, v: &ImportedView, data: &[u8]) {
     }
 }
 
+#[allow(unsafe_code)] // reads a mailbox frame in place: see the SAFETY comments
 fn control(
     setup: &ChildSetup<'_>,
     role: &mut Role,
@@ -307,7 +319,10 @@ fn control(
     #[cfg_attr(not(feature = "sim"), allow(unused_variables))]
     let arg0 = mb.control_u64(CTRL_OFF_ARG0);
     if command == ControlCommand::ImportRelease as u64 {
-        let slot = mb.control_slot();
+        // SAFETY: called from `serve` after it observed CONTROL_REQUEST and before it
+        // publishes CONTROL_DONE, so the control frame is this child's; `slot` is dropped when
+        // this function returns.
+        let slot = unsafe { mb.control_slot() };
         let mut oid = [0u8; 8];
         oid.copy_from_slice(&slot[..8]);
         let buffer_id = u64::from_le_bytes(slot[8..16].try_into().unwrap_or([0; 8]));
@@ -331,7 +346,9 @@ fn control(
                 let to_device = command == ControlCommand::CopyTo as u64;
                 // arg0 carries the request's length: a short request is refused, never filled
                 // out with the previous request's bytes.
-                let slot = mb.control_slot();
+                // SAFETY: as for the ImportRelease slot above: the control frame is this
+                // child's until `serve` publishes CONTROL_DONE, after this function returns.
+                let slot = unsafe { mb.control_slot() };
                 let len = usize::try_from(arg0).unwrap_or(usize::MAX).min(slot.len());
                 let req = ControlCopyRequest::read(&slot[..len])
                     .map_err(|e| format!("copy request refused: {e:?}"))?;
@@ -402,6 +419,10 @@ fn copy(
         .ok_or("the host side is not host memory")?;
     if to_device {
         worker
+            // The region lies in the import `materialize` just made or found, which `registry`
+            // keeps while this request is served (on this thread); the host buffer is the
+            // parent's to keep unwritten while it waits for this copy (a control copy is
+            // ordered by its caller, not by the engine).
             .copy_to_device(addr, region.bytes())
             .map_err(|e| e.to_string())?;
     } else {

@@ -12,9 +12,9 @@
 
 use super::buffer::Buffer;
 use super::mailbox::{Bells, Mailbox, SCHEDULER_BELL, TASK_FRAME};
-use super::os::ChildExit;
 use super::worker::LiveBuffers;
 use super::L3Error;
+use crate::os::ChildExit;
 use simpler_core::mailbox::{CallConfig, MailboxState, PipelineSlotLease};
 use simpler_core::overlap::{self, Footprint, Overlap};
 use simpler_core::{CanonicalIdentity, TensorArgType, ValidTensor};
@@ -73,7 +73,7 @@ impl Lane {
         if exit.is_none() {
             let pid = self.pid.load(Ordering::Acquire);
             if pid > 0 {
-                match super::os::try_reap(pid) {
+                match crate::os::try_reap(pid) {
                     Ok(Some(e)) => *exit = Some(e),
                     Ok(None) => {}
                     // ECHILD: reaped elsewhere or never ours; treat as gone.
@@ -129,11 +129,17 @@ impl Task {
     }
 }
 
+/// One task's access to a buffer, as the engine's dependency map keeps it per buffer identity
+/// until the task finishes well (a later access that overlaps it depends on the task).
 #[derive(Clone, Copy)]
-struct MapEntry {
+struct TrackedAccess {
+    /// The task that made the access.
     task: u64,
+    /// Whether it writes (OUTPUT, OUTPUT_EXISTING, INOUT) rather than only reads.
     writer: bool,
+    /// The elements it touches, in units of its dtype.
     fp: Footprint,
+    /// The buffer's length in the same units (the bound of the overlap test).
     buffer_elems: u64,
 }
 
@@ -257,7 +263,9 @@ struct RunState {
 pub(super) struct Engine {
     base: u64,
     tasks: VecDeque<Task>,
-    map: HashMap<CanonicalIdentity, Vec<MapEntry>>,
+    /// The dependency map: per buffer identity, the accesses of tasks that may still order a
+    /// later one (a failed task's stay, to poison its consumers).
+    map: HashMap<CanonicalIdentity, Vec<TrackedAccess>>,
     failed: HashSet<u64>,
     ready_chip: Vec<VecDeque<u64>>,
     ready_sub: VecDeque<u64>,
@@ -962,7 +970,7 @@ impl Engine {
                 producers.push(e.task);
             }
         }
-        entries.push(MapEntry {
+        entries.push(TrackedAccess {
             task: id,
             writer: writes,
             fp,

@@ -9,7 +9,7 @@
 //! landing silently; a FORK-inherited address must lie inside a range the process really
 //! inherited, so no descriptor can make the registry hand out an address it never mapped.
 
-use super::os::{fd_size, shm_open, Mapping, Region};
+use crate::os::{fd_size, shm_open, Mapping, Region};
 use simpler_core::blob::{BlobError, TaskArgsView};
 use simpler_core::{
     AccessMode, AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DataType,
@@ -106,28 +106,28 @@ pub enum ImportError {
     RemoteSidecar,
     /// A known identity arrived with a different descriptor; the first mapping is kept.
     Conflict {
-        /// The identity.
+        /// The identity already imported.
         identity: CanonicalIdentity,
         /// Only the differing fields, as `name: old -> new`.
         fields: Vec<String>,
     },
     /// The POSIX shared-memory object does not exist (the owner released it, or never made it).
     NotFound {
-        /// Its name.
+        /// The object's name (without the leading `/`).
         name: String,
     },
     /// The shared-memory object is shorter than its descriptor claims.
     TooSmall {
-        /// Its name.
+        /// The object's name (without the leading `/`).
         name: String,
-        /// Its real size.
+        /// Its real size in bytes.
         size: u64,
         /// What the descriptor claims.
         nbytes: u64,
     },
     /// A FORK_* address outside every range this process inherited.
     NotInherited {
-        /// The address.
+        /// The descriptor's address.
         addr: u64,
         /// The bytes claimed.
         nbytes: u64,
@@ -141,7 +141,7 @@ pub enum ImportError {
     },
     /// The identity was never imported here.
     NotImported {
-        /// The identity.
+        /// The identity looked up.
         identity: CanonicalIdentity,
     },
     /// A DEVICE tensor reached a host process's argument mapping.
@@ -385,7 +385,9 @@ impl ImportRegistry {
     }
 
     /// Decodes a SUB task's blob and maps its arguments for a host callable; any DEVICE tensor
-    /// is refused.
+    /// is refused. The arguments point into this registry's imports: use them only while
+    /// those stay imported (no [`Self::release`] of their buffers, no [`Self::close`], and
+    /// the registry alive), as a child does for the one task they belong to.
     pub fn mapped_args(&mut self, view: &TaskArgsView<'_>) -> Result<MappedArgs, ImportError> {
         let mut args = Vec::with_capacity(view.tensor_count());
         for index in 0..view.tensor_count() {
@@ -508,19 +510,28 @@ impl std::error::Error for ReadOnlyArg {}
 impl MappedArg {
     /// The view's bytes, from its first to one past its last element.
     pub fn bytes(&self) -> &[u8] {
+        // The region lies in an import the registry that made this argument holds (or in
+        // memory the child inherited at fork and never unmaps) for the task's duration, and
+        // the dependency engine keeps every writer of these bytes waiting until the task that
+        // reads them has finished (see `ImportRegistry::mapped_args` for the caller's part).
         self.region.as_ref().map(Region::bytes).unwrap_or(&[])
     }
 
     /// The view's bytes for writing; refused for a READ buffer.
+    #[allow(unsafe_code)]
     pub fn bytes_mut(&mut self) -> Result<&mut [u8], ReadOnlyArg> {
         if !self.writable {
             return Err(ReadOnlyArg);
         }
-        Ok(self
-            .region
-            .as_ref()
-            .map(Region::bytes_mut)
-            .unwrap_or(&mut []))
+        let Some(region) = self.region.as_ref() else {
+            return Ok(&mut []);
+        };
+        // SAFETY: the region stays mapped as for `bytes`; the engine gives the running task
+        // exclusive use of a range it writes (no other task touches overlapping bytes until
+        // it finishes, and the submit checks refuse two tracked arguments of one task that
+        // overlap where either writes), and `&mut self` keeps this argument's own slices
+        // apart.
+        Ok(unsafe { region.bytes_mut() })
     }
 
     /// Whether the buffer grants writing.
@@ -570,8 +581,8 @@ pub fn view_offsets<'a>(shapes: &'a [u32], strides: &'a [u32]) -> impl Iterator<
 /// What a SUB callable receives: its mapped tensors, then its scalars.
 #[derive(Debug, Default)]
 pub struct MappedArgs {
-    /// The tensors.
+    /// The task's tensor arguments, in argument order.
     pub args: Vec<MappedArg>,
-    /// The scalars.
+    /// The task's scalar arguments, in order.
     pub scalars: Vec<u64>,
 }

@@ -14,7 +14,7 @@
 //! waiter spins briefly on its word, then blocks in the kernel: nothing on the dispatch path
 //! sleeps.
 
-use super::os::{futex_wait, futex_wake, Mapping, Region};
+use crate::os::{futex_wait, futex_wake, Mapping, Region};
 use simpler_core::doorbell::{Doorbell, Futex};
 use simpler_core::limits::{MAILBOX_ARGS_CAPACITY, MAILBOX_FRAME_SIZE, MAILBOX_OFF_SHUTDOWN};
 use simpler_core::mailbox::{
@@ -28,7 +28,8 @@ use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The control frame.
+/// Index of the control frame: requests outside the task path (device malloc and free,
+/// copies, import release), one at a time per child.
 pub const CONTROL_FRAME: usize = 0;
 /// The task frame every endpoint here uses (single-frame protocol).
 pub const TASK_FRAME: usize = 1;
@@ -136,12 +137,22 @@ impl Mailbox {
     }
 
     /// The task frame's args blob region (read in place by the child's decoder).
-    pub fn blob(&self) -> &[u8] {
-        mapping_slice(
-            &self.map,
-            TASK_FRAME * MAILBOX_FRAME_SIZE + OFF_BLOB,
-            MAILBOX_ARGS_CAPACITY,
-        )
+    ///
+    /// # Safety
+    ///
+    /// Only the child may call it, while the task frame is its own (from observing
+    /// `TASK_READY` until it publishes `TASK_DONE`), and it must drop the slice before that
+    /// publication: the parent writes the frame's bytes only outside that window.
+    #[allow(unsafe_code)]
+    pub unsafe fn blob(&self) -> &[u8] {
+        // SAFETY: the caller holds the task frame (this function's contract).
+        unsafe {
+            self.map.bytes(
+                TASK_FRAME * MAILBOX_FRAME_SIZE + OFF_BLOB,
+                MAILBOX_ARGS_CAPACITY,
+            )
+        }
+        .expect("frame regions lie inside the mailbox mapping")
     }
 
     /// The run id of the posted task.
@@ -216,12 +227,23 @@ impl Mailbox {
     }
 
     /// The control frame's request slot (a copy request, a name).
-    pub fn control_slot(&self) -> &[u8] {
-        mapping_slice(
-            &self.map,
-            CONTROL_FRAME * MAILBOX_FRAME_SIZE + MAILBOX_OFF_ARGS,
-            MAILBOX_OFF_SHUTDOWN - MAILBOX_OFF_ARGS,
-        )
+    ///
+    /// # Safety
+    ///
+    /// Only the child may call it, while the control frame is its own (from observing
+    /// `CONTROL_REQUEST` until it publishes `CONTROL_DONE`), and it must drop the slice before
+    /// that publication: the parent writes the frame's bytes only outside that window (and a
+    /// parent that gives up waiting kills the child rather than reuse the frame).
+    #[allow(unsafe_code)]
+    pub unsafe fn control_slot(&self) -> &[u8] {
+        // SAFETY: the caller holds the control frame (this function's contract).
+        unsafe {
+            self.map.bytes(
+                CONTROL_FRAME * MAILBOX_FRAME_SIZE + MAILBOX_OFF_ARGS,
+                MAILBOX_OFF_SHUTDOWN - MAILBOX_OFF_ARGS,
+            )
+        }
+        .expect("frame regions lie inside the mailbox mapping")
     }
 
     /// The task frame's raw header fields the child reads: digest, config, lease.
@@ -243,11 +265,6 @@ impl Mailbox {
 fn mapping_atomic(map: &Mapping, at: usize) -> &AtomicU32 {
     map.atomic_u32(at)
         .expect("state words sit at aligned offsets inside the mapping")
-}
-
-fn mapping_slice(map: &Mapping, at: usize, len: usize) -> &[u8] {
-    map.bytes(at, len)
-        .expect("frame regions lie inside the mailbox mapping")
 }
 
 /// The kernel's futex on a word in shared memory, which works across processes.
@@ -274,7 +291,8 @@ pub struct Bells {
     spin_at: usize,
 }
 
-/// The scheduler's doorbell.
+/// Index of the scheduler's bell in [`Bells`] (children ring it when they finish, the
+/// orchestrator when it submits).
 pub const SCHEDULER_BELL: usize = 0;
 /// Bytes per bell (one cache line, so two bells never share a line).
 const BELL_STRIDE: usize = 64;

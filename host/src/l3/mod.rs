@@ -13,23 +13,46 @@
 //! Task arguments cross the process boundary only as the `TaskArgs` blob of address-free wire
 //! tensors; each child validates and materializes them through its [`ImportRegistry`].
 //! Buffers ([`Buffer`]) are POSIX_SHM, FORK_SHM, FORK_COW or DEVICE_MALLOC; see [`buffer`].
+//!
+//! # Submodules
+//!
+//! The public items are re-exported here, so every `l3::Item` path names the item whichever
+//! file holds it:
+//!
+//! - `worker` (private): [`Worker`] and [`WorkerConfig`], the lifecycle: forking the children,
+//!   start-up, close;
+//! - `callable` (private): chip and SUB callables, their ids and the digests task frames name
+//!   them by;
+//! - `control` (private): the Worker's buffers, device allocations and control-plane copies,
+//!   over the control frame;
+//! - `orch` (private): runs: [`L3Orch`] (the submit-time argument checks, scopes) and
+//!   [`RunHandle`];
+//! - `engine` (private): the dependency engine, failure propagation and the scheduler thread;
+//! - `mailbox` (private): the mailbox protocol over shared memory and the doorbells;
+//! - `child` (private): what a forked child runs;
+//! - [`buffer`]: buffers, their backings and life;
+//! - [`import`]: the import registry a child materializes wire tensors through.
+//!
+//! The OS calls under all of this (fork, mmap, futex) are in `crate::os`.
 
 pub mod buffer;
+mod callable;
 mod child;
+mod control;
 mod engine;
 pub mod import;
 mod mailbox;
-pub(crate) mod os;
+mod orch;
 mod worker;
 
 pub use buffer::{shm_prefix, Buffer};
+pub use callable::{ChipCallableId, SubCallableId, SubFn};
 pub use engine::{LaneKind, RunSummary};
 pub use import::{
     ForkRanges, ImportContext, ImportError, ImportRegistry, MappedArg, MappedArgs, ReadOnlyArg,
 };
-pub use worker::{
-    ChipCallableId, L3Orch, Lifecycle, RunHandle, SubCallableId, SubFn, Worker, WorkerConfig,
-};
+pub use orch::{L3Orch, RunHandle};
+pub use worker::{Lifecycle, Worker, WorkerConfig};
 
 use simpler_core::mailbox::{ConfigError, CopyRequestError};
 use simpler_core::{AccessMode, DescriptorError, TensorArgType, TensorError};
@@ -50,9 +73,9 @@ pub enum L3Error {
     RegisterAfterInit,
     /// A child did not start.
     ChildStartup {
-        /// Which child.
+        /// The child, as `chip i` or `sub-worker j`.
         endpoint: String,
-        /// Why.
+        /// Its INIT_FAILED message, how it ended, or the missed start-up deadline.
         message: String,
     },
     /// `close()` ran out of budget; the Worker can be closed again.
@@ -75,22 +98,22 @@ pub enum L3Error {
     },
     /// The backend cannot be created by `create_buffer`.
     UnsupportedBackend {
-        /// Its raw value.
+        /// The backend's raw `BackendKind` value.
         backend: u8,
     },
     /// The buffer was released.
     BufferClosed {
-        /// Its id.
+        /// The released buffer's id.
         buffer_id: u64,
     },
     /// The buffer is not one of this Worker's live buffers.
     UnknownBuffer {
-        /// Its id.
+        /// The id the buffer handle carries.
         buffer_id: u64,
     },
     /// `release_buffer` while a run in flight names the buffer.
     BufferInUse {
-        /// Its id.
+        /// The buffer's id.
         buffer_id: u64,
     },
     /// A task names a buffer that is not live on this Worker (released, out of its scope, or
@@ -103,16 +126,16 @@ pub enum L3Error {
     },
     /// Host access to a device buffer (use `copy_from`).
     DeviceBufferAccess {
-        /// Its id.
+        /// The device buffer's id.
         buffer_id: u64,
     },
     /// A host access outside the buffer.
     BufferRange {
-        /// Offset.
+        /// The access's first byte, from the buffer's start.
         offset: u64,
-        /// Length.
+        /// Bytes the access covers.
         len: u64,
-        /// The buffer's size.
+        /// The buffer's size in bytes.
         nbytes: u64,
     },
     /// A descriptor failed validation.
@@ -134,7 +157,7 @@ pub enum L3Error {
     UnknownCallable,
     /// A chip appears twice in one group.
     DuplicateChip {
-        /// The chip.
+        /// The chip index named more than once.
         chip: usize,
     },
     /// A group's worker list and argument list differ in length (or are empty).
@@ -160,7 +183,8 @@ pub enum L3Error {
     DeviceProvenance {
         /// The tensor's index.
         index: usize,
-        /// Why.
+        /// What is wrong with the address (another Worker's, another chip's, a different
+        /// size, not an allocation's start).
         reason: String,
     },
     /// A REMOTE_SIDECAR tensor given to a local worker.
@@ -172,16 +196,16 @@ pub enum L3Error {
     Access {
         /// The tensor's index.
         index: usize,
-        /// The tag.
+        /// The tensor's tag.
         tag: TensorArgType,
         /// What the buffer grants.
         granted: AccessMode,
     },
     /// Two arguments of one task share bytes and at least one writes.
     OverlappingWrites {
-        /// The first.
+        /// The earlier tensor's index.
         first: usize,
-        /// The second.
+        /// The later tensor's index.
         second: usize,
     },
     /// The arguments do not fit the callable's signature.
@@ -200,33 +224,33 @@ pub enum L3Error {
     },
     /// The slot ring stayed full.
     SlotTimeout {
-        /// Its capacity.
+        /// Task slots in the ring ([`WorkerConfig::ring_slots`]).
         slots: usize,
     },
     /// Submit outside a run.
     NoRun,
     /// A control-plane copy was refused on the device side.
     CopyDevice {
-        /// Why.
+        /// Which device-side check failed.
         reason: String,
     },
     /// A control-plane copy was refused on the host side.
     CopyHost {
-        /// Why.
+        /// Which host-side check failed.
         reason: String,
     },
     /// A control request was refused by its child.
     Control {
-        /// Which child.
+        /// The child, as `chip i` or `sub-worker j`.
         endpoint: String,
-        /// Its message.
+        /// The child's error message, or why the request never got an answer.
         message: String,
     },
     /// A copy request was refused before use.
     CopyRequest(CopyRequestError),
     /// A task failed in its child.
     TaskFailed {
-        /// The task.
+        /// The task's id.
         task: u64,
         /// Where it ran.
         endpoint: String,
@@ -235,16 +259,16 @@ pub enum L3Error {
     },
     /// The child running (or meant to run) a task is gone.
     Endpoint {
-        /// The task.
+        /// The task's id.
         task: u64,
-        /// Which child.
+        /// The child that ran (or was to run) it.
         endpoint: String,
         /// How it ended.
         message: String,
     },
     /// A task did not run because a producer failed.
     Upstream {
-        /// The task.
+        /// The skipped task's id.
         task: u64,
         /// The failed producer.
         producer: u64,

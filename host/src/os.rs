@@ -1,10 +1,28 @@
-//! The operating-system calls the L3 level needs, and the only `unsafe` code in the host crate.
+//! The host crate's operating-system calls, and with them its only `unsafe` code.
 //!
-//! Shared mappings (anonymous and POSIX shared-memory objects), `fork` and the child's
-//! parent-death signal, reaping, signals, futex waits and wakes on words that live in shared
-//! memory, and the random nonce. Everything above this module handles only safe types:
-//! [`Mapping`] (an owned mapping, unmapped on drop) and [`Region`] (a checked window into memory
-//! that outlives it).
+//! What lives here, by user:
+//!
+//! - memory, for level 3: [`Mapping`] (an owned `mmap`, unmapped on drop: anonymous shared
+//!   or private, or a POSIX shared-memory object) and [`Region`] (a window into memory its
+//!   owner keeps mapped); for hbg and the Graph recorder: [`PrivateMapping`] (zero pages
+//!   touched only where written, borrowed as plain bytes);
+//! - POSIX shared-memory objects ([`shm_create`], [`shm_open`], [`shm_unlink`], [`fd_size`]);
+//! - processes, for level 3: [`fork`], [`die_with_parent`], [`exit_now`], [`try_reap`],
+//!   [`kill`], [`pid`];
+//! - cross-process futex waits and wakes on words in shared memory, and a random nonce;
+//! - the calling thread's own accounting and scheduling: [`minor_faults`] and
+//!   [`thread_cpu_time`] (each hbg bind phase reads both), and
+//!   [`yield_to_busier_threads`] (the Graph recorder threads).
+//!
+//! Everything above this module handles only safe types and functions, except the few `unsafe
+//! fn`s here whose soundness depends on their caller ([`fork`], [`Mapping::bytes`],
+//! [`Region::bytes_mut`]): each states its contract in a `# Safety` section, and each call
+//! site says why it holds. ([`Region::bytes`] has such a contract too but stays a safe fn:
+//! it is reachable from the public API.)
+//!
+//! A [`Region`] does not borrow its [`Mapping`]: its owner (a buffer, an import, the
+//! FORK_SHM arena, a mailbox) keeps the mapping alive while the region is used, and a forked
+//! child never unmaps what it inherited.
 
 #![allow(unsafe_code)]
 
@@ -75,7 +93,7 @@ impl Mapping {
         Self::map(len, prot, libc::MAP_SHARED, fd.as_raw_fd())
     }
 
-    /// The whole mapping as a region.
+    /// The whole mapping as a [`Region`], which the holder uses only while this mapping lives.
     pub fn region(&self) -> Region {
         Region {
             ptr: self.ptr.as_ptr(),
@@ -83,12 +101,14 @@ impl Mapping {
         }
     }
 
-    /// Its length.
+    /// Bytes mapped, as asked for (the kernel maps whole pages; the tail past `len` is not
+    /// reachable through this type).
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Its address in this process.
+    /// The mapping's first byte's address in this process (for FORK_SHM and FORK_COW, also
+    /// in every child forked after it was made).
     pub fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64
     }
@@ -105,22 +125,22 @@ impl Mapping {
         Some(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast()) })
     }
 
-    /// The whole mapping as bytes the caller owns exclusively (to carve typed state out of).
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the whole live mapping; `&mut self` makes this the only reference to it for
-        // the borrow's duration; `u8` has no validity invariant.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// `len` bytes at `offset`, borrowed from the mapping. Another process may write them;
-    /// the mailbox protocol reads them only after the state word says the writer is done.
-    pub fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+    /// `len` bytes at `offset`, borrowed from the mapping; `None` when the range is not
+    /// inside it.
+    ///
+    /// # Safety
+    ///
+    /// Nothing may write the range while the slice is held: no other thread, and no other
+    /// process sharing the mapping (the mailbox protocol reads a frame only after its state
+    /// word says the writer is done, and the writer touches it again only after the reader
+    /// hands the frame back).
+    pub unsafe fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
         let end = offset.checked_add(len)?;
         if end > self.len {
             return None;
         }
         // SAFETY: inside this live mapping; `u8` has no validity invariant; the borrow ends
-        // before the mapping is dropped.
+        // before the mapping is dropped; the caller guarantees no writer meanwhile.
         Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) })
     }
 }
@@ -135,10 +155,55 @@ impl Drop for Mapping {
     }
 }
 
-/// A window into a [`Mapping`], used while the mapping lives (the owner keeps it alive: a
-/// registry entry, the Worker's arena, or a mapping a forked child inherited and never unmaps). Reads and writes
-/// copy bytes; other processes may write the same memory concurrently, which the protocol
-/// above orders with the atomics this type hands out.
+/// A private, zero-filled anonymous mapping owned by one value: the hbg mirror's regions and
+/// image buffers, a Graph recorder's private runtime. Its pages are the kernel's zero pages
+/// until first written, so standing up tens of MB costs only the pages a bind touches (an
+/// aligned heap allocation would be zeroed eagerly).
+///
+/// Unlike [`Mapping`] it hands out no [`Region`], and no other process writes it (a child
+/// forked later gets a copy-on-write snapshot), so borrowing it as bytes is safe.
+#[derive(Debug)]
+pub struct PrivateMapping {
+    map: Mapping,
+}
+
+impl PrivateMapping {
+    /// Maps `len` zero bytes (`MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE`); `len` 0 is
+    /// refused.
+    pub fn new(len: usize) -> io::Result<Self> {
+        Ok(Self {
+            map: Mapping::anon_private(len)?,
+        })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// The whole mapping, borrowed.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the whole live mapping, borrowed from `self` (so it is not unmapped while
+        // the slice lives); nothing writes it meanwhile: no `Region` into it exists, no other
+        // process writes a private mapping, and writing here needs `&mut self`; `u8` has no
+        // validity invariant.
+        unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr(), self.map.len) }
+    }
+
+    /// The whole mapping as bytes the caller owns exclusively (to carve typed state out of).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the whole live mapping; `&mut self` makes this the only reference to it for
+        // the borrow's duration (no `Region` into it exists, and no other process writes a
+        // private mapping); `u8` has no validity invariant.
+        unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr(), self.map.len) }
+    }
+}
+
+/// A window into a [`Mapping`], used while the mapping lives: the owner keeps it alive (a
+/// registry entry, the Worker's arena, a buffer, or a mapping a forked child inherited and
+/// never unmaps); the type itself does not borrow it. Reads and writes copy bytes; other
+/// processes may write the same memory concurrently, which the level-3 protocol orders with
+/// the mailbox's atomic state words.
 #[derive(Clone, Copy, Debug)]
 pub struct Region {
     ptr: *mut u8,
@@ -151,17 +216,17 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Its length.
+    /// Bytes in the window.
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether it is empty.
+    /// Whether the window holds no byte (a zero-length sub-region).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Its address in this process.
+    /// The window's first byte's address in this process.
     pub fn addr(&self) -> u64 {
         self.ptr as u64
     }
@@ -174,6 +239,13 @@ impl Region {
             ptr: unsafe { self.ptr.add(offset) },
             len,
         })
+    }
+
+    /// Sets every byte of the window to zero (as [`Self::write`] of zeros, without a buffer).
+    pub fn zero(&self) {
+        // SAFETY: the window's `len` bytes lie in memory its owner keeps mapped; writing
+        // through the raw pointer creates no reference that could alias another.
+        unsafe { std::ptr::write_bytes(self.ptr, 0, self.len) };
     }
 
     /// Copies `out.len()` bytes from `offset`; `false` when the range is not inside.
@@ -197,19 +269,35 @@ impl Region {
         true
     }
 
-    /// The bytes as a shared slice. The protocol guarantees no writer touches them while the
-    /// slice is held (the dependency engine orders every writer after the readers it overlaps).
+    /// The bytes as a shared slice.
+    ///
+    /// Safe to call, unlike [`Self::bytes_mut`], because it is part of the public API (through
+    /// `l3::import::Imported::region`); but the slice is only valid while the memory stays
+    /// mapped and nothing (no thread of this process, no other process) writes it, which the
+    /// holder of the region has to see to: the slice's lifetime is not tied to the mapping.
+    /// At level 3 the dependency engine orders every writer of a range after the tasks that
+    /// read it, and the registry keeps an import mapped until it is released.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: a live region of `len` bytes; `u8` has no alignment or validity invariant.
+        // SAFETY: not guaranteed by this function alone (see its doc): a region of `len`
+        // bytes its holder keeps mapped and unwritten while the slice lives; `u8` has no
+        // alignment or validity invariant.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
-    /// The bytes as a mutable slice, for a task that owns the range for its duration (a SUB
-    /// callable's writable argument). Faults if the mapping is read-only.
+    /// The bytes as a mutable slice, for a holder that owns the range for the slice's life (a
+    /// running SUB task's writable argument, a buffer being handed out). Faults if the
+    /// mapping is read-only.
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay mapped while the slice is held, and no other reference to it (in
+    /// this process) and no access from another process may overlap the slice meanwhile: a
+    /// `Region` is `Copy`, so nothing but the caller's protocol prevents a second slice over
+    /// the same bytes.
     #[allow(clippy::mut_from_ref)]
-    pub fn bytes_mut(&self) -> &mut [u8] {
-        // SAFETY: a live region of `len` bytes; the dependency engine gives the running task
-        // exclusive use of a range it writes, so no other reference aliases it meanwhile.
+    pub unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: a region of `len` bytes the caller keeps mapped and uses exclusively for
+        // the slice's life.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
@@ -289,11 +377,20 @@ pub enum Forked {
     Child,
 }
 
-/// Forks the process. The child must finish with [`exit_now`] and never return into the
-/// caller's frames (they belong to the parent's program).
-pub fn fork() -> io::Result<Forked> {
-    // SAFETY: the caller forks while it has no other threads of its own; the child runs only
-    // code that touches its own copies of the parent's data and then calls `_exit`.
+/// Forks the process.
+///
+/// # Safety
+///
+/// In the child ([`Forked::Child`]) the caller must finish with [`exit_now`] and never return
+/// into its frames, unwind or run the parent's destructors (they belong to the parent's
+/// program: a destructor would, say, unlink the parent's shared-memory names). The child has
+/// only the calling thread: the caller must not rely on another thread of the process, and
+/// should fork before it starts threads of its own (a lock another thread held at the fork
+/// stays held in the child; the child then blocks on it, and its parent's start-up deadline
+/// reports it).
+pub unsafe fn fork() -> io::Result<Forked> {
+    // SAFETY: `fork` itself has no memory-safety preconditions; what the child may do
+    // afterwards is the caller's contract above.
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Forked::Child),
@@ -433,4 +530,20 @@ pub fn thread_cpu_time() -> std::time::Duration {
         return std::time::Duration::ZERO;
     }
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Makes the calling thread give way to the process's other threads when they want the same
+/// CPU: `SCHED_BATCH` (a batch thread does not preempt a running one when it wakes) at nice
+/// 10 (a smaller share). Best effort: where the system refuses, the thread keeps the default
+/// policy; off Linux it does nothing.
+pub fn yield_to_busier_threads() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: both calls act on the calling thread (id 0) and read only the parameter struct
+    // passed by reference, which lives across the call; failure is reported by the return
+    // value, which is ignored (best effort).
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
 }
