@@ -3,34 +3,53 @@
 //! The host side of the task-argument wire ([`TaskArgs`]), the [`ChipWorker`] that drives a
 //! simulated chip, and the example scenes the `simpler` command runs.
 //!
-//! Modules:
-// The OS calls (mmap, fork, futex, thread accounting and scheduling) live in `os`, which holds
-// the crate's `unsafe` but for the call sites of its few `unsafe fn`s (in `l3`); every block
-// carries a SAFETY comment.
+//! `unsafe` lives in one private module, `os` (mappings, shared memory, `fork`, futexes,
+//! thread accounting and scheduling class), every block with its SAFETY comment. The only other
+//! blocks call its `unsafe fn`s (`fork`, a mapping's or region's raw bytes, the mailbox's in-place
+//! views) from `l3`, each under an item-level `allow` with the caller's SAFETY argument.
+//!
+//! ## Running on a chip
+//!
+//! - [`chip_worker`]: one chip: device start-up, callables, runs with staging and copy-back.
+//! - [`transport`]: how the host reaches a device; the simulator backend behind the `sim` feature.
+//! - [`task_args`]: the tagged task-argument builder and its blob encoding.
+//!
+//! ## The host-built graph (hbg)
+//!
+//! - [`hbg`]: the orchestration on the host into a mirror, shipped once.
+//! - [`record`]: Graph recording: a body recorded once into a Definition, on retained storage.
+//! - `image_payloads`: hbg's payload records, written in the image's format as the orchestration
+//!   submits.
+//!
+//! ## Level 3
+//!
+//! - [`l3`]: chips and sub-workers in forked children, shared buffers, the import registry.
+//!
+//! ## Output and measurement
+//!
+//! - [`dag`]: a run's task graph, recorded at submit and written as JSON or Graphviz.
+//! - [`trace`]: Chrome trace-event JSON from a run's trace events.
+//! - [`alloc_count`]: heap allocations per bind phase, read through a counter the program installs.
+//!
+//! ## Platform services
+//!
+//! - `os`: the crate's OS calls: mappings, shared memory, processes, futexes, thread accounting.
+//!
+//! ## Example scenes (what the simpler command and the tests run)
+//!
+//! - [`scenes`]: the example scenes and their goldens.
 
-// Heap allocations per bind phase, read through a counter the program installs.
 pub mod alloc_count;
-// One chip: device start-up, callables, runs with staging and copy-back.
 pub mod chip_worker;
-// A run's task graph, recorded at submit and written as JSON or Graphviz.
 pub mod dag;
-// The host-built-graph runtime: the orchestration on the host into a mirror, shipped once.
 pub mod hbg;
-// hbg's payload records, written in the image's format as the orchestration submits.
 mod image_payloads;
-// Graph recording for hbg: a body recorded once into a Definition, on retained storage.
 pub mod record;
-// Level 3: chips and sub-workers in forked children, shared buffers, the import registry.
 pub mod l3;
-// The crate's OS calls: mappings, shared memory, processes, futexes, thread accounting.
 pub(crate) mod os;
-// The example scenes and their goldens.
 pub mod scenes;
-// The tagged task-argument builder and its blob encoding.
 pub mod task_args;
-// Chrome trace-event JSON from a run's trace events.
 pub mod trace;
-// How the host reaches a device; the simulator backend behind the `sim` feature.
 pub mod transport;
 
 pub use chip_worker::{
