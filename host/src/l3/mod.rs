@@ -14,6 +14,65 @@
 //! tensors; each child validates and materializes them through its [`ImportRegistry`].
 //! Buffers ([`Buffer`]) are POSIX_SHM, FORK_SHM, FORK_COW or DEVICE_MALLOC; see [`buffer`].
 //!
+//! ## Lifecycle
+//!
+//! - **Processes.** [`Worker::new`] maps the FORK_SHM arena; `register_chip` and `register_sub`
+//!   add callables, which the children inherit, so they are registered before `init`. `init`
+//!   mints the 8-byte `owner_instance_id` from the kernel's random source, maps one 196,608-byte
+//!   mailbox per child and a doorbell page, forks the SUB children and then the chips before any
+//!   thread starts, waits for every child's INIT_READY, and only then starts the one scheduler
+//!   thread. A child asks for SIGKILL when its parent dies and ends with `_exit`.
+//! - **Mailbox.** The reference's byte layout ([`simpler_core::mailbox`]): a control frame and
+//!   two task frames of 64 KiB; these endpoints use task frame 1 (the single-frame protocol). A
+//!   task is the callable's 32-byte digest, the `CallConfig`, the pipeline lease and the
+//!   `TaskArgs` blob; the child validates the lease, the config, the blob and every tensor before
+//!   it materializes them. State words are published with release ordering; each side wakes the
+//!   other through futex doorbells that count sleepers (a ring is a system call only when someone
+//!   is blocked), after a short spin that yields the CPU once it passes 2 us.
+//! - **Buffers.** `create_buffer(nbytes, access, backend)`: POSIX_SHM (`shm_open` under a name
+//!   derived from the nonce), FORK_SHM (a slice of the arena mapped before the fork), FORK_COW (a
+//!   private mapping made before `init`, READ only); `alloc_child_tensor(chip, nbytes)` for
+//!   DEVICE_MALLOC memory on one chip, filled with `copy_to` and read with `copy_from` (a
+//!   `ControlCopyRequest` naming both ends, validated by the child before it acts).
+//!   `release_buffer` refuses while a run in flight names the buffer, unlinks its name and tells
+//!   every child to drop its mapping. `close()` drains, shuts the children down, reaps them and
+//!   releases every buffer, and may be called again after running out of budget; dropping an
+//!   unclosed Worker kills its children. No shared-memory name survives `close()`, a child's
+//!   crash or a drop.
+//! - **Import registry** (one per child): an identity is mapped once; a second descriptor under
+//!   a known identity must be equal field for field, or it is refused naming the differing
+//!   fields; a POSIX_SHM object shorter than its descriptor, or gone, is refused; a FORK address
+//!   must lie inside a region the child inherited; READ POSIX_SHM buffers are mapped read-only,
+//!   and a SUB callable's `MappedArg::bytes_mut` refuses a READ argument. A host endpoint refuses
+//!   every DEVICE backing; a chip endpoint refuses DEVICE backings of another
+//!   `owner_instance_id`. Views resolve to exactly `[byte_offset, byte_offset + extent)`.
+//! - **Engine.** `worker.run(|o| ...)` and `worker.submit(..)` run the orchestration on the
+//!   caller's thread: `submit_next_level(chip, ..)`, `submit_next_level_group`, `submit_sub`,
+//!   `submit_sub_group`, `scope(..)` and `alloc(nbytes)` (a scope-owned FORK_SHM intermediate,
+//!   released once the scope's tasks retire, with back-pressure when the arena is full).
+//!   Dependencies come from a TensorMap keyed by buffer identity and byte range (the exact box
+//!   test where it applies): read-after-write, write-after-write and write-after-read. A failed
+//!   task fails its consumers without running them; a dead child fails its task with an endpoint
+//!   error and the others keep serving. `RunHandle::wait(timeout)` replays the terminal result.
+//!
+//! ## Decided differently from the reference, on purpose
+//!
+//! - OUTPUT needs WRITE at level 3 (the reference lets a READ buffer through and loses the
+//!   writes).
+//! - A submit refuses any tensor whose buffer is not live on the Worker: a tensor kept past
+//!   `release_buffer` would otherwise reach memory that now belongs to another buffer.
+//! - Any two arguments of one task that share bytes, one of them written, are refused (the
+//!   reference checks each writer only against later arguments).
+//! - Write-after-read is tracked; copy requests carry their length.
+//! - The reference resolves remote exports N bytes short; here a view resolves to exactly its
+//!   extent.
+//!
+//! ## Not built
+//!
+//! Levels above 3, remote workers and sidecars, the two-frame pipelined protocol, CTRL_PREPARE
+//! and registration after `init` (callables are inherited at fork), SHA-256 digests (the digest
+//! is the callable's index and name hash, enough to refuse an unknown one).
+//!
 //! # Submodules
 //!
 //! The public items are re-exported here, so every `l3::Item` path names the item whichever
