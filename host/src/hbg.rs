@@ -27,6 +27,22 @@
 //! forward-only, and a graph that does not fit fails the bind with a typed error instead of
 //! waiting. The mirror (its three regions and the two image buffers) is allocated at the first
 //! bind and kept by the `ChipWorker` until it is finalized.
+//!
+//! ## Graphs on hbg
+//!
+//! The first submission of a key in a bind queues its recording on the recorder pool
+//! ([`crate::record::RecorderPool`]) and adds one outer task; every later submission whose
+//! boundary matches the first one's (compared tensor by tensor with `TaskTensor::same_layout`,
+//! under the in-flight entry's lock) adds one outer task. A boundary of at most 32 tensors is
+//! the outer task's argument list as it is; a wider one puts its writers first and its other
+//! readers on kernel-less prelude tasks the outer task waits for. `graph_commit` waits for every
+//! recording, places each Definition once, reserves each invocation's heap block and patches
+//! both into its outer task, in submission order; a recording that failed after its outer task
+//! was submitted fails the bind as invalid arguments. Without a sink (tmr, or inside a
+//! recording) a body runs inline; a Graph nested in a recorded body makes that recording
+//! unsupported. Caps: 1024 nodes per Definition (a longer body finishes but is unsupported), 16
+//! Definitions per bind, 128 boundary tensors (at most 32 of them written) and 64 scalars, 32
+//! tensors and 16 scalars per node.
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, Staging, WorkerError};
 use crate::image_payloads::ImagePayloads;

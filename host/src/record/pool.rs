@@ -2,6 +2,24 @@
 //! whose turn it is, limits how many run while the orchestration builds, and wakes threads
 //! only when a recording may start. Its own file because this is the threading policy
 //! (permits, wake-ups, rotation), apart from what a recording does.
+//!
+//! The policy, and why:
+//!
+//! - **Threads.** Eight start at callable registration, each standing its retained storage up
+//!   as it starts (so no bind pays for it), growing to sixteen, alive until the worker is
+//!   finalized. Jobs wait in one FIFO, each naming the thread whose turn it is in a rotation that
+//!   advances by one per bind, so every thread records different bodies over binds and reuses its
+//!   storage for them; a job whose thread is busy goes to the first thread that comes free.
+//! - **While the orchestration builds**, at most one recording fewer than there are CPUs runs at
+//!   once, so recorders do not take turns on the orchestration's CPU; the commit lets them use
+//!   every CPU, and starts every waiting job at once rather than in a chain where each finished
+//!   recording wakes the next thread. `ChipWorker::set_recordings_while_building(0)` defers every
+//!   recording to the commit.
+//! - **Scheduling class.** Recorder threads run as batch threads at nice 10 (`SCHED_BATCH`, best
+//!   effort), so one that wakes on the orchestration thread's CPU does not preempt it.
+//! - **Wake-ups.** A submit wakes a recorder only when one may start and only if it is asleep (a
+//!   notify is a system call, and waking a thread costs the waker microseconds). A thread woken
+//!   for a job holds its permit until it runs, so the jobs queued while it wakes wake nobody else.
 
 use super::boundary::GraphBoundary;
 use super::inflight::Inflight;
