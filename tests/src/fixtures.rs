@@ -114,3 +114,17 @@ pub fn scene_boundary(name: &str, case: &str) -> GraphBoundary {
         .expect("scene and case");
     boundary(&p, TensorArgType::OutputExisting)
 }
+
+/// `values` as little-endian bytes, the layout of an f32 tensor's backing.
+pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `n` bytes of a deterministic pattern, byte `i` being `(37 i + 11 + 101 salt) mod 251`: a
+/// window of it shifted by less than 251 bytes matches nowhere, and a different `salt` gives
+/// each buffer of a test its own bytes.
+pub fn pattern(n: usize, salt: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i * 37 + 11 + salt * 101) % 251) as u8)
+        .collect()
+}

@@ -26,23 +26,13 @@ use simpler_host::{CallableHandle, ChipWorker, HostTensor, WorkerError};
 use simpler_sim::aicore::{kernels, KernelFn};
 use simpler_sim::aicpu::{Rt, RtError, SchedError};
 use simpler_sim::{DeviceConfig, OrchFn, RunError, Topology};
+use simpler_tests::assert_fails;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------------------
 // Helpers
 // ------------------------------------------------------------------------------------------------
-
-/// Asserts that `result` is `Err` matching `pattern` (with an optional guard), printing what it
-/// was otherwise.
-macro_rules! assert_fails {
-    ($result:expr, $pattern:pat $(if $guard:expr)? $(,)?) => {
-        match $result {
-            Err($pattern) $(if $guard)? => {}
-            other => panic!("expected Err({}), got {other:?}", stringify!($pattern)),
-        }
-    };
-}
 
 /// The small tensors most cases use: 256 f32 elements (1 KiB).
 const SMALL: [u32; 2] = [16, 16];
