@@ -8,6 +8,7 @@ use simpler_core::{
 };
 use simpler_host::record::GraphBoundary;
 use simpler_host::scenes::Prepared;
+use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 
 /// The owner nonce used by fixtures.
 pub const OWNER: [u8; 8] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
@@ -126,5 +127,25 @@ pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
 pub fn pattern(n: usize, salt: usize) -> Vec<u8> {
     (0..n)
         .map(|i| ((i * 37 + 11 + salt * 101) % 251) as u8)
+        .collect()
+}
+
+/// Registers prepared case `p`'s callable (orchestration, kernel table, signature) on `w`.
+pub fn register_prepared(w: &mut ChipWorker, p: &Prepared) -> CallableHandle {
+    w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone())
+}
+
+/// Fresh copies of `p`'s entry tensors as host arguments of a run.
+pub fn host_args(p: &Prepared) -> Vec<ChipArg> {
+    p.tensors.iter().cloned().map(ChipArg::Host).collect()
+}
+
+/// The host tensors of a run's arguments, as the run left them; panics on a device argument.
+pub fn host_tensors(args: Vec<ChipArg>) -> Vec<HostTensor> {
+    args.into_iter()
+        .map(|a| match a {
+            ChipArg::Host(t) => t,
+            ChipArg::Device(_) => unreachable!("host tensors only"),
+        })
         .collect()
 }

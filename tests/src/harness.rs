@@ -1,13 +1,13 @@
 //! A host-side harness for the core runtime structures: memory for the shared state and the
 //! orchestrator, and a single-threaded stand-in for the schedulers.
 
-use simpler_core::cores::ResourceShape;
+use simpler_core::cores::{ActiveMask, ResourceShape};
 use simpler_core::layout::Line;
 use simpler_core::orchestrator::{
-    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
+    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Task, TaskArg, Waiter,
 };
 use simpler_core::sched::SchedState;
-use simpler_core::TaskId;
+use simpler_core::{TaskId, TaskTensor, TensorArgType};
 
 /// Zeroed, cache-line-aligned memory of at least `bytes` bytes.
 pub fn region(bytes: usize) -> Vec<Line> {
@@ -95,5 +95,22 @@ impl Waiter for Drain<'_> {
         } else {
             Err(GaveUp)
         }
+    }
+}
+
+/// `tensor` passed as `tag`.
+pub fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
+    TaskArg { tensor, tag }
+}
+
+/// A one-block AIV task over `args`, with no explicit dependency and no predicate: the plain
+/// task the core-level suites submit.
+pub fn aiv_task(args: &mut [TaskArg]) -> Task<'_> {
+    Task {
+        mask: ActiveMask::AIV0,
+        block_num: 1,
+        args,
+        deps: &[],
+        predicate: None,
     }
 }

@@ -8,7 +8,7 @@
 
 use simpler_core::mailbox::CallConfig;
 use simpler_core::{AccessMode, BackendKind, DataType, TensorArgType, ValidTensor};
-use simpler_host::l3::{Buffer, Lifecycle, MappedArgs, SubCallableId, Worker};
+use simpler_host::l3::{Buffer, Lifecycle, MappedArgs, RunHandle, SubCallableId, Worker};
 use simpler_host::TaskArgs;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +62,11 @@ pub fn targs(tensors: &[(ValidTensor, TensorArgType)], scalars: &[u64]) -> TaskA
 pub fn buffer(w: &Worker, nbytes: u64, access: AccessMode, backend: BackendKind) -> Buffer {
     w.create_buffer(nbytes, access, backend)
         .unwrap_or_else(|e| panic!("create_buffer({nbytes}, {access:?}, {backend:?}): {e}"))
+}
+
+/// A READWRITE buffer of `n` f32 elements on `w`, of `backend`.
+pub fn f32_buffer(w: &Worker, n: usize, backend: BackendKind) -> Buffer {
+    buffer(w, (n * 4) as u64, AccessMode::ReadWrite, backend)
 }
 
 /// A dense row-major view of `b`: `shapes` of `dtype` from byte `offset`.
@@ -119,6 +124,14 @@ pub fn whoami(args: &mut MappedArgs) -> Result<(), String> {
 pub fn sleepy(args: &mut MappedArgs) -> Result<(), String> {
     sleep_ms(args, 0);
     Ok(())
+}
+
+/// Submits a run of one [`sleepy`] task (registered on `w` as `sleepy`) holding a SUB child
+/// for `ms` milliseconds; returns its handle without waiting.
+pub fn submit_sleep(w: &Worker, sleepy: SubCallableId, ms: u64) -> RunHandle {
+    let args = targs(&[], &[ms]);
+    w.submit(|o| o.submit_sub(sleepy, &args).map(|_| ()))
+        .expect("submit a sleepy task")
 }
 
 /// SUB callable, any arguments, optional scalar 0 = milliseconds to sleep first: then fails

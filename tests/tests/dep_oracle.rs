@@ -1691,57 +1691,55 @@ fn run_many(label: &str, features: Features, default_seed: u64, pinned: Extras) 
     }
 }
 
+/// The pinned runs of the random programs: (label, what the generator varies, default seed,
+/// extra edges per class at that seed from writer entries, and from reader entries). One test
+/// each, below, so they run in parallel:
+/// 1. plain views;
+/// 2. also views that reinterpret a buffer as another element type (FLOAT16, INT8, INT64
+///    views of FLOAT32 buffers and the reverse);
+/// 3. also write-after-read tracking (`Orchestrator::set_track_war(true)`): reader entries,
+///    writers waiting for the live readers they overlap, and covering writers superseding
+///    readers.
+#[rustfmt::skip]
+const RUNS: [(&str, Features, u64, [u64; CLASSES], [u64; CLASSES]); 3] = [
+    ("dep_oracle", PLAIN, 0x5EED_0001, [4510, 445, 0, 2566, 1479, 4], [0; CLASSES]),
+    ("dep_oracle+dtype", DTYPE, 0x5EED_0002, [4516, 442, 411, 1928, 1388, 5], [0; CLASSES]),
+    ("dep_oracle+war", DTYPE_WAR, 0x5EED_0003, [5386, 463, 492, 2174, 1571, 2], [2480, 159, 182, 783, 564, 2]),
+];
+const PLAIN: Features = Features {
+    dtype_views: false,
+    war: false,
+};
+const DTYPE: Features = Features {
+    dtype_views: true,
+    war: false,
+};
+const DTYPE_WAR: Features = Features {
+    dtype_views: true,
+    war: true,
+};
+
+/// Runs [`RUNS`]`[i]`.
+fn run_pinned(i: usize) {
+    let (label, features, seed, writers, readers) = RUNS[i];
+    run_many(label, features, seed, Extras { writers, readers });
+}
+
 #[test]
 fn dep_oracle_random_programs() {
-    run_many(
-        "dep_oracle",
-        Features {
-            dtype_views: false,
-            war: false,
-        },
-        0x5EED_0001,
-        Extras {
-            writers: [4510, 445, 0, 2566, 1479, 4],
-            readers: [0; CLASSES],
-        },
-    );
+    run_pinned(0);
 }
 
-/// The same with views that reinterpret a buffer as another element type (FLOAT16, INT8,
-/// INT64 views of FLOAT32 buffers and the reverse).
+/// [`RUNS`] 1: with dtype-reinterpreting views.
 #[test]
 fn dep_oracle_random_programs_with_dtype_views() {
-    run_many(
-        "dep_oracle+dtype",
-        Features {
-            dtype_views: true,
-            war: false,
-        },
-        0x5EED_0002,
-        Extras {
-            writers: [4516, 442, 411, 1928, 1388, 5],
-            readers: [0; CLASSES],
-        },
-    );
+    run_pinned(1);
 }
 
-/// The same with write-after-read tracking on (`Orchestrator::set_track_war(true)`), views
-/// of other element types included: reader entries, writers waiting for the live readers they
-/// overlap, and covering writers superseding readers.
+/// [`RUNS`] 2: with write-after-read tracking.
 #[test]
 fn dep_oracle_random_programs_with_war_tracking() {
-    run_many(
-        "dep_oracle+war",
-        Features {
-            dtype_views: true,
-            war: true,
-        },
-        0x5EED_0003,
-        Extras {
-            writers: [5386, 463, 492, 2174, 1571, 2],
-            readers: [2480, 159, 182, 783, 564, 2],
-        },
-    );
+    run_pinned(2);
 }
 
 /// A FLOAT32 writer of bytes 128..256 of a buffer and a FLOAT16 reader of the same bytes (and

@@ -21,8 +21,9 @@ use simpler_host::{OrchFn, TaskArgs, TaskArgsError};
 use simpler_tests::assert_fails;
 use simpler_tests::fixtures::{f32_bytes, pattern};
 use simpler_tests::l3::{
-    assert_close, boom, buffer, call_config, close, dense, read_bytes, register_sub, sleepy, targs,
-    vector_f64, whoami, whoami_args, CLOSE, VECTOR_N as N, VECTOR_SHAPE as SHAPE,
+    assert_close, boom, buffer, call_config, close, dense, f32_buffer, read_bytes, register_sub,
+    sleepy, submit_sleep, targs, vector_f64, whoami, whoami_args, CLOSE, VECTOR_N as N,
+    VECTOR_SHAPE as SHAPE,
 };
 use std::path::Path;
 use std::process::ExitCode;
@@ -640,14 +641,7 @@ fn read_buffer_write_refused() {
 fn failed_task_poisons_its_consumers_only() {
     let (mut w, c) = worker(0, 2);
     let n = 256usize;
-    let mk = || {
-        buffer(
-            &w,
-            (n * 4) as u64,
-            AccessMode::ReadWrite,
-            BackendKind::PosixShm,
-        )
-    };
+    let mk = || f32_buffer(&w, n, BackendKind::PosixShm);
     let (x, y, z, u) = (mk(), mk(), mk(), mk());
     let vec1 = |b: &Buffer| dense(b, &[n as u32], DataType::Float32, 0);
     for (round, a_sleep, orch_pause) in [(0, 150u64, 0u64), (1, 0, 150)] {
@@ -741,12 +735,7 @@ fn panicking_callable_fails_its_task_only() {
 fn orchestration_error_or_panic_ends_its_run() {
     let (mut w, c) = worker(0, 1);
     let n = 64usize;
-    let x = buffer(
-        &w,
-        (n * 4) as u64,
-        AccessMode::ReadWrite,
-        BackendKind::ForkShm,
-    );
+    let x = f32_buffer(&w, n, BackendKind::ForkShm);
     let fill_with = |value: f32| {
         targs(
             &[(
@@ -803,10 +792,7 @@ fn orchestration_error_or_panic_ends_its_run() {
 
 fn close_budget() {
     let (mut w, c) = worker(0, 1);
-    let slow = targs(&[], &[1000]);
-    let h = w
-        .submit(|o| o.submit_sub(c.sleepy, &slow).map(|_| ()))
-        .expect("submit");
+    let h = submit_sleep(&w, c.sleepy, 1000);
     let t = Instant::now();
     assert_fails!(
         w.close(Duration::from_millis(50)),

@@ -230,6 +230,11 @@ fn bytes_pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// vector_example's arguments: `a` and `b` whole as INPUT, then `f` tagged `tag`.
+fn vector_args(a: &Buffer, b: &Buffer, f: ValidTensor, tag: TensorArgType) -> TaskArgs {
+    targs(&[(vt(a), Input), (vt(b), Input), (f, tag)], &[])
+}
+
 /// Inputs a, b for vector_example (READ POSIX_SHM), with varied values.
 fn vector_inputs(w: &Worker) -> (Buffer, Buffer, Vec<f32>, Vec<f32>) {
     let av: Vec<f32> = (0..N).map(|i| (i % 7) as f32 * 0.25 - 0.5).collect();
@@ -356,7 +361,7 @@ fn s1_submit_refuses_output_over_read_backing() {
     );
 
     // Chip.
-    let chip = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&ro), Output)], &[]);
+    let chip = vector_args(&a, &b, vt(&ro), Output);
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &chip, &cfg));
     assert_eq!(
         e,
@@ -368,7 +373,7 @@ fn s1_submit_refuses_output_over_read_backing() {
     );
 
     // Positive control: OUTPUT over a WRITE buffer runs, on the chip and on the SUB worker.
-    let chip = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&wo), Output)], &[]);
+    let chip = vector_args(&a, &b, vt(&wo), Output);
     r.w.run(|o| o.submit_next_level(0, r.vector, &chip, &cfg).map(drop))
         .expect("OUTPUT over WRITE runs on the chip");
     assert_vector_output(&wo.read_f32s(0, N).expect("read"), &av, &bv);
@@ -389,7 +394,7 @@ fn s1_signature_writes_need_write_even_when_no_dep() {
     let ro = buffer(&r.w, VBYTES, Read, PosixShm);
     let rw = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
     let cfg = call_config();
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&ro), NoDep)], &[]);
+    let args = vector_args(&a, &b, vt(&ro), NoDep);
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     assert_eq!(
         e,
@@ -400,7 +405,7 @@ fn s1_signature_writes_need_write_even_when_no_dep() {
         }
     );
     // A tag against the signature's direction, and a wrong tensor count.
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&rw), Input)], &[]);
+    let args = vector_args(&a, &b, vt(&rw), Input);
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     assert_eq!(
         e,
@@ -419,7 +424,7 @@ fn s1_signature_writes_need_write_even_when_no_dep() {
         }
     );
     // Positive control: NO_DEP over READWRITE is admitted and runs.
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&rw), NoDep)], &[]);
+    let args = vector_args(&a, &b, vt(&rw), NoDep);
     let s =
         r.w.run(|o| o.submit_next_level(0, r.vector, &args, &cfg).map(drop))
             .expect("NO_DEP over READWRITE runs");
@@ -578,10 +583,7 @@ fn s4_device_tensor_on_a_chip_that_does_not_own_it() {
     let (a, b, av, bv) = vector_inputs(&r.w);
     let dev = r.w.alloc_child_tensor(1, VBYTES).expect("alloc on chip 1");
     assert_eq!(dev.chip(), Some(1));
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (vt(&dev), OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, vt(&dev), OutputExisting);
     let cfg = call_config();
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     match &e {
@@ -620,10 +622,7 @@ fn s4_freed_device_buffer() {
         dev.tensor(&SHAPE, DataType::Float32, 0),
         Err(L3Error::BufferClosed { buffer_id: id })
     );
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (before, OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, before, OutputExisting);
     let e = refused(&r.w, |o| {
         o.submit_next_level(0, r.vector, &args, &call_config())
     });
@@ -648,10 +647,7 @@ fn s4_forged_interior_device_pointer() {
     let cfg = call_config();
     let submit = |d: BufferDescriptor| {
         let f = Tensor::row_major(d, 0, &SHAPE, DataType::Float32).expect("a valid view");
-        let args = targs(
-            &[(vt(&a), Input), (vt(&b), Input), (f, OutputExisting)],
-            &[],
-        );
+        let args = vector_args(&a, &b, f, OutputExisting);
         refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg))
     };
     let e = submit(device_desc(nonce, FRESH, ReadWrite, VBYTES, addr + 256));
@@ -689,10 +685,7 @@ fn s4_device_descriptor_of_another_worker() {
         addr_of(&dev),
     );
     let f = Tensor::row_major(d, 0, &SHAPE, DataType::Float32).expect("a valid view");
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (f, OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, f, OutputExisting);
     let e = refused(&r.w, |o| {
         o.submit_next_level(0, r.vector, &args, &call_config())
     });
@@ -712,10 +705,7 @@ fn s5_unknown_chip() {
     let mut r = rig(1, 0);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
     let cfg = call_config();
     for chip in [1, 7, usize::MAX] {
         let e = refused(&r.w, |o| o.submit_next_level(chip, r.vector, &args, &cfg));
@@ -742,12 +732,7 @@ fn s5_duplicate_chip_in_group() {
     let (a, b, _, _) = vector_inputs(&r.w);
     let f0 = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
     let f1 = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = |f: &Buffer| {
-        targs(
-            &[(vt(&a), Input), (vt(&b), Input), (vt(f), OutputExisting)],
-            &[],
-        )
-    };
+    let args = |f: &Buffer| vector_args(&a, &b, vt(f), OutputExisting);
     let cfg = call_config();
     let e = refused(&r.w, |o| {
         o.submit_next_level_group(r.vector, &[0, 0], &[args(&f0), args(&f1)], &cfg)
@@ -779,10 +764,7 @@ fn s5_group_shape() {
     let mut r = rig(1, 1);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
     let cfg = call_config();
     let e = refused(&r.w, |o| {
         o.submit_next_level_group(r.vector, &[0], &[args.clone(), args.clone()], &cfg)
@@ -844,10 +826,7 @@ fn s5_unregistered_callable() {
     let sub4 = register_sub(&mut big.w, "fourth", fill);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
     let e = refused(&r.w, |o| {
         o.submit_next_level(0, chip2, &args, &call_config())
     });
@@ -905,10 +884,7 @@ fn s7_call_config_refused() {
     let mut r = rig(1, 0);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
     let submit = |cfg: CallConfig| refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     type Flag = fn(&mut CallConfig);
     let flags: [Flag; 5] = [
@@ -2009,10 +1985,7 @@ fn bug_stale_device_tensor_after_address_reuse() {
         stale.buffer.body_address().expect("address"),
         "precondition: the allocator reuses the freed address"
     );
-    let args = targs(
-        &[(vt(&a), Input), (vt(&b), Input), (stale, OutputExisting)],
-        &[],
-    );
+    let args = vector_args(&a, &b, stale, OutputExisting);
     let e = refused(&r.w, |o| {
         o.submit_next_level(0, r.vector, &args, &call_config())
     });

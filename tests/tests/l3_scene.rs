@@ -20,8 +20,9 @@ use simpler_host::TaskArgs;
 use simpler_tests::assert_fails;
 use simpler_tests::fixtures::{f32_bytes, pattern};
 use simpler_tests::l3::{
-    assert_close, boom, buffer, call_config, close, dense, read_bytes, register_sub, sleep_ms,
-    sleepy, targs, vector_f64, whoami, whoami_args, CLOSE, VECTOR_N as N, VECTOR_SHAPE as SHAPE,
+    assert_close, boom, buffer, call_config, close, dense, f32_buffer, read_bytes, register_sub,
+    sleep_ms, sleepy, submit_sleep, targs, vector_f64, whoami, whoami_args, CLOSE, VECTOR_N as N,
+    VECTOR_SHAPE as SHAPE,
 };
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -600,18 +601,8 @@ fn chain_sub_chip_sub_is_ordered_by_tags() {
 fn war_slow_reader_sees_the_old_data() {
     let (mut w, c) = worker(0, 2);
     let n = 1024usize;
-    let x = buffer(
-        &w,
-        (n * 4) as u64,
-        AccessMode::ReadWrite,
-        BackendKind::PosixShm,
-    );
-    let r = buffer(
-        &w,
-        (n * 4) as u64,
-        AccessMode::ReadWrite,
-        BackendKind::ForkShm,
-    );
+    let x = f32_buffer(&w, n, BackendKind::PosixShm);
+    let r = f32_buffer(&w, n, BackendKind::ForkShm);
     let old: Vec<f32> = (0..n).map(|i| i as f32).collect();
     x.write(0, &f32_bytes(&old)).expect("x");
     let xt = dense(&x, &[n as u32], DataType::Float32, 0);
@@ -834,12 +825,7 @@ fn group_sub_on_two_sub_workers() {
 fn two_hundred_sub_tasks() {
     let (mut w, c) = worker(0, 2);
     let n = 200usize;
-    let x = buffer(
-        &w,
-        (n * 4) as u64,
-        AccessMode::ReadWrite,
-        BackendKind::PosixShm,
-    );
+    let x = f32_buffer(&w, n, BackendKind::PosixShm);
     let init: Vec<f32> = (0..n).map(|i| (i * 10) as f32).collect();
     x.write(0, &f32_bytes(&init)).expect("x");
     let tasks: Vec<TaskArgs> = (0..n)
@@ -897,10 +883,7 @@ fn four_slot_ring_runs_fifty_dependent_tasks() {
 
 fn run_handle_timeout_and_replay() {
     let (mut w, c) = worker(0, 1);
-    let slow = targs(&[], &[300]);
-    let h = w
-        .submit(|o| o.submit_sub(c.sleepy, &slow).map(|_| ()))
-        .expect("submit");
+    let h = submit_sleep(&w, c.sleepy, 300);
     let t = Instant::now();
     assert_fails!(h.wait(Some(Duration::from_millis(1))), L3Error::WaitTimeout);
     assert!(
@@ -946,12 +929,7 @@ fn two_workers_at_once() {
     assert_ne!(w1.sub_pid(0), w2.sub_pid(0));
     let n = 64usize;
     let mk = |w: &Worker| {
-        let b = buffer(
-            &w,
-            (n * 4) as u64,
-            AccessMode::ReadWrite,
-            BackendKind::PosixShm,
-        );
+        let b = f32_buffer(&w, n, BackendKind::PosixShm);
         b.write(0, &f32_bytes(&vec![0.0; n])).expect("zero");
         b
     };
