@@ -1,6 +1,9 @@
-//! Shared fixtures. The base case is the reference suite's: a POSIX_SHM backing named
-//! "psm_deadbeef" of 8192 bytes, viewed at byte 4096 as a (2, 4, 8) FLOAT16 tensor with strides
-//! (32, 8, 1). It must pass every gate; each bad-input case changes exactly one thing.
+//! Shared fixtures: the wire's base case, scene entries for running or recording a scene
+//! without a device, and test data.
+//!
+//! The base case is the reference suite's: a POSIX_SHM backing named "psm_deadbeef" of 8192
+//! bytes, viewed at byte 4096 as a (2, 4, 8) FLOAT16 tensor with strides (32, 8, 1). It must
+//! pass every gate; each bad-input case changes exactly one thing.
 
 use simpler_core::{
     AccessMode, AddressSpace, ArgDirection, BackendKind, BufferDescriptor, CanonicalIdentity,
@@ -10,7 +13,8 @@ use simpler_host::record::GraphBoundary;
 use simpler_host::scenes::Prepared;
 use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 
-/// The owner nonce used by fixtures.
+/// The owner instance id (the Worker nonce a descriptor names) of every fixture identity: a
+/// fixed pattern, so a case can build another identity under the same owner.
 pub const OWNER: [u8; 8] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
 
 /// Identity `buffer_id` of generation 1 under [`OWNER`].

@@ -1,5 +1,6 @@
 //! A host-side harness for the core runtime structures: memory for the shared state and the
-//! orchestrator, and a single-threaded stand-in for the schedulers.
+//! orchestrator, a single-threaded stand-in for the schedulers, and the plain task and
+//! argument builders the core-level suites submit with.
 
 use simpler_core::cores::{ActiveMask, ResourceShape};
 use simpler_core::layout::Line;
@@ -42,7 +43,7 @@ pub struct Drain<'s> {
 }
 
 impl<'s> Drain<'s> {
-    /// A drain over `shared`.
+    /// A drain over `shared`, recording completion order, with no waits counted yet.
     pub fn new(shared: &'s SchedState<'s>) -> Self {
         Self {
             shared,

@@ -16,10 +16,10 @@ pub mod forked;
 pub mod harness;
 // What the level-3 (Worker) suites share: closing, task arguments, SUB callables.
 pub mod l3;
-// Seeded randomness (SplitMix64) and seeds from the environment, for the property suites.
-/// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`
+// Timing and reporting helpers for the benchmarks, in the `bench <name> <figure> <value> <unit>`
 // line format.
 pub mod measure;
+// Seeded randomness (SplitMix64) and seeds from the environment, for the property suites.
 pub mod random;
 // The paged-attention and bgemm scenes' own task streams on a bare orchestrator.
 pub mod workloads;
