@@ -1701,7 +1701,7 @@ fn run_many(label: &str, features: Features, default_seed: u64, pinned: Extras) 
 ///    writers waiting for the live readers they overlap, and covering writers superseding
 ///    readers.
 #[rustfmt::skip]
-const RUNS: [(&str, Features, u64, [u64; CLASSES], [u64; CLASSES]); 3] = [
+const RUNS: [Run; 3] = [
     ("dep_oracle", PLAIN, 0x5EED_0001, [4510, 445, 0, 2566, 1479, 4], [0; CLASSES]),
     ("dep_oracle+dtype", DTYPE, 0x5EED_0002, [4516, 442, 411, 1928, 1388, 5], [0; CLASSES]),
     ("dep_oracle+war", DTYPE_WAR, 0x5EED_0003, [5386, 463, 492, 2174, 1571, 2], [2480, 159, 182, 783, 564, 2]),
@@ -1718,6 +1718,9 @@ const DTYPE_WAR: Features = Features {
     dtype_views: true,
     war: true,
 };
+
+/// A row of [`RUNS`].
+type Run = (&'static str, Features, u64, [u64; CLASSES], [u64; CLASSES]);
 
 /// Runs [`RUNS`]`[i]`.
 fn run_pinned(i: usize) {

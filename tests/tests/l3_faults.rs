@@ -218,9 +218,9 @@ struct VectorCase {
 impl VectorCase {
     fn new(w: &Worker, salt: usize) -> Self {
         let bytes = (N * 4) as u64;
-        let a = buffer(&w, bytes, AccessMode::Read, BackendKind::PosixShm);
-        let b = buffer(&w, bytes, AccessMode::Read, BackendKind::ForkShm);
-        let f = buffer(&w, bytes, AccessMode::ReadWrite, BackendKind::PosixShm);
+        let a = buffer(w, bytes, AccessMode::Read, BackendKind::PosixShm);
+        let b = buffer(w, bytes, AccessMode::Read, BackendKind::ForkShm);
+        let f = buffer(w, bytes, AccessMode::ReadWrite, BackendKind::PosixShm);
         let av: Vec<f32> = (0..N)
             .map(|i| ((i * 3 + salt) % 53) as f32 / 53.0 - 0.4)
             .collect();

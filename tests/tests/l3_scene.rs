@@ -929,7 +929,7 @@ fn two_workers_at_once() {
     assert_ne!(w1.sub_pid(0), w2.sub_pid(0));
     let n = 64usize;
     let mk = |w: &Worker| {
-        let b = f32_buffer(&w, n, BackendKind::PosixShm);
+        let b = f32_buffer(w, n, BackendKind::PosixShm);
         b.write(0, &f32_bytes(&vec![0.0; n])).expect("zero");
         b
     };
