@@ -119,7 +119,11 @@ fn main() {
         assert_eq!((o.tasks, o.dispatched), (chain_tasks, chain_tasks));
         // Each link's scope has closed when the next one submits, so a producer that already
         // ran and retired is no longer a dependency and records no edge: at most one per link.
-        assert!(o.edges < chain_tasks, "{} edges for {chain_tasks} links", o.edges);
+        assert!(
+            o.edges < chain_tasks,
+            "{} edges for {chain_tasks} links",
+            o.edges
+        );
         chain_us.push(r.outcome.device.as_secs_f64() * 1e6 / r.outcome.dispatched as f64);
     }
     report_summary("dispatch", "fan_100k_tasks_per_s", &mut fan_rate, "tasks/s");

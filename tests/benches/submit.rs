@@ -1,14 +1,17 @@
 //! `submit`: the tmr orchestrator's submit path per task (TensorMap lookup and insert, ring
 //! claim, wiring, publish), in-process, no kernels.
 //!
-//! Workloads (`simpler_tests::workloads`): the paged-attention stream, batch 64 x 65 KV blocks =
-//! 16,704 tasks (the stream of the reference's 0.874 us/task AICPU figure), and bgemm Case0,
-//! 250 groups x grid_k 2 = 1000 tasks, tile 128. Each runs on its own runtime at the default
-//! sizes (`OrchestratorConfig::with_heaps`: windows 16,384, heaps 256 MiB, 16,384 edges per ring,
-//! TensorMap 65,536 entries), allocated once; rounds run back to back on it, so the rings wrap
-//! as in a long run. A round is one whole stream inside an outer AUTO scope; each batch element
-//! (group) sits in its own inner scope, and after each inner `scope_end` the `Drain` stand-in
-//! (record off) completes every ready task, as a scheduler keeping up would, so slots retire.
+//! Workloads (`simpler_tests::workloads`): the scenes' own task streams
+//! (`simpler_host::scenes::{paged_attention, bgemm}::stream`, run on a bare orchestrator): the
+//! paged-attention case Bench16704, batch 64 x 65 KV blocks = 16,704 tasks (the stream of the
+//! reference's 0.874 us/task AICPU figure), and bgemm Case0, 250 groups x grid_k 2 = 1000 tasks,
+//! tile 128 (each view spanning the case's 4 incore-loop tiles). Each runs on its own runtime at
+//! the default sizes (`OrchestratorConfig::with_heaps`: windows 16,384, heaps 256 MiB, 16,384
+//! edges per ring, TensorMap 65,536 entries), allocated once; rounds run back to back on it, so
+//! the rings wrap as in a long run. A round is one whole stream inside an outer AUTO scope; each
+//! batch element (group) sits in its own inner scope, and after each inner `scope_end` the
+//! `Drain` stand-in (record off) completes every ready task, as a scheduler keeping up would, so
+//! slots retire.
 //!
 //! Four runtimes: each workload with write-after-read tracking off (the default, the
 //! reference's behaviour) and on (`Orchestrator::set_track_war`); `<w>_war_cost_ratio` is the
@@ -20,7 +23,8 @@
 //!   drain;
 //! - split: the `drain.run()` calls (and any wait the orchestrator made, which also drains) are
 //!   timed and subtracted: `<w>_ns_per_task` is the orchestrator alone (submits, views of the
-//!   external tensors, scope calls), `<w>_drain_ns_per_task` the scheduler stand-in.
+//!   external tensors and output descriptions, paged attention's block-table and context-length
+//!   reads, scope calls), `<w>_drain_ns_per_task` the scheduler stand-in.
 //!
 //! A sample is one round of paged attention (16,704 tasks) or 16 rounds of bgemm (16,000 tasks).
 //! Counts beside the durations: host heap allocations per warm round (a counting global
@@ -31,7 +35,8 @@
 //! here measures cache-line traffic between an orchestrator and scheduler threads, nor the
 //! orchestrator finding producers already complete (it never does within a scope here). The
 //! split arm's figures include the clock reads around each drain (`clock_read_ns` is printed;
-//! bgemm pays two per 4 tasks).
+//! bgemm pays two per 4 tasks). Nor the payload writes: the bare orchestrator drops the kernel
+//! ids and scalars the device runtime would stage per task.
 //!
 //! Run: `cargo bench -p simpler-tests --bench submit` (`SUBMIT_SAMPLES=n` for more samples;
 //! `SIMPLER_BENCH_SMOKE=1`: one sample per arm).
@@ -45,7 +50,7 @@ use simpler_tests::harness::{with_runtime, Drain};
 use simpler_tests::measure::{
     process_minor_faults as minflt, report, report_summary, sized, summarize,
 };
-use simpler_tests::workloads::{Bgemm, PagedAttention};
+use simpler_tests::workloads::{Backstop, Workload};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -63,18 +68,23 @@ const HEAPS: [u64; 4] = [
 /// profiler run).
 const SAMPLES: usize = 21;
 const WARMUP_ROUNDS: usize = 3;
-const PA_BATCH: u32 = 64;
-const PA_BLOCKS: u32 = 65;
+/// The paged-attention case: 64 sequences of 65 KV blocks.
+const PA_CASE: &str = "Bench16704";
 const PA_ROUNDS: usize = 1;
-const BG_GROUPS: u32 = 250;
-const BG_GRID_K: u32 = 2;
-const BG_TILE: u32 = 128;
+/// The bgemm case: 250 groups, grid_k 2, 128 x 128 tiles.
+const BG_CASE: &str = "Case0";
 const BG_ROUNDS: usize = 16;
 
-/// The drain, also standing in as the waiter, timing its waits.
+/// The drain, also standing in as the waiter, timing its waits and (in the split arm) the
+/// drains after each of the stream's scopes.
 struct Timed<'s> {
     drain: Drain<'s>,
+    /// Whether to time the drains after each scope (the split arm).
+    split: bool,
+    /// Nanoseconds spent in waits since the sample started.
     wait_ns: u64,
+    /// Nanoseconds spent in the per-scope drains since the sample started (split arm only).
+    drain_ns: u64,
 }
 
 impl Waiter for Timed<'_> {
@@ -86,27 +96,15 @@ impl Waiter for Timed<'_> {
     }
 }
 
-/// A scene: units (batch elements or groups), each submitted in its own scope.
-trait Scene {
-    fn units(&self) -> u32;
-    fn unit(&self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>, i: u32) -> usize;
-}
-
-impl Scene for PagedAttention {
-    fn units(&self) -> u32 {
-        self.batch()
-    }
-    fn unit(&self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>, i: u32) -> usize {
-        self.element(orch, w, i).expect("the stream submits")
-    }
-}
-
-impl Scene for Bgemm {
-    fn units(&self) -> u32 {
-        self.groups()
-    }
-    fn unit(&self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>, i: u32) -> usize {
-        self.group(orch, w, i).expect("the stream submits")
+impl Backstop for Timed<'_> {
+    fn scope_closed(&mut self) {
+        if self.split {
+            let t = Instant::now();
+            black_box(self.drain.run());
+            self.drain_ns += t.elapsed().as_nanos() as u64;
+        } else {
+            black_box(self.drain.run());
+        }
     }
 }
 
@@ -120,35 +118,32 @@ struct Span {
 
 /// Runs `rounds` whole streams back to back.
 fn sample(
-    scene: &impl Scene,
+    workload: &Workload,
     orch: &mut Orchestrator<'_>,
     w: &mut Timed<'_>,
     rounds: usize,
     split: bool,
 ) -> Span {
-    let mut drain = 0u64;
     let mut tasks = 0usize;
+    w.split = split;
     w.wait_ns = 0;
+    w.drain_ns = 0;
     let start = Instant::now();
     for _ in 0..rounds {
         orch.scope_begin(ScopeMode::Auto).expect("a scope opens");
-        for i in 0..scene.units() {
-            tasks += scene.unit(orch, w, i);
-            if split {
-                let t = Instant::now();
-                black_box(w.drain.run());
-                drain += t.elapsed().as_nanos() as u64;
-            } else {
-                black_box(w.drain.run());
-            }
-        }
+        tasks += workload.run(orch, w).expect("the stream submits");
         orch.scope_end().expect("the scope closes");
         black_box(w.drain.run());
     }
     let total = start.elapsed().as_nanos() as u64;
+    assert_eq!(
+        tasks as u64,
+        rounds as u64 * workload.tasks(),
+        "the stream submits the scene's tasks"
+    );
     Span {
         total,
-        drain: drain + w.wait_ns,
+        drain: w.drain_ns + w.wait_ns,
         tasks: tasks as u64,
     }
 }
@@ -159,9 +154,9 @@ fn median(samples: &[f64]) -> f64 {
 }
 
 /// Per-workload samples and counts.
-struct Arm<'a, S: Scene> {
+struct Arm<'a> {
     name: &'a str,
-    scene: S,
+    workload: Workload,
     rounds: usize,
     round: Vec<f64>,
     orch: Vec<f64>,
@@ -172,11 +167,11 @@ struct Arm<'a, S: Scene> {
     measured_rounds: u64,
 }
 
-impl<'a, S: Scene> Arm<'a, S> {
-    fn new(name: &'a str, scene: S, rounds: usize) -> Self {
+impl<'a> Arm<'a> {
+    fn new(name: &'a str, workload: Workload, rounds: usize) -> Self {
         Self {
             name,
-            scene,
+            workload,
             rounds,
             round: Vec::new(),
             orch: Vec::new(),
@@ -192,7 +187,7 @@ impl<'a, S: Scene> Arm<'a, S> {
     fn warm_up(&mut self, orch: &mut Orchestrator<'_>, w: &mut Timed<'_>) -> u64 {
         let f0 = minflt();
         for _ in 0..WARMUP_ROUNDS {
-            sample(&self.scene, orch, w, 1, false);
+            sample(&self.workload, orch, w, 1, false);
         }
         minflt() - f0
     }
@@ -202,8 +197,8 @@ impl<'a, S: Scene> Arm<'a, S> {
         let f0 = minflt();
         let waits0 = w.drain.waits;
         let a0 = counter::process();
-        let whole = sample(&self.scene, orch, w, self.rounds, false);
-        let split = sample(&self.scene, orch, w, self.rounds, true);
+        let whole = sample(&self.workload, orch, w, self.rounds, false);
+        let split = sample(&self.workload, orch, w, self.rounds, true);
         let a1 = counter::process();
         self.allocs += a1 - a0;
         self.waits += w.drain.waits - waits0;
@@ -215,7 +210,8 @@ impl<'a, S: Scene> Arm<'a, S> {
         self.drain.push(split.drain as f64 / split.tasks as f64);
     }
 
-    fn report(&mut self, tasks: usize, cold_faults: u64) {
+    fn report(&mut self, cold_faults: u64) {
+        let tasks = self.workload.tasks();
         let n = self.name;
         report(NAME, &format!("{n}_tasks"), tasks as f64, "tasks");
         report_summary(NAME, &format!("{n}_ns_per_task"), &mut self.orch, "ns/task");
@@ -285,21 +281,10 @@ fn main() {
         init.push(start.elapsed().as_nanos() as f64 / 1e6);
     }
 
-    let pa_scene = PagedAttention::new(PA_BATCH, PA_BLOCKS);
-    let bg_scene = Bgemm::new(BG_GROUPS, BG_GRID_K, BG_TILE);
-    let (pa_tasks, bg_tasks) = (pa_scene.tasks(), bg_scene.tasks());
-    let mut pa = Arm::new("pa", pa_scene, PA_ROUNDS);
-    let mut bg = Arm::new("bgemm_case0", bg_scene, BG_ROUNDS);
-    let mut pa_war = Arm::new(
-        "pa_war",
-        PagedAttention::new(PA_BATCH, PA_BLOCKS),
-        PA_ROUNDS,
-    );
-    let mut bg_war = Arm::new(
-        "bgemm_case0_war",
-        Bgemm::new(BG_GROUPS, BG_GRID_K, BG_TILE),
-        BG_ROUNDS,
-    );
+    let mut pa = Arm::new("pa", Workload::paged_attention(PA_CASE), PA_ROUNDS);
+    let mut bg = Arm::new("bgemm_case0", Workload::bgemm(BG_CASE), BG_ROUNDS);
+    let mut pa_war = Arm::new("pa_war", Workload::paged_attention(PA_CASE), PA_ROUNDS);
+    let mut bg_war = Arm::new("bgemm_case0_war", Workload::bgemm(BG_CASE), BG_ROUNDS);
 
     // Four runtimes: each workload without and with write-after-read tracking, every arm
     // sampled in turn.
@@ -312,7 +297,12 @@ fn main() {
                     let timed = |shared| {
                         let mut drain = Drain::new(shared);
                         drain.record = false;
-                        Timed { drain, wait_ns: 0 }
+                        Timed {
+                            drain,
+                            split: false,
+                            wait_ns: 0,
+                            drain_ns: 0,
+                        }
                     };
                     let mut pa_w = timed(pa_shared);
                     let mut bg_w = timed(bg_shared);
@@ -353,10 +343,10 @@ fn main() {
         median(&bg_war.orch) / median(&bg.orch),
         "x",
     );
-    pa.report(pa_tasks, colds[0]);
-    bg.report(bg_tasks, colds[1]);
-    pa_war.report(pa_tasks, colds[2]);
-    bg_war.report(bg_tasks, colds[3]);
+    pa.report(colds[0]);
+    bg.report(colds[1]);
+    pa_war.report(colds[2]);
+    bg_war.report(colds[3]);
     report(NAME, "runtime_bytes", bytes as f64, "bytes");
     if let Some(s) = summarize(&mut init) {
         report(NAME, "runtime_init_median", s.median, "ms");

@@ -1,13 +1,20 @@
-//! Shared fixtures. The base case is the reference suite's: a POSIX_SHM backing named
-//! "psm_deadbeef" of 8192 bytes, viewed at byte 4096 as a (2, 4, 8) FLOAT16 tensor with strides
-//! (32, 8, 1). It must pass every gate; each bad-input case changes exactly one thing.
+//! Shared fixtures: the wire's base case, scene entries for running or recording a scene
+//! without a device, and test data.
+//!
+//! The base case is the reference suite's: a POSIX_SHM backing named "psm_deadbeef" of 8192
+//! bytes, viewed at byte 4096 as a (2, 4, 8) FLOAT16 tensor with strides (32, 8, 1). It must
+//! pass every gate; each bad-input case changes exactly one thing.
 
 use simpler_core::{
-    AccessMode, AddressSpace, BackendKind, BufferDescriptor, CanonicalIdentity, DataType, Tensor,
-    ValidTensor,
+    AccessMode, AddressSpace, ArgDirection, BackendKind, BufferDescriptor, CanonicalIdentity,
+    ChipTensor, DataType, TaskTensor, Tensor, TensorArgType, ValidTensor,
 };
+use simpler_host::record::GraphBoundary;
+use simpler_host::scenes::Prepared;
+use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 
-/// The owner nonce used by fixtures.
+/// The owner instance id (the Worker nonce a descriptor names) of every fixture identity: a
+/// fixed pattern, so a case can build another identity under the same owner.
 pub const OWNER: [u8; 8] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
 
 /// Identity `buffer_id` of generation 1 under [`OWNER`].
@@ -69,29 +76,80 @@ pub fn dense_f32(buffer_id: u64, shapes: &[u32]) -> ValidTensor {
     Tensor::row_major(desc, 0, shapes, DataType::Float32).expect("a dense view fits its backing")
 }
 
-/// A Graph boundary shaped like scene `name`'s case `case` entry: each entry tensor at its
-/// own made-up device address (tensor `i` at `0x1000_0000 · (i + 1)`), IN as INPUT, anything
-/// else as OUTPUT_EXISTING, and the case's scalars; for recording a scene's body directly.
-pub fn scene_boundary(name: &str, case: &str) -> simpler_host::record::GraphBoundary {
-    use simpler_core::{ArgDirection, ChipTensor, TaskTensor, TensorArgType};
-    let p = simpler_host::scenes::find(name)
-        .and_then(|s| s.prepare(case))
-        .expect("scene and case");
-    let mut b = simpler_host::record::GraphBoundary::default();
+/// The made-up device address of entry tensor `i` of a scene run without a device
+/// ([`scene_boundary`], [`entry_tensor`]): `0x1000_0000 · (i + 1)`, so entries of up to
+/// 256 MiB never overlap one another, nor the harness's heaps (from `0x100_0000_0000`).
+pub const fn entry_addr(i: usize) -> u64 {
+    0x1000_0000 * (i as u64 + 1)
+}
+
+/// Entry tensor `i` of a scene run without a device: dense, row-major, of `shapes` and
+/// `dtype`, at [`entry_addr`]`(i)` in device space.
+pub fn entry_tensor(i: usize, shapes: &[u32], dtype: DataType) -> TaskTensor {
+    let c = ChipTensor::contiguous(entry_addr(i), shapes, dtype, AddressSpace::Device);
+    assert!(
+        c.buffer.size <= entry_addr(0),
+        "entry tensor {i} ({} bytes) would overlap the next one",
+        c.buffer.size
+    );
+    TaskTensor::adopt(&c).expect("a contiguous entry tensor")
+}
+
+/// A Graph boundary shaped like a prepared scene case's entry, for recording the scene's
+/// body directly: entry tensor `i` is [`entry_tensor`]`(i, ..)`, tagged INPUT if IN, OUTPUT
+/// EXISTING if OUT and `inout` otherwise (INOUT); the case's scalars follow.
+pub fn boundary(p: &Prepared, inout: TensorArgType) -> GraphBoundary {
+    let mut b = GraphBoundary::default();
     for (i, (t, dir)) in p.tensors.iter().zip(&p.signature).enumerate() {
-        let c = ChipTensor::contiguous(
-            0x1000_0000 * (i as u64 + 1),
-            &t.shapes,
-            t.dtype,
-            AddressSpace::Device,
-        );
-        b.tensors
-            .push(TaskTensor::adopt(&c).expect("a contiguous entry tensor"));
+        b.tensors.push(entry_tensor(i, &t.shapes, t.dtype));
         b.tags.push(match dir {
             ArgDirection::In => TensorArgType::Input,
-            _ => TensorArgType::OutputExisting,
+            ArgDirection::Out => TensorArgType::OutputExisting,
+            _ => inout,
         });
     }
     b.scalars = p.scalars.clone();
     b
+}
+
+/// [`boundary`] of scene `name`'s case `case`, with INOUT tensors tagged OUTPUT_EXISTING.
+pub fn scene_boundary(name: &str, case: &str) -> GraphBoundary {
+    let p = simpler_host::scenes::find(name)
+        .and_then(|s| s.prepare(case))
+        .expect("scene and case");
+    boundary(&p, TensorArgType::OutputExisting)
+}
+
+/// `values` as little-endian bytes, the layout of an f32 tensor's backing.
+pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `n` bytes of a deterministic pattern, byte `i` being `(37 i + 11 + 101 salt) mod 251`: a
+/// window of it shifted by less than 251 bytes matches nowhere, and a different `salt` gives
+/// each buffer of a test its own bytes.
+pub fn pattern(n: usize, salt: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i * 37 + 11 + salt * 101) % 251) as u8)
+        .collect()
+}
+
+/// Registers prepared case `p`'s callable (orchestration, kernel table, signature) on `w`.
+pub fn register_prepared(w: &mut ChipWorker, p: &Prepared) -> CallableHandle {
+    w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone())
+}
+
+/// Fresh copies of `p`'s entry tensors as host arguments of a run.
+pub fn host_args(p: &Prepared) -> Vec<ChipArg> {
+    p.tensors.iter().cloned().map(ChipArg::Host).collect()
+}
+
+/// The host tensors of a run's arguments, as the run left them; panics on a device argument.
+pub fn host_tensors(args: Vec<ChipArg>) -> Vec<HostTensor> {
+    args.into_iter()
+        .map(|a| match a {
+            ChipArg::Host(t) => t,
+            ChipArg::Device(_) => unreachable!("host tensors only"),
+        })
+        .collect()
 }

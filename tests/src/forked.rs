@@ -10,7 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// One named test.
+/// A test of a forking suite: its name (what the command-line filter matches, and what the
+/// output prints) and its body, which fails by panicking.
 pub type Test = (&'static str, fn());
 
 /// Runs every test whose name contains the first command-line argument that is not a flag

@@ -1,13 +1,14 @@
 //! A host-side harness for the core runtime structures: memory for the shared state and the
-//! orchestrator, and a single-threaded stand-in for the schedulers.
+//! orchestrator, a single-threaded stand-in for the schedulers, and the plain task and
+//! argument builders the core-level suites submit with.
 
-use simpler_core::cores::ResourceShape;
+use simpler_core::cores::{ActiveMask, ResourceShape};
 use simpler_core::layout::Line;
 use simpler_core::orchestrator::{
-    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
+    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Task, TaskArg, Waiter,
 };
 use simpler_core::sched::SchedState;
-use simpler_core::TaskId;
+use simpler_core::{TaskId, TaskTensor, TensorArgType};
 
 /// Zeroed, cache-line-aligned memory of at least `bytes` bytes.
 pub fn region(bytes: usize) -> Vec<Line> {
@@ -42,7 +43,7 @@ pub struct Drain<'s> {
 }
 
 impl<'s> Drain<'s> {
-    /// A drain over `shared`.
+    /// A drain over `shared`, recording completion order, with no waits counted yet.
     pub fn new(shared: &'s SchedState<'s>) -> Self {
         Self {
             shared,
@@ -95,5 +96,22 @@ impl Waiter for Drain<'_> {
         } else {
             Err(GaveUp)
         }
+    }
+}
+
+/// `tensor` passed as `tag`.
+pub fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
+    TaskArg { tensor, tag }
+}
+
+/// A one-block AIV task over `args`, with no explicit dependency and no predicate: the plain
+/// task the core-level suites submit.
+pub fn aiv_task(args: &mut [TaskArg]) -> Task<'_> {
+    Task {
+        mask: ActiveMask::AIV0,
+        block_num: 1,
+        args,
+        deps: &[],
+        predicate: None,
     }
 }

@@ -3,11 +3,14 @@
 //!
 //! ## Modules
 //!
-//! - [`fixtures`]: the reference's base tensor and descriptor builders used across
-//!   suites.
+//! - [`fixtures`]: the reference's base tensor and descriptor builders used across suites.
 //! - [`harness`]: memory for the core runtime structures and a single-threaded scheduler stand-in.
-//! - [`workloads`]: task-stream generators shaped like the reference scenes (paged attention,
-//!   bgemm).
+//! - [`workloads`]: the paged-attention and bgemm scenes' own task streams on a bare
+//!   orchestrator.
+//! - [`check`]: `assert_fails!`, the assertion on a specific error the suites share.
+//! - [`random`]: seeded randomness (SplitMix64) and seeds from the environment, for the
+//!   property suites.
+//! - [`l3`]: what the level-3 (Worker) suites share: closing, task arguments, SUB callables.
 //! - [`forked`]: a sequential runner for the suites that fork (the L3 Worker's).
 //! - [`alloc_count`]: the counting global allocator the allocation-counting tests and benchmarks
 //!   install.
@@ -18,8 +21,11 @@
 //! reason.
 
 pub mod alloc_count;
+pub mod check;
 pub mod fixtures;
 pub mod forked;
 pub mod harness;
+pub mod l3;
 pub mod measure;
+pub mod random;
 pub mod workloads;

@@ -45,9 +45,10 @@ pub fn process_minor_faults() -> u64 {
 /// Median and minimum of a set of samples.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Summary {
-    /// The median sample.
+    /// The middle sample (the mean of the two middle ones for an even count), in the
+    /// samples' unit.
     pub median: f64,
-    /// The smallest sample.
+    /// The smallest sample, in the samples' unit: the least disturbed run.
     pub min: f64,
 }
 
@@ -78,7 +79,7 @@ pub fn ns_per_item(iters: u64, items: u64, mut f: impl FnMut()) -> f64 {
     start.elapsed().as_nanos() as f64 / (iters * items.max(1)) as f64
 }
 
-/// Prints one figure line.
+/// Prints one figure line, `bench <name> <figure> <value> <unit>`, the value to 2 decimals.
 pub fn report(name: &str, figure: &str, value: f64, unit: &str) {
     println!("bench {name} {figure} {value:.2} {unit}");
 }

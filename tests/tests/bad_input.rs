@@ -167,6 +167,23 @@ fn address_descriptor(backend: BackendKind) -> BufferDescriptor {
     .expect("a valid address descriptor")
 }
 
+/// `BufferDescriptor::new` of a READWRITE HOST descriptor of `backend` with `body`, the base's
+/// size and identity `buffer_id`: for the constructor's own checks.
+fn host_rw(
+    buffer_id: u64,
+    backend: BackendKind,
+    body: &[u8],
+) -> Result<BufferDescriptor, DescriptorError> {
+    BufferDescriptor::new(
+        identity(buffer_id),
+        AddressSpace::Host,
+        AccessMode::ReadWrite,
+        backend,
+        BASE_NBYTES,
+        body,
+    )
+}
+
 const ADDRESS_BACKENDS: [BackendKind; 4] = [
     BackendKind::ForkShm,
     BackendKind::ForkCow,
@@ -220,45 +237,45 @@ fn d01_magic_not_0x5342() {
     }
 }
 
+/// D2-D4: a one-byte enum field past its last value. Per field: how to set it, one value
+/// checked on every gate, the first illegal value (every value from it to 255 is checked by
+/// `validate`), and the error naming the value.
 #[test]
-fn d02_address_space_out_of_range() {
-    assert_descriptor_rejected(
-        desc_with(|d| d.address_space = 7),
-        DescriptorError::AddressSpace { value: 7 },
-    );
-    for value in 2..=u8::MAX {
-        assert_eq!(
-            desc_with(|d| d.address_space = value).validate(),
-            Err(DescriptorError::AddressSpace { value })
-        );
-    }
-}
-
-#[test]
-fn d03_access_out_of_range() {
-    assert_descriptor_rejected(
-        desc_with(|d| d.access = 9),
-        DescriptorError::Access { value: 9 },
-    );
-    for value in 3..=u8::MAX {
-        assert_eq!(
-            desc_with(|d| d.access = value).validate(),
-            Err(DescriptorError::Access { value })
-        );
-    }
-}
-
-#[test]
-fn d04_backend_kind_out_of_range() {
-    assert_descriptor_rejected(
-        desc_with(|d| d.backend_kind = 0x63),
-        DescriptorError::BackendKind { value: 0x63 },
-    );
-    for value in 6..=u8::MAX {
-        assert_eq!(
-            desc_with(|d| d.backend_kind = value).validate(),
-            Err(DescriptorError::BackendKind { value })
-        );
+fn d02_to_d04_enum_byte_out_of_range() {
+    type Set = fn(&mut BufferDescriptor, u8);
+    type Expected = fn(u8) -> DescriptorError;
+    let cases: [(&str, Set, u8, u8, Expected); 3] = [
+        (
+            "D2 address_space",
+            |d, v| d.address_space = v,
+            7,
+            2,
+            |value| DescriptorError::AddressSpace { value },
+        ),
+        (
+            "D3 access",
+            |d, v| d.access = v,
+            9,
+            3,
+            |value| DescriptorError::Access { value },
+        ),
+        (
+            "D4 backend_kind",
+            |d, v| d.backend_kind = v,
+            0x63,
+            6,
+            |value| DescriptorError::BackendKind { value },
+        ),
+    ];
+    for (case, set, sample, first_illegal, expected) in cases {
+        assert_descriptor_rejected(desc_with(|d| set(d, sample)), expected(sample));
+        for value in first_illegal..=u8::MAX {
+            assert_eq!(
+                desc_with(|d| set(d, value)).validate(),
+                Err(expected(value)),
+                "{case} = {value}"
+            );
+        }
     }
 }
 
@@ -318,29 +335,18 @@ fn assert_capability_rejected(backend: BackendKind, space: AddressSpace) {
     );
 }
 
+/// D7: a backend in an address space its capability excludes.
 #[test]
-fn d07_capability_host_with_vmm_window() {
-    assert_capability_rejected(BackendKind::VmmWindow, AddressSpace::Host);
-}
-
-#[test]
-fn d07_capability_host_with_device_malloc() {
-    assert_capability_rejected(BackendKind::DeviceMalloc, AddressSpace::Host);
-}
-
-#[test]
-fn d07_capability_device_with_fork_shm() {
-    assert_capability_rejected(BackendKind::ForkShm, AddressSpace::Device);
-}
-
-#[test]
-fn d07_capability_device_with_posix_shm() {
-    assert_capability_rejected(BackendKind::PosixShm, AddressSpace::Device);
-}
-
-#[test]
-fn d07_capability_device_with_fork_cow() {
-    assert_capability_rejected(BackendKind::ForkCow, AddressSpace::Device);
+fn d07_capability_backend_in_the_wrong_space() {
+    for (backend, space) in [
+        (BackendKind::VmmWindow, AddressSpace::Host),
+        (BackendKind::DeviceMalloc, AddressSpace::Host),
+        (BackendKind::ForkShm, AddressSpace::Device),
+        (BackendKind::PosixShm, AddressSpace::Device),
+        (BackendKind::ForkCow, AddressSpace::Device),
+    ] {
+        assert_capability_rejected(backend, space);
+    }
 }
 
 #[test]
@@ -419,14 +425,7 @@ fn d11_posix_shm_empty_name() {
         DescriptorError::EmptyShmName,
     );
     assert_eq!(
-        BufferDescriptor::new(
-            identity(1),
-            AddressSpace::Host,
-            AccessMode::ReadWrite,
-            BackendKind::PosixShm,
-            BASE_NBYTES,
-            b""
-        ),
+        host_rw(1, BackendKind::PosixShm, b""),
         Err(DescriptorError::EmptyShmName)
     );
 }
@@ -451,14 +450,7 @@ fn d12_posix_shm_name_bad_byte() {
     // A full 32-byte name at the edges of the legal range is accepted.
     let mut name = [b'!'; 32];
     name[31] = b'~';
-    let d = BufferDescriptor::new(
-        identity(1),
-        AddressSpace::Host,
-        AccessMode::ReadWrite,
-        BackendKind::PosixShm,
-        BASE_NBYTES,
-        &name,
-    );
+    let d = host_rw(1, BackendKind::PosixShm, &name);
     assert!(matches!(d, Ok(ref d) if d.body() == name), "{d:?}");
 }
 
@@ -471,14 +463,7 @@ fn d13_remote_sidecar_with_body() {
         assert_descriptor_rejected(d, DescriptorError::SidecarBody { value: 8 });
     }
     assert_eq!(
-        BufferDescriptor::new(
-            identity(3),
-            AddressSpace::Host,
-            AccessMode::ReadWrite,
-            BackendKind::RemoteSidecar,
-            BASE_NBYTES,
-            &ADDR.to_le_bytes()
-        ),
+        host_rw(3, BackendKind::RemoteSidecar, &ADDR.to_le_bytes()),
         Err(DescriptorError::SidecarBody { value: 8 })
     );
 }
@@ -516,28 +501,14 @@ fn d15_constructor_body_too_long() {
     for len in [33usize, 64, 4096] {
         let body = vec![b'a'; len];
         assert_eq!(
-            BufferDescriptor::new(
-                identity(1),
-                AddressSpace::Host,
-                AccessMode::ReadWrite,
-                BackendKind::PosixShm,
-                BASE_NBYTES,
-                &body
-            ),
+            host_rw(1, BackendKind::PosixShm, &body),
             Err(DescriptorError::BodyTooLong { len, limit: 32 })
         );
     }
     // The length check runs before anything else: an otherwise invalid descriptor (address
     // backend in the wrong space) with a long body still reports the length.
     assert_eq!(
-        BufferDescriptor::new(
-            identity(1),
-            AddressSpace::Host,
-            AccessMode::ReadWrite,
-            BackendKind::DeviceMalloc,
-            BASE_NBYTES,
-            &[1; 33]
-        ),
+        host_rw(1, BackendKind::DeviceMalloc, &[1; 33]),
         Err(DescriptorError::BodyTooLong { len: 33, limit: 32 })
     );
 }
@@ -678,54 +649,48 @@ fn t04_byte_offset_misaligned() {
     }
 }
 
+/// T5, T6: a zero extent or a zero stride in each used dimension.
 #[test]
-fn t05_shape_zero() {
-    for dim in 0..3u8 {
-        assert_tensor_rejected(
-            tensor_with(|t| t.shapes[dim as usize] = 0),
-            TensorError::Geometry(GeometryError::ZeroShape { dim }),
-        );
-    }
-}
-
-#[test]
-fn t06_stride_zero() {
-    for dim in 0..3u8 {
-        assert_tensor_rejected(
-            tensor_with(|t| t.strides[dim as usize] = 0),
-            TensorError::Geometry(GeometryError::ZeroStride { dim }),
-        );
+fn t05_t06_shape_or_stride_zero() {
+    type Zero = fn(&mut Tensor, usize);
+    type Expected = fn(u8) -> GeometryError;
+    let cases: [(Zero, Expected); 2] = [
+        (
+            |t, dim| t.shapes[dim] = 0,
+            |dim| GeometryError::ZeroShape { dim },
+        ),
+        (
+            |t, dim| t.strides[dim] = 0,
+            |dim| GeometryError::ZeroStride { dim },
+        ),
+    ];
+    for (zero, expected) in cases {
+        for dim in 0..3u8 {
+            assert_tensor_rejected(
+                tensor_with(|t| zero(t, dim as usize)),
+                TensorError::Geometry(expected(dim)),
+            );
+        }
     }
 }
 
 #[test]
 fn t07_unused_dim_nonzero() {
     // A shape of 1 (stride 0) or a stride with shape 0 past ndims leaves the extent unchanged,
-    // so only the unused-dimension rule catches it.
-    assert_tensor_rejected(
-        tensor_with(|t| t.shapes[3] = 1),
-        TensorError::Geometry(GeometryError::UnusedDim {
-            dim: 3,
-            shape: 1,
-            stride: 0,
-        }),
-    );
-    assert_tensor_rejected(
-        tensor_with(|t| t.strides[4] = 5),
-        TensorError::Geometry(GeometryError::UnusedDim {
-            dim: 4,
-            shape: 0,
-            stride: 5,
-        }),
-    );
-    assert_tensor_rejected(
-        tensor_with(|t| t.shapes[4] = u32::MAX),
-        TensorError::Geometry(GeometryError::UnusedDim {
-            dim: 4,
-            shape: u32::MAX,
-            stride: 0,
-        }),
-    );
+    // so only the unused-dimension rule catches it. Per case: the change, and the dimension
+    // with the shape and stride it leaves there.
+    type Change = fn(&mut Tensor);
+    let cases: [(Change, (u8, u32, u32)); 3] = [
+        (|t| t.shapes[3] = 1, (3, 1, 0)),
+        (|t| t.strides[4] = 5, (4, 0, 5)),
+        (|t| t.shapes[4] = u32::MAX, (4, u32::MAX, 0)),
+    ];
+    for (change, (dim, shape, stride)) in cases {
+        assert_tensor_rejected(
+            tensor_with(change),
+            TensorError::Geometry(GeometryError::UnusedDim { dim, shape, stride }),
+        );
+    }
 }
 
 /// A raw (unvalidated) tensor over `buffer`.
@@ -1954,24 +1919,41 @@ fn task_tensor() -> TaskTensor {
     .unwrap()
 }
 
+/// B7: `args` takes `tensors` tensors (each made by `push_tensor`) and `scalars` scalars, and
+/// refuses one more of each with the cap named.
+#[track_caller]
+fn assert_caps<A: ?Sized>(
+    args: &mut A,
+    (tensors, scalars): (usize, usize),
+    push_tensor: impl Fn(&mut A) -> Result<(), ArgsError>,
+    push_scalar: impl Fn(&mut A, u64) -> Result<(), ArgsError>,
+) {
+    for _ in 0..tensors {
+        push_tensor(args).unwrap();
+    }
+    assert_eq!(
+        push_tensor(args),
+        Err(ArgsError::TooManyTensors { limit: tensors })
+    );
+    for s in 0..scalars as u64 {
+        push_scalar(args, s).unwrap();
+    }
+    assert_eq!(
+        push_scalar(args, scalars as u64),
+        Err(ArgsError::TooManyScalars { limit: scalars })
+    );
+}
+
 #[test]
 fn b07_chip_storage_caps() {
     let mut chip = Box::<ChipStorageTaskArgs>::default();
-    for _ in 0..256 {
-        chip.push_tensor(chip_tensor()).unwrap();
-    }
-    assert_eq!(
-        chip.push_tensor(chip_tensor()),
-        Err(ArgsError::TooManyTensors { limit: 256 })
+    assert_caps(
+        &mut *chip,
+        (256, 128),
+        |c| c.push_tensor(chip_tensor()),
+        |c, s| c.push_scalar(s),
     );
     assert_eq!(chip.tensors().len(), 256);
-    for s in 0..128 {
-        chip.push_scalar(s).unwrap();
-    }
-    assert_eq!(
-        chip.push_scalar(128),
-        Err(ArgsError::TooManyScalars { limit: 128 })
-    );
     assert_eq!(chip.scalars().len(), 128);
     assert_eq!(chip.check_counts(), Ok(()));
 }
@@ -1979,40 +1961,24 @@ fn b07_chip_storage_caps() {
 #[test]
 fn b07_orch_args_caps() {
     let mut orch = Box::<OrchArgs>::default();
-    for _ in 0..256 {
-        orch.push_tensor(task_tensor()).unwrap();
-    }
-    assert_eq!(
-        orch.push_tensor(task_tensor()),
-        Err(ArgsError::TooManyTensors { limit: 256 })
-    );
-    for s in 0..128 {
-        orch.push_scalar(s).unwrap();
-    }
-    assert_eq!(
-        orch.push_scalar(128),
-        Err(ArgsError::TooManyScalars { limit: 128 })
+    assert_caps(
+        &mut *orch,
+        (256, 128),
+        |o| o.push_tensor(task_tensor()),
+        |o, s| o.push_scalar(s),
     );
 }
 
 #[test]
 fn b07_core_task_args_caps() {
     let mut core = CoreTaskArgs::new();
-    for _ in 0..32 {
-        core.push_tensor(task_tensor()).unwrap();
-    }
-    assert_eq!(
-        core.push_tensor(task_tensor()),
-        Err(ArgsError::TooManyTensors { limit: 32 })
+    assert_caps(
+        &mut core,
+        (32, 16),
+        |c| c.push_tensor(task_tensor()),
+        |c, s| c.push_scalar(s),
     );
     assert_eq!(core.tensors().len(), 32);
-    for s in 0..16 {
-        core.push_scalar(s).unwrap();
-    }
-    assert_eq!(
-        core.push_scalar(16),
-        Err(ArgsError::TooManyScalars { limit: 16 })
-    );
     assert_eq!(core.scalars().len(), 16);
 }
 

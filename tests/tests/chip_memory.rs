@@ -9,15 +9,12 @@ use simpler_host::{
     ChipArg, ChipWorker, DeviceTensor, HostTensor, OrchFn, RunOptions, WorkerError,
 };
 use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::fixtures::f32_bytes;
 use std::sync::Arc;
 
 /// vector_example's shape and element count.
 const SHAPE: [u32; 2] = [128, 128];
 const N: usize = 128 * 128;
-
-fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
 
 fn f32_values(bytes: &[u8]) -> Vec<f32> {
     bytes

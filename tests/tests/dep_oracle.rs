@@ -66,36 +66,14 @@ use simpler_core::sched::{SchedConfig, SchedState};
 use simpler_core::scope::ScopeMode;
 use simpler_core::{AddressSpace, BufferHandle, DataType, TaskId, TaskTensor, TensorArgType};
 use simpler_tests::harness::with_runtime;
+use simpler_tests::random::{env_u64, SplitMix64};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 // ---- a deterministic generator ------------------------------------------------------------
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u32, hi: u32) -> u32 {
-        lo + self.below((hi - lo) as u64 + 1) as u32
-    }
-    fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.below(den) < num
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
+/// The programs' generator ([`SplitMix64`]: `below` by modulo).
+type Rng = SplitMix64;
 
 // ---- programs -------------------------------------------------------------------------------
 
@@ -1245,7 +1223,7 @@ fn check_edges<'a>(
     // A superseded reader is reached by later writers only through the superseding writer,
     // which an OUTPUT_EXISTING writer never looks up: `DEP_ORACLE_WAR_GAP=1` counts those
     // unordered pairs instead of failing (to look past them for other failures).
-    let allow_war_gap = env_u64("DEP_ORACLE_WAR_GAP", 0) != 0;
+    let allow_war_gap = env_u64("DEP_ORACLE_WAR_GAP").unwrap_or(0) != 0;
     // Tasks reachable backwards through WAIT edges, as bitsets over task indices.
     let words = tasks.len().div_ceil(64).max(1);
     let mut reach: Vec<Vec<u64>> = Vec::with_capacity(tasks.len());
@@ -1598,13 +1576,6 @@ fn describe(prog: &Program) -> String {
     s
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn by_class(counts: &[u64; CLASSES]) -> String {
     let parts: Vec<String> = counts
         .iter()
@@ -1636,13 +1607,13 @@ struct Extras {
 /// Runs the programs of `default_seed` (or `DEP_ORACLE_SEED`) and, at the default seed and
 /// program count, compares the extra edges per class with `pinned`.
 fn run_many(label: &str, features: Features, default_seed: u64, pinned: Extras) {
-    let programs = env_u64("DEP_ORACLE_PROGRAMS", PROGRAMS);
-    let seed = env_u64("DEP_ORACLE_SEED", default_seed);
+    let programs = env_u64("DEP_ORACLE_PROGRAMS").unwrap_or(PROGRAMS);
+    let seed = env_u64("DEP_ORACLE_SEED").unwrap_or(default_seed);
     let started = std::time::Instant::now();
     let mut total = Stats::default();
     for p in 0..programs {
         let pseed = seed ^ p.wrapping_mul(0xD1B5_4A32_D192_ED03);
-        let mut rng = Rng(pseed);
+        let mut rng = SplitMix64(pseed);
         let prog = gen_program(&mut rng, features);
         // Few buckets for half the programs, so different buffers share chains.
         let buckets = if p % 2 == 0 { 4 } else { 256 };
@@ -1720,57 +1691,58 @@ fn run_many(label: &str, features: Features, default_seed: u64, pinned: Extras) 
     }
 }
 
+/// The pinned runs of the random programs: (label, what the generator varies, default seed,
+/// extra edges per class at that seed from writer entries, and from reader entries). One test
+/// each, below, so they run in parallel:
+/// 1. plain views;
+/// 2. also views that reinterpret a buffer as another element type (FLOAT16, INT8, INT64
+///    views of FLOAT32 buffers and the reverse);
+/// 3. also write-after-read tracking (`Orchestrator::set_track_war(true)`): reader entries,
+///    writers waiting for the live readers they overlap, and covering writers superseding
+///    readers.
+#[rustfmt::skip]
+const RUNS: [Run; 3] = [
+    ("dep_oracle", PLAIN, 0x5EED_0001, [4510, 445, 0, 2566, 1479, 4], [0; CLASSES]),
+    ("dep_oracle+dtype", DTYPE, 0x5EED_0002, [4516, 442, 411, 1928, 1388, 5], [0; CLASSES]),
+    ("dep_oracle+war", DTYPE_WAR, 0x5EED_0003, [5386, 463, 492, 2174, 1571, 2], [2480, 159, 182, 783, 564, 2]),
+];
+const PLAIN: Features = Features {
+    dtype_views: false,
+    war: false,
+};
+const DTYPE: Features = Features {
+    dtype_views: true,
+    war: false,
+};
+const DTYPE_WAR: Features = Features {
+    dtype_views: true,
+    war: true,
+};
+
+/// A row of [`RUNS`].
+type Run = (&'static str, Features, u64, [u64; CLASSES], [u64; CLASSES]);
+
+/// Runs [`RUNS`]`[i]`.
+fn run_pinned(i: usize) {
+    let (label, features, seed, writers, readers) = RUNS[i];
+    run_many(label, features, seed, Extras { writers, readers });
+}
+
 #[test]
 fn dep_oracle_random_programs() {
-    run_many(
-        "dep_oracle",
-        Features {
-            dtype_views: false,
-            war: false,
-        },
-        0x5EED_0001,
-        Extras {
-            writers: [4510, 445, 0, 2566, 1479, 4],
-            readers: [0; CLASSES],
-        },
-    );
+    run_pinned(0);
 }
 
-/// The same with views that reinterpret a buffer as another element type (FLOAT16, INT8,
-/// INT64 views of FLOAT32 buffers and the reverse).
+/// [`RUNS`] 1: with dtype-reinterpreting views.
 #[test]
 fn dep_oracle_random_programs_with_dtype_views() {
-    run_many(
-        "dep_oracle+dtype",
-        Features {
-            dtype_views: true,
-            war: false,
-        },
-        0x5EED_0002,
-        Extras {
-            writers: [4516, 442, 411, 1928, 1388, 5],
-            readers: [0; CLASSES],
-        },
-    );
+    run_pinned(1);
 }
 
-/// The same with write-after-read tracking on (`Orchestrator::set_track_war(true)`), views
-/// of other element types included: reader entries, writers waiting for the live readers they
-/// overlap, and covering writers superseding readers.
+/// [`RUNS`] 2: with write-after-read tracking.
 #[test]
 fn dep_oracle_random_programs_with_war_tracking() {
-    run_many(
-        "dep_oracle+war",
-        Features {
-            dtype_views: true,
-            war: true,
-        },
-        0x5EED_0003,
-        Extras {
-            writers: [5386, 463, 492, 2174, 1571, 2],
-            readers: [2480, 159, 182, 783, 564, 2],
-        },
-    );
+    run_pinned(2);
 }
 
 /// A FLOAT32 writer of bytes 128..256 of a buffer and a FLOAT16 reader of the same bytes (and

@@ -11,8 +11,9 @@ use simpler_host::scenes::dsv4::{
     MTP_GROUPS, ROUTED, VOCAB_GROUPS,
 };
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::{ChipArg, ChipWorker, HostTensor};
+use simpler_host::ChipWorker;
 use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::fixtures::{host_args, host_tensors, register_prepared};
 use std::time::Instant;
 
 /// One Definition of the model.
@@ -256,18 +257,12 @@ fn dsv4_shaped_on_hbg() {
     let t = totals();
     let p = prepared();
     let mut w = ChipWorker::init(big_heap()).expect("device");
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = register_prepared(&mut w, &p);
     for round in 0..3 {
         let start = Instant::now();
-        let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let mut args = host_args(&p);
         let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
-        let tensors: Vec<HostTensor> = args
-            .into_iter()
-            .map(|a| match a {
-                ChipArg::Host(t) => t,
-                ChipArg::Device(_) => unreachable!("host tensors only"),
-            })
-            .collect();
+        let tensors = host_tensors(args);
         let check = (p.check)(&tensors);
         eprintln!(
             "hbg round {round}: {:?}, graphs {:?}, {} tasks, max diff {:e}",
@@ -298,7 +293,7 @@ fn dsv4_shaped_on_tmr() {
     let p = prepared();
     // The default device: the whole inline graph fits one ring's window and heap.
     let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = register_prepared(&mut w, &p);
     let start = Instant::now();
     let mut tensors = p.tensors.clone();
     let report = w.run(h, &mut tensors, &p.scalars).expect("tmr run");

@@ -26,23 +26,13 @@ use simpler_host::{CallableHandle, ChipWorker, HostTensor, WorkerError};
 use simpler_sim::aicore::{kernels, KernelFn};
 use simpler_sim::aicpu::{Rt, RtError, SchedError};
 use simpler_sim::{DeviceConfig, OrchFn, RunError, Topology};
+use simpler_tests::assert_fails;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------------------
 // Helpers
 // ------------------------------------------------------------------------------------------------
-
-/// Asserts that `result` is `Err` matching `pattern` (with an optional guard), printing what it
-/// was otherwise.
-macro_rules! assert_fails {
-    ($result:expr, $pattern:pat $(if $guard:expr)? $(,)?) => {
-        match $result {
-            Err($pattern) $(if $guard)? => {}
-            other => panic!("expected Err({}), got {other:?}", stringify!($pattern)),
-        }
-    };
-}
 
 /// The small tensors most cases use: 256 f32 elements (1 KiB).
 const SMALL: [u32; 2] = [16, 16];
@@ -141,6 +131,28 @@ impl Ids {
     fn get(&self) -> Vec<TaskId> {
         self.0.lock().unwrap().clone()
     }
+
+    /// An orchestration that clears the record, then runs `body` with it (`body` pushes the
+    /// ids it wants the test to see).
+    fn recording(
+        &self,
+        body: impl Fn(&mut Rt<'_, '_>, &Ids) -> Result<(), RtError> + Send + Sync + 'static,
+    ) -> OrchFn {
+        let seen = self.clone();
+        Arc::new(move |rt| {
+            seen.clear();
+            body(rt, &seen)
+        })
+    }
+}
+
+/// Submits `count` tasks of the `empty` kernel (index 0), each with a fresh `shape` output,
+/// recording their ids in `seen`.
+fn fill_scope(rt: &mut Rt<'_, '_>, seen: &Ids, count: u32, shape: &[u32]) -> Result<(), RtError> {
+    for _ in 0..count {
+        seen.push(rt.submit_aiv(0, &mut [output(shape)], &[])?);
+    }
+    Ok(())
 }
 
 /// Runs `vector_example` on `worker` and checks its golden and graph: the worker survived.
@@ -178,9 +190,7 @@ fn assert_vector_example_runs(worker: &mut ChipWorker) {
 fn a_kernel_id_past_the_table_is_err_unknown_kernel() {
     let mut w = worker(a2a3());
     let ids = Ids::default();
-    let seen = ids.clone();
-    let orch: OrchFn = Arc::new(move |rt| {
-        seen.clear();
+    let orch = ids.recording(move |rt, seen| {
         let [a, f] = entry2(rt)?;
         let mut args = [input(a), existing(f)];
         seen.push(rt.submit_aiv(7, &mut args, &[f32_scalar(1.0)])?);
@@ -396,10 +406,8 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
 fn a_failing_kernel_ends_the_run_with_its_code() {
     let mut w = worker(a2a3());
     let ids = Ids::default();
-    let seen = ids.clone();
     // c = a + 1 → d = fail(c) → f = d + 1: the run ends at the middle task, f is never written.
-    let orch: OrchFn = Arc::new(move |rt| {
-        seen.clear();
+    let orch = ids.recording(move |rt, seen| {
         let [a, f] = entry2(rt)?;
         let mut t0 = [input(a), output(&SMALL)];
         seen.push(rt.submit_aiv(0, &mut t0, &[f32_scalar(1.0)])?);
@@ -544,16 +552,8 @@ fn scope_filler(w: &mut ChipWorker, depth: usize, count: u32, ids: &Ids) -> Call
             rt.scope(ScopeMode::Auto, |rt| nest(rt, depth - 1, body))
         }
     }
-    let seen = ids.clone();
-    let orch: OrchFn = Arc::new(move |rt| {
-        seen.clear();
-        nest(rt, depth, &|rt| {
-            for _ in 0..count {
-                seen.push(rt.submit_aiv(0, &mut [output(&SMALL)], &[])?);
-            }
-            Ok(())
-        })
-    });
+    let orch =
+        ids.recording(move |rt, seen| nest(rt, depth, &|rt| fill_scope(rt, seen, count, &SMALL)));
     register(w, orch, &[kernels::empty], &IN_OUT)
 }
 
@@ -601,23 +601,14 @@ fn a_scope_holding_more_tasks_than_the_window_is_a_scope_deadlock() {
 fn a_full_ring_whose_head_an_outer_scope_holds_is_a_flow_control_deadlock() {
     let mut w = worker(tiny_ring());
     let ids = Ids::default();
-    let seen = ids.clone();
     // Depths 4 and 5 share ring 3. The depth-4 scope holds 4 tasks and stays open while the
     // depth-5 scope fills the ring (7 live); the 8th claim waits for a head that cannot retire.
-    let orch: OrchFn = Arc::new(move |rt| {
-        seen.clear();
+    let orch = ids.recording(move |rt, seen| {
         rt.scope(ScopeMode::Auto, |rt| {
             rt.scope(ScopeMode::Auto, |rt| {
                 rt.scope(ScopeMode::Auto, |rt| {
-                    for _ in 0..4 {
-                        seen.push(rt.submit_aiv(0, &mut [output(&SMALL)], &[])?);
-                    }
-                    rt.scope(ScopeMode::Auto, |rt| {
-                        for _ in 0..4 {
-                            seen.push(rt.submit_aiv(0, &mut [output(&SMALL)], &[])?);
-                        }
-                        Ok(())
-                    })
+                    fill_scope(rt, seen, 4, &SMALL)?;
+                    rt.scope(ScopeMode::Auto, |rt| fill_scope(rt, seen, 4, &SMALL))
                 })
             })
         })
@@ -646,17 +637,9 @@ fn a_full_ring_whose_head_an_outer_scope_holds_is_a_flow_control_deadlock() {
 fn a_full_heap_whose_head_the_open_scope_holds_is_a_heap_ring_deadlock() {
     let mut w = worker(tiny_ring());
     let ids = Ids::default();
-    let seen = ids.clone();
     // Ring 1's 256 KiB heap holds four 64 KiB outputs of one scope; the fifth cannot fit.
-    let orch: OrchFn = Arc::new(move |rt| {
-        seen.clear();
-        rt.scope(ScopeMode::Auto, |rt| {
-            for _ in 0..5 {
-                seen.push(rt.submit_aiv(0, &mut [output(&LARGE)], &[])?);
-            }
-            Ok(())
-        })
-    });
+    let orch = ids
+        .recording(move |rt, seen| rt.scope(ScopeMode::Auto, |rt| fill_scope(rt, seen, 5, &LARGE)));
     let h = register(&mut w, orch, &[kernels::empty], &IN_OUT);
     let r = w.run(h, &mut in_out(&SMALL), &[]);
     let submitted = ids.get();

@@ -4,8 +4,9 @@
 use simpler_core::ArgDirection;
 use simpler_host::hbg::{HbgError, PHASES};
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::{ChipArg, ChipWorker, HostTensor, WorkerError};
+use simpler_host::{ChipWorker, WorkerError};
 use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::fixtures::{host_args, host_tensors, register_prepared};
 
 fn worker() -> ChipWorker {
     ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device")
@@ -16,17 +17,11 @@ fn run_scene(w: &mut ChipWorker, scene: &str, case: &str, rounds: usize) {
         .expect("scene")
         .prepare(case)
         .expect("case");
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = register_prepared(w, &p);
     for round in 0..rounds {
-        let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let mut args = host_args(&p);
         let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
-        let tensors: Vec<HostTensor> = args
-            .into_iter()
-            .map(|a| match a {
-                ChipArg::Host(t) => t,
-                ChipArg::Device(_) => unreachable!("host tensors only"),
-            })
-            .collect();
+        let tensors = host_tensors(args);
         let check = (p.check)(&tensors);
         assert!(
             check.pass,
@@ -68,8 +63,8 @@ fn a_graph_that_does_not_fit_is_a_typed_error_not_a_wait() {
     config.ring.window = 16; // bgemm Case1 has 128 tasks
     let mut w = ChipWorker::init(config).expect("device");
     let p = scenes::find("bgemm").unwrap().prepare("Case1").unwrap();
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
-    let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    let h = register_prepared(&mut w, &p);
+    let mut args = host_args(&p);
     let err = w.run_hbg(h, &mut args, &p.scalars).expect_err("too large");
     assert!(
         matches!(err, WorkerError::Hbg(HbgError::GraphTooLarge(_))),
@@ -100,17 +95,11 @@ fn a_graph_recorded_once_replays_on_the_device() {
         .unwrap()
         .prepare("default")
         .unwrap();
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = register_prepared(&mut w, &p);
     for round in 0..3 {
-        let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let mut args = host_args(&p);
         let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
-        let tensors: Vec<HostTensor> = args
-            .into_iter()
-            .map(|a| match a {
-                ChipArg::Host(t) => t,
-                ChipArg::Device(_) => unreachable!(),
-            })
-            .collect();
+        let tensors = host_tensors(args);
         let check = (p.check)(&tensors);
         assert!(check.pass, "round {round}: max diff {}", check.max_diff);
         // One Definition recorded, seven replays, nothing inline; one ring task per
@@ -135,9 +124,9 @@ fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_it
         .unwrap()
         .prepare("default")
         .unwrap();
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = register_prepared(&mut w, &p);
     let sink = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    let mut args = host_args(&p);
     let (run, _) = w
         .run_hbg_traced(h, &mut args, &p.scalars, true, Some(sink.clone()))
         .expect("traced bind");
@@ -164,7 +153,7 @@ fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_it
     // An untraced bind records nothing into the sink.
     let recorded = events.len();
     drop(events);
-    let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+    let mut args = host_args(&p);
     w.run_hbg(h, &mut args, &p.scalars).expect("bind");
     assert_eq!(sink.lock().unwrap().len(), recorded);
 }

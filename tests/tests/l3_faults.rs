@@ -9,7 +9,6 @@
 
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
-use simpler_core::mailbox::CallConfig;
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::{AccessMode, ArgDirection, BackendKind, DataType, TensorArgType, ValidTensor};
 use simpler_host::l3::{
@@ -19,6 +18,13 @@ use simpler_host::l3::{
 use simpler_host::scenes::vector::VectorExample;
 use simpler_host::scenes::Scene;
 use simpler_host::{OrchFn, TaskArgs, TaskArgsError};
+use simpler_tests::assert_fails;
+use simpler_tests::fixtures::{f32_bytes, pattern};
+use simpler_tests::l3::{
+    assert_close, boom, buffer, call_config, close, dense, f32_buffer, read_bytes, register_sub,
+    sleepy, submit_sleep, targs, vector_f64, whoami, whoami_args, CLOSE, VECTOR_N as N,
+    VECTOR_SHAPE as SHAPE,
+};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -54,68 +60,8 @@ fn main() -> ExitCode {
 // Helpers
 // ------------------------------------------------------------------------------------------------
 
-const CLOSE: Duration = Duration::from_secs(20);
-const SHAPE: [u32; 2] = [128, 128];
-const N: usize = 128 * 128;
-
-/// Asserts that `result` is `Err` matching `pattern` (with an optional guard).
-macro_rules! assert_fails {
-    ($result:expr, $pattern:pat $(if $guard:expr)? $(,)?) => {
-        match $result {
-            Err($pattern) $(if $guard)? => {}
-            other => panic!("expected Err({}), got {other:?}", stringify!($pattern)),
-        }
-    };
-}
-
-fn cfg() -> CallConfig {
-    bytemuck::Zeroable::zeroed()
-}
-
-fn targs(tensors: Vec<(ValidTensor, TensorArgType)>, scalars: &[u64]) -> TaskArgs {
-    let mut a = TaskArgs::new();
-    for (t, tag) in tensors {
-        a.add_tensor(t, tag).expect("the tag fits the buffer");
-    }
-    for &s in scalars {
-        a.add_scalar(s);
-    }
-    a
-}
-
-fn dense(b: &Buffer, shapes: &[u32], dtype: DataType) -> ValidTensor {
-    b.tensor(shapes, dtype, 0).expect("a valid view")
-}
-
 fn mat(b: &Buffer) -> ValidTensor {
-    dense(b, &SHAPE, DataType::Float32)
-}
-
-fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn read_bytes(b: &Buffer) -> Vec<u8> {
-    let mut out = vec![0u8; b.nbytes() as usize];
-    b.read(0, &mut out).expect("a host buffer");
-    out
-}
-
-fn pattern(n: usize, salt: usize) -> Vec<u8> {
-    (0..n)
-        .map(|i| ((i * 37 + 11 + salt * 101) % 251) as u8)
-        .collect()
-}
-
-fn v(a: f64, b: f64) -> f64 {
-    let s = a + b;
-    (s + 1.0) * (s + 2.0) + s
-}
-
-fn sleep_ms(args: &MappedArgs, index: usize) {
-    if let Some(&ms) = args.scalars.get(index) {
-        std::thread::sleep(Duration::from_millis(ms));
-    }
+    dense(b, &SHAPE, DataType::Float32, 0)
 }
 
 /// Sends SIGKILL with the `kill` command.
@@ -160,27 +106,6 @@ fn fill(args: &mut MappedArgs) -> Result<(), String> {
     let dst = args.args.first_mut().ok_or("fill takes 1 tensor")?;
     let n: usize = dst.shapes.iter().map(|&s| s as usize).product();
     dst.write_f32s(&vec![value; n]).map_err(|e| e.to_string())
-}
-
-/// `[dst (4 bytes)]`, scalar 0 = sleep ms: writes this process's pid, then sleeps.
-fn whoami(args: &mut MappedArgs) -> Result<(), String> {
-    let dst = args.args.first_mut().ok_or("whoami takes 1 tensor")?;
-    let out = dst.bytes_mut().map_err(|e| e.to_string())?;
-    out[..4].copy_from_slice(&std::process::id().to_le_bytes());
-    sleep_ms(args, 0);
-    Ok(())
-}
-
-/// Scalar 0 = sleep ms.
-fn sleepy(args: &mut MappedArgs) -> Result<(), String> {
-    sleep_ms(args, 0);
-    Ok(())
-}
-
-/// Scalar 0 (optional) = sleep ms, then fails with "boom".
-fn boom(args: &mut MappedArgs) -> Result<(), String> {
-    sleep_ms(args, 0);
-    Err("boom".into())
 }
 
 fn panicker(_args: &mut MappedArgs) -> Result<(), String> {
@@ -265,21 +190,13 @@ fn new_worker(chips: usize, subs: usize) -> (Worker, Callables) {
                 vec![ArgDirection::In, ArgDirection::Out],
             )
             .expect("register"),
-        copy: w.register_sub("copy", Arc::new(copy)).expect("register"),
-        fill: w.register_sub("fill", Arc::new(fill)).expect("register"),
-        whoami: w
-            .register_sub("whoami", Arc::new(whoami))
-            .expect("register"),
-        sleepy: w
-            .register_sub("sleepy", Arc::new(sleepy))
-            .expect("register"),
-        boom: w.register_sub("boom", Arc::new(boom)).expect("register"),
-        panicker: w
-            .register_sub("panicker", Arc::new(panicker))
-            .expect("register"),
-        scribble: w
-            .register_sub("scribble", Arc::new(scribble))
-            .expect("register"),
+        copy: register_sub(&mut w, "copy", copy),
+        fill: register_sub(&mut w, "fill", fill),
+        whoami: register_sub(&mut w, "whoami", whoami),
+        sleepy: register_sub(&mut w, "sleepy", sleepy),
+        boom: register_sub(&mut w, "boom", boom),
+        panicker: register_sub(&mut w, "panicker", panicker),
+        scribble: register_sub(&mut w, "scribble", scribble),
     };
     (w, c)
 }
@@ -288,12 +205,6 @@ fn worker(chips: usize, subs: usize) -> (Worker, Callables) {
     let (mut w, c) = new_worker(chips, subs);
     w.init().expect("init");
     (w, c)
-}
-
-#[track_caller]
-fn close(w: &mut Worker) {
-    w.close(CLOSE).expect("close");
-    assert_eq!(w.lifecycle(), Lifecycle::Closed);
 }
 
 /// Inputs and a zeroed output for vector_example, with the golden of f.
@@ -307,15 +218,9 @@ struct VectorCase {
 impl VectorCase {
     fn new(w: &Worker, salt: usize) -> Self {
         let bytes = (N * 4) as u64;
-        let a = w
-            .create_buffer(bytes, AccessMode::Read, BackendKind::PosixShm)
-            .expect("a");
-        let b = w
-            .create_buffer(bytes, AccessMode::Read, BackendKind::ForkShm)
-            .expect("b");
-        let f = w
-            .create_buffer(bytes, AccessMode::ReadWrite, BackendKind::PosixShm)
-            .expect("f");
+        let a = buffer(w, bytes, AccessMode::Read, BackendKind::PosixShm);
+        let b = buffer(w, bytes, AccessMode::Read, BackendKind::ForkShm);
+        let f = buffer(w, bytes, AccessMode::ReadWrite, BackendKind::PosixShm);
         let av: Vec<f32> = (0..N)
             .map(|i| ((i * 3 + salt) % 53) as f32 / 53.0 - 0.4)
             .collect();
@@ -327,14 +232,14 @@ impl VectorCase {
         let golden = av
             .iter()
             .zip(&bv)
-            .map(|(&x, &y)| v(x as f64, y as f64))
+            .map(|(&x, &y)| vector_f64(x as f64, y as f64))
             .collect();
         Self { a, b, f, golden }
     }
 
     fn args(&self) -> TaskArgs {
         targs(
-            vec![
+            &[
                 (mat(&self.a), TensorArgType::Input),
                 (mat(&self.b), TensorArgType::Input),
                 (mat(&self.f), TensorArgType::OutputExisting),
@@ -349,17 +254,12 @@ impl VectorCase {
         self.f.write(0, &vec![0u8; N * 4]).expect("clear f");
         let args = self.args();
         w.run(|o| {
-            o.submit_next_level(chip, c.vector, &args, &cfg())
+            o.submit_next_level(chip, c.vector, &args, &call_config())
                 .map(|_| ())
         })
         .unwrap_or_else(|e| panic!("vector_example on chip {chip}: {e}"));
         let got = self.f.read_f32s(0, N).expect("f");
-        for (i, (&g, &e)) in got.iter().zip(&self.golden).enumerate() {
-            assert!(
-                (g as f64 - e).abs() <= 1e-4 + 1e-5 * e.abs(),
-                "chip {chip}: f[{i}] = {g}, golden {e}"
-            );
-        }
+        assert_close(&got, &self.golden, &format!("chip {chip}: f"));
     }
 }
 
@@ -393,7 +293,7 @@ fn sigkill_chip_mid_run() {
     let case = VectorCase::new(&w, 1);
     let h = w
         .submit(|o| {
-            o.submit_next_level(0, c.blocker, &TaskArgs::new(), &cfg())
+            o.submit_next_level(0, c.blocker, &TaskArgs::new(), &call_config())
                 .map(|_| ())
         })
         .expect("submit the blocker");
@@ -419,7 +319,7 @@ fn sigkill_chip_mid_run() {
     // Chip 0 does not: its tasks fail with the endpoint error, at once.
     let t = Instant::now();
     let r = w.run(|o| {
-        o.submit_next_level(0, c.vector, &case.args(), &cfg())
+        o.submit_next_level(0, c.vector, &case.args(), &call_config())
             .map(|_| ())
     });
     assert_fails!(
@@ -431,7 +331,7 @@ fn sigkill_chip_mid_run() {
     // A group naming chip 0 fails the same way.
     let args = [case.args(), case.args()];
     let r = w.run(|o| {
-        o.submit_next_level_group(c.vector, &[1, 0], &args, &cfg())
+        o.submit_next_level_group(c.vector, &[1, 0], &args, &call_config())
             .map(|_| ())
     });
     assert_fails!(&r, L3Error::Endpoint { endpoint, .. } if endpoint.contains("chip 0"));
@@ -440,7 +340,7 @@ fn sigkill_chip_mid_run() {
     let d = w.alloc_child_tensor(1, 1024).expect("chip 1 allocates");
     w.release_buffer(&d).expect("release");
     // And the SUB child.
-    w.run(|o| o.submit_sub(c.sleepy, &targs(vec![], &[1])).map(|_| ()))
+    w.run(|o| o.submit_sub(c.sleepy, &targs(&[], &[1])).map(|_| ()))
         .expect("the SUB child serves");
     case.run_and_check(&w, &c, 1);
     close(&mut w);
@@ -449,16 +349,8 @@ fn sigkill_chip_mid_run() {
 fn sigkill_sub_worker() {
     let (mut w, c) = worker(0, 2);
     let subs = [w.sub_pid(0).expect("pid"), w.sub_pid(1).expect("pid")];
-    let slot = w
-        .create_buffer(4, AccessMode::ReadWrite, BackendKind::ForkShm)
-        .expect("pid slot");
-    let block = targs(
-        vec![(
-            dense(&slot, &[4], DataType::Uint8),
-            TensorArgType::OutputExisting,
-        )],
-        &[5000],
-    );
+    let slot = buffer(&w, 4, AccessMode::ReadWrite, BackendKind::ForkShm);
+    let block = whoami_args(&slot, 5000);
     let h = w
         .submit(|o| o.submit_sub(c.whoami, &block).map(|_| ()))
         .expect("submit");
@@ -484,23 +376,14 @@ fn sigkill_sub_worker() {
     );
     // The other SUB child serves every later task.
     let outs: Vec<Buffer> = (0..4)
-        .map(|_| {
-            w.create_buffer(4, AccessMode::ReadWrite, BackendKind::ForkShm)
-                .expect("out")
-        })
+        .map(|_| buffer(&w, 4, AccessMode::ReadWrite, BackendKind::ForkShm))
         .collect();
     for round in 0..2 {
         let tasks: Vec<TaskArgs> = outs
             .iter()
             .map(|b| {
                 b.write(0, &[0; 4]).expect("clear");
-                targs(
-                    vec![(
-                        dense(b, &[4], DataType::Uint8),
-                        TensorArgType::OutputExisting,
-                    )],
-                    &[0],
-                )
+                whoami_args(b, 0)
             })
             .collect();
         w.run(|o| {
@@ -516,22 +399,7 @@ fn sigkill_sub_worker() {
     }
     // A SUB group wider than the live SUB children cannot run; it must end with an error, not
     // wait forever.
-    let pair = [
-        targs(
-            vec![(
-                dense(&outs[0], &[4], DataType::Uint8),
-                TensorArgType::OutputExisting,
-            )],
-            &[0],
-        ),
-        targs(
-            vec![(
-                dense(&outs[1], &[4], DataType::Uint8),
-                TensorArgType::OutputExisting,
-            )],
-            &[0],
-        ),
-    ];
+    let pair = [whoami_args(&outs[0], 0), whoami_args(&outs[1], 0)];
     let h = w
         .submit(|o| o.submit_sub_group(c.whoami, &pair).map(|_| ()))
         .expect("submit the group");
@@ -549,9 +417,7 @@ fn sigkill_sub_worker() {
 fn no_shm_survives_close() {
     // 1. A clean close. One POSIX_SHM buffer made before init (under the pre-init nonce).
     let (mut w, c) = new_worker(1, 1);
-    let early = w
-        .create_buffer(64, AccessMode::ReadWrite, BackendKind::PosixShm)
-        .expect("a buffer before init");
+    let early = buffer(&w, 64, AccessMode::ReadWrite, BackendKind::PosixShm);
     let early_name = early.shm_name().expect("POSIX_SHM").to_string();
     w.init().expect("init");
     let nonce = w.owner_instance_id();
@@ -559,19 +425,23 @@ fn no_shm_survives_close() {
     let case = VectorCase::new(&w, 2);
     let extra: Vec<Buffer> = (0..3)
         .map(|i| {
-            w.create_buffer(256 * (i + 1), AccessMode::ReadWrite, BackendKind::PosixShm)
-                .expect("buffer")
+            buffer(
+                &w,
+                256 * (i + 1),
+                AccessMode::ReadWrite,
+                BackendKind::PosixShm,
+            )
         })
         .collect();
     extra[0].write(0, &pattern(256, 3)).expect("fill");
     let t = targs(
-        vec![
+        &[
             (
-                dense(&extra[0], &[256], DataType::Uint8),
+                dense(&extra[0], &[256], DataType::Uint8, 0),
                 TensorArgType::Input,
             ),
             (
-                dense(&extra[1], &[256], DataType::Uint8),
+                dense(&extra[1], &[256], DataType::Uint8, 0),
                 TensorArgType::OutputExisting,
             ),
         ],
@@ -610,7 +480,7 @@ fn no_shm_survives_close() {
     kill9(pid0);
     // The loss shows on the next task for chip 0.
     let r = w.run(|o| {
-        o.submit_next_level(0, c.vector, &case.args(), &cfg())
+        o.submit_next_level(0, c.vector, &case.args(), &call_config())
             .map(|_| ())
     });
     assert_fails!(&r, L3Error::Endpoint { .. });
@@ -646,16 +516,8 @@ fn no_shm_survives_close() {
     // the endpoint error of the child it killed.
     let (w, c) = worker(0, 1);
     let prefix = shm_prefix(&w.owner_instance_id());
-    let slot = w
-        .create_buffer(4, AccessMode::ReadWrite, BackendKind::PosixShm)
-        .expect("slot");
-    let t = targs(
-        vec![(
-            dense(&slot, &[4], DataType::Uint8),
-            TensorArgType::OutputExisting,
-        )],
-        &[5000],
-    );
+    let slot = buffer(&w, 4, AccessMode::ReadWrite, BackendKind::PosixShm);
+    let t = whoami_args(&slot, 5000);
     let h = w
         .submit(|o| o.submit_sub(c.whoami, &t).map(|_| ()))
         .expect("submit");
@@ -688,22 +550,18 @@ fn no_shm_survives_close() {
 
 fn read_buffer_write_refused() {
     let (mut w, c) = new_worker(1, 1);
-    let cow = w
-        .create_buffer(512, AccessMode::Read, BackendKind::ForkCow)
-        .expect("FORK_COW before init");
+    let cow = buffer(&w, 512, AccessMode::Read, BackendKind::ForkCow);
     let cow_data = pattern(512, 5);
     cow.write(0, &cow_data).expect("fill the snapshot");
     w.init().expect("init");
-    let shm = w
-        .create_buffer(512, AccessMode::Read, BackendKind::PosixShm)
-        .expect("POSIX_SHM");
+    let shm = buffer(&w, 512, AccessMode::Read, BackendKind::PosixShm);
     let shm_data = pattern(512, 6);
     shm.write(0, &shm_data).expect("fill");
 
     for (b, data) in [(&shm, &shm_data), (&cow, &cow_data)] {
         let what = format!("{:?}", b.backend());
         let t = targs(
-            vec![(dense(b, &[512], DataType::Uint8), TensorArgType::Input)],
+            &[(dense(b, &[512], DataType::Uint8, 0), TensorArgType::Input)],
             &[],
         );
         let r = w.run(|o| o.submit_sub(c.scribble, &t).map(|_| ()));
@@ -713,14 +571,12 @@ fn read_buffer_write_refused() {
         );
         assert_eq!(&read_bytes(b), data, "{what}: the owner's data");
         // The SUB child is fine, and copying out of the buffer works.
-        let out = w
-            .create_buffer(512, AccessMode::ReadWrite, BackendKind::ForkShm)
-            .expect("out");
+        let out = buffer(&w, 512, AccessMode::ReadWrite, BackendKind::ForkShm);
         let t = targs(
-            vec![
-                (dense(b, &[512], DataType::Uint8), TensorArgType::Input),
+            &[
+                (dense(b, &[512], DataType::Uint8, 0), TensorArgType::Input),
                 (
-                    dense(&out, &[512], DataType::Uint8),
+                    dense(&out, &[512], DataType::Uint8, 0),
                     TensorArgType::OutputExisting,
                 ),
             ],
@@ -733,15 +589,13 @@ fn read_buffer_write_refused() {
 
     // A READ buffer where vector_example writes: refused at submit, whatever the tag.
     let case = VectorCase::new(&w, 5);
-    let ro = w
-        .create_buffer((N * 4) as u64, AccessMode::Read, BackendKind::PosixShm)
-        .expect("READ output");
+    let ro = buffer(&w, (N * 4) as u64, AccessMode::Read, BackendKind::PosixShm);
     let ro_data = pattern(N * 4, 7);
     ro.write(0, &ro_data).expect("fill");
     let mut refusals = Vec::new();
     for tag in [TensorArgType::NoDep, TensorArgType::Output] {
         let t = targs(
-            vec![
+            &[
                 (mat(&case.a), TensorArgType::Input),
                 (mat(&case.b), TensorArgType::Input),
                 (mat(&ro), tag),
@@ -751,7 +605,7 @@ fn read_buffer_write_refused() {
         let mut refused = None;
         let summary = w
             .run(|o| {
-                refused = Some(o.submit_next_level(0, c.vector, &t, &cfg()));
+                refused = Some(o.submit_next_level(0, c.vector, &t, &call_config()));
                 Ok(())
             })
             .expect("an empty run");
@@ -787,33 +641,30 @@ fn read_buffer_write_refused() {
 fn failed_task_poisons_its_consumers_only() {
     let (mut w, c) = worker(0, 2);
     let n = 256usize;
-    let mk = || {
-        w.create_buffer((n * 4) as u64, AccessMode::ReadWrite, BackendKind::PosixShm)
-            .expect("buffer")
-    };
+    let mk = || f32_buffer(&w, n, BackendKind::PosixShm);
     let (x, y, z, u) = (mk(), mk(), mk(), mk());
-    let vec1 = |b: &Buffer| dense(b, &[n as u32], DataType::Float32);
+    let vec1 = |b: &Buffer| dense(b, &[n as u32], DataType::Float32, 0);
     for (round, a_sleep, orch_pause) in [(0, 150u64, 0u64), (1, 0, 150)] {
         for (b, val) in [(&x, 1.0f32), (&y, 2.0), (&z, 3.0), (&u, 4.0)] {
             b.write(0, &f32_bytes(&vec![val; n])).expect("fill");
         }
-        let a = targs(vec![(vec1(&x), TensorArgType::OutputExisting)], &[a_sleep]);
+        let a = targs(&[(vec1(&x), TensorArgType::OutputExisting)], &[a_sleep]);
         let b = targs(
-            vec![
+            &[
                 (vec1(&x), TensorArgType::Input),
                 (vec1(&y), TensorArgType::OutputExisting),
             ],
             &[],
         );
         let d = targs(
-            vec![
+            &[
                 (vec1(&y), TensorArgType::Input),
                 (vec1(&z), TensorArgType::OutputExisting),
             ],
             &[],
         );
         let cc = targs(
-            vec![(vec1(&u), TensorArgType::OutputExisting)],
+            &[(vec1(&u), TensorArgType::OutputExisting)],
             &[9.0f32.to_bits() as u64],
         );
         let mut ids = Vec::new();
@@ -830,30 +681,22 @@ fn failed_task_poisons_its_consumers_only() {
             &r,
             L3Error::TaskFailed { task, message, .. } if *task == ids[0] && message == "boom",
         );
-        assert_eq!(
-            y.read_f32s(0, n).expect("y"),
-            vec![2.0; n],
-            "round {round}: B ran"
-        );
-        assert_eq!(
-            z.read_f32s(0, n).expect("z"),
-            vec![3.0; n],
-            "round {round}: D ran"
-        );
-        assert_eq!(
-            u.read_f32s(0, n).expect("u"),
-            vec![9.0; n],
-            "round {round}: C ran"
-        );
-        assert_eq!(
-            x.read_f32s(0, n).expect("x"),
-            vec![1.0; n],
-            "round {round}: x"
-        );
+        for (buf, name, want, what) in [
+            (&y, "y", 2.0, "B ran"),
+            (&z, "z", 3.0, "D ran"),
+            (&u, "u", 9.0, "C ran"),
+            (&x, "x", 1.0, "x"),
+        ] {
+            assert_eq!(
+                buf.read_f32s(0, n).expect(name),
+                vec![want; n],
+                "round {round}: {what}"
+            );
+        }
     }
     // The poison does not outlive the run: the next run reads x and writes y.
     let b = targs(
-        vec![
+        &[
             (vec1(&x), TensorArgType::Input),
             (vec1(&y), TensorArgType::OutputExisting),
         ],
@@ -877,16 +720,8 @@ fn panicking_callable_fails_its_task_only() {
         );
         assert!(proc_alive(pid), "round {round}: the SUB child survived");
         assert_eq!(w.sub_pid(0), Some(pid));
-        let out = w
-            .create_buffer(4, AccessMode::ReadWrite, BackendKind::ForkShm)
-            .expect("out");
-        let t = targs(
-            vec![(
-                dense(&out, &[4], DataType::Uint8),
-                TensorArgType::OutputExisting,
-            )],
-            &[0],
-        );
+        let out = buffer(&w, 4, AccessMode::ReadWrite, BackendKind::ForkShm);
+        let t = whoami_args(&out, 0);
         w.run(|o| o.submit_sub(c.whoami, &t).map(|_| ()))
             .expect("the next run works");
         assert_eq!(await_pid(&out, Duration::ZERO), pid, "in the same child");
@@ -900,13 +735,11 @@ fn panicking_callable_fails_its_task_only() {
 fn orchestration_error_or_panic_ends_its_run() {
     let (mut w, c) = worker(0, 1);
     let n = 64usize;
-    let x = w
-        .create_buffer((n * 4) as u64, AccessMode::ReadWrite, BackendKind::ForkShm)
-        .expect("x");
+    let x = f32_buffer(&w, n, BackendKind::ForkShm);
     let fill_with = |value: f32| {
         targs(
-            vec![(
-                dense(&x, &[n as u32], DataType::Float32),
+            &[(
+                dense(&x, &[n as u32], DataType::Float32, 0),
                 TensorArgType::OutputExisting,
             )],
             &[value.to_bits() as u64],
@@ -924,7 +757,10 @@ fn orchestration_error_or_panic_ends_its_run() {
         "the submitted task ran"
     );
     // Another error kind from inside the orchestration comes back as an Orchestration error.
-    let r = w.run(|o| o.submit_next_level(0, c.vector, &t, &cfg()).map(|_| ()));
+    let r = w.run(|o| {
+        o.submit_next_level(0, c.vector, &t, &call_config())
+            .map(|_| ())
+    });
     assert_fails!(&r, L3Error::Orchestration(m) if m.contains("no chip 0"));
 
     let t = fill_with(6.0);
@@ -956,10 +792,7 @@ fn orchestration_error_or_panic_ends_its_run() {
 
 fn close_budget() {
     let (mut w, c) = worker(0, 1);
-    let slow = targs(vec![], &[1000]);
-    let h = w
-        .submit(|o| o.submit_sub(c.sleepy, &slow).map(|_| ()))
-        .expect("submit");
+    let h = submit_sleep(&w, c.sleepy, 1000);
     let t = Instant::now();
     assert_fails!(
         w.close(Duration::from_millis(50)),
@@ -997,7 +830,7 @@ fn failing_kernel_fails_the_task_and_the_chip_serves_on() {
         let sentinel = pattern(N * 4, 8 + round);
         case.f.write(0, &sentinel).expect("fill f");
         let t = targs(
-            vec![
+            &[
                 (mat(&case.a), TensorArgType::Input),
                 (mat(&case.f), TensorArgType::OutputExisting),
             ],
@@ -1005,7 +838,7 @@ fn failing_kernel_fails_the_task_and_the_chip_serves_on() {
         );
         let mut id = None;
         let r = w.run(|o| {
-            id = Some(o.submit_next_level(0, c.failing, &t, &cfg())?);
+            id = Some(o.submit_next_level(0, c.failing, &t, &call_config())?);
             Ok(())
         });
         let id = id.expect("submitted");

@@ -35,6 +35,10 @@ use simpler_host::l3::{
 use simpler_host::scenes::vector::VectorExample;
 use simpler_host::scenes::Scene;
 use simpler_host::{TaskArgs, TaskArgsError};
+use simpler_tests::l3::{
+    buffer, call_config, close, register_sub, targs, vector_f64, CLOSE, VECTOR_N as N,
+    VECTOR_SHAPE as SHAPE,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,11 +46,6 @@ use AccessMode::{Read, ReadWrite, Write};
 use BackendKind::{DeviceMalloc, ForkCow, ForkShm, PosixShm, RemoteSidecar, VmmWindow};
 use TensorArgType::{InOut, Input, NoDep, Output, OutputExisting};
 
-/// Budget of every `close`.
-const CLOSE: Duration = Duration::from_secs(20);
-/// vector_example's tensors: 128 x 128 f32.
-const SHAPE: [u32; 2] = [128, 128];
-const N: usize = 128 * 128;
 const VBYTES: u64 = (N * 4) as u64;
 /// Buffer ids no Worker in this suite reaches (its counter starts at 1), for forged identities.
 const FRESH: u64 = 1 << 40;
@@ -119,15 +118,9 @@ fn new_rig(chips: usize, subs: usize) -> Rig {
     let vector = w
         .register_chip("vector_example", p.orch, p.kernels, p.signature)
         .expect("register vector_example");
-    let fill = w
-        .register_sub("fill", Arc::new(fill))
-        .expect("register fill");
-    let sleep = w
-        .register_sub("sleep", Arc::new(sleep))
-        .expect("register sleep");
-    let copy = w
-        .register_sub("copy", Arc::new(copy))
-        .expect("register copy");
+    let fill = register_sub(&mut w, "fill", fill);
+    let sleep = register_sub(&mut w, "sleep", sleep);
+    let copy = register_sub(&mut w, "copy", copy);
     Rig {
         w,
         vector,
@@ -144,16 +137,6 @@ fn rig(chips: usize, subs: usize) -> Rig {
     r
 }
 
-fn close(w: &mut Worker) {
-    w.close(CLOSE).expect("close");
-    assert_eq!(w.lifecycle(), Lifecycle::Closed);
-}
-
-fn buffer(w: &Worker, nbytes: u64, access: AccessMode, backend: BackendKind) -> Buffer {
-    w.create_buffer(nbytes, access, backend)
-        .unwrap_or_else(|e| panic!("create_buffer({nbytes}, {access:?}, {backend:?}): {e}"))
-}
-
 /// The whole of a vector-sized buffer as a 128 x 128 f32 tensor.
 fn vt(b: &Buffer) -> ValidTensor {
     b.tensor(&SHAPE, DataType::Float32, 0)
@@ -164,18 +147,6 @@ fn vt(b: &Buffer) -> ValidTensor {
 fn t1(b: &Buffer, n: u32, byte_offset: u64) -> ValidTensor {
     b.tensor(&[n], DataType::Float32, byte_offset)
         .expect("a 1-D view")
-}
-
-fn targs(list: &[(ValidTensor, TensorArgType)]) -> TaskArgs {
-    let mut a = TaskArgs::new();
-    for (t, tag) in list {
-        a.add_tensor(*t, *tag).expect("the builder admits this tag");
-    }
-    a
-}
-
-fn zero_cfg() -> CallConfig {
-    bytemuck::Zeroable::zeroed()
 }
 
 /// A well-formed descriptor with the given fields (generation 1).
@@ -259,10 +230,9 @@ fn bytes_pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// vector_example's body in f64: (s + 1)(s + 2) + s with s = a + b.
-fn golden(a: f32, b: f32) -> f64 {
-    let s = a as f64 + b as f64;
-    (s + 1.0) * (s + 2.0) + s
+/// vector_example's arguments: `a` and `b` whole as INPUT, then `f` tagged `tag`.
+fn vector_args(a: &Buffer, b: &Buffer, f: ValidTensor, tag: TensorArgType) -> TaskArgs {
+    targs(&[(vt(a), Input), (vt(b), Input), (f, tag)], &[])
 }
 
 /// Inputs a, b for vector_example (READ POSIX_SHM), with varied values.
@@ -279,7 +249,7 @@ fn vector_inputs(w: &Worker) -> (Buffer, Buffer, Vec<f32>, Vec<f32>) {
 fn assert_vector_output(out: &[f32], av: &[f32], bv: &[f32]) {
     assert_eq!(out.len(), N);
     for i in 0..N {
-        let g = golden(av[i], bv[i]);
+        let g = vector_f64(av[i] as f64, bv[i] as f64);
         let d = (out[i] as f64 - g).abs();
         assert!(
             d <= 1e-4 * g.abs().max(1.0),
@@ -309,7 +279,7 @@ fn s1_builder_refuses_tags_the_backing_does_not_grant() {
         (&wo, InOut, Write),
     ];
     for (b, tag, granted) in cases {
-        let mut a = targs(&[(t1(&rw, 16, 0), Input)]);
+        let mut a = targs(&[(t1(&rw, 16, 0), Input)], &[]);
         assert_eq!(
             a.add_tensor(t1(b, 16, 0), tag),
             Err(TaskArgsError::AccessDenied {
@@ -322,7 +292,10 @@ fn s1_builder_refuses_tags_the_backing_does_not_grant() {
         assert_eq!(a.tensor_count(), 1, "a refused add leaves nothing behind");
     }
     // set_tag after a legal add: refused, and the old tag stays.
-    let mut a = targs(&[(t1(&ro, 16, 0), Input), (t1(&wo, 16, 0), OutputExisting)]);
+    let mut a = targs(
+        &[(t1(&ro, 16, 0), Input), (t1(&wo, 16, 0), OutputExisting)],
+        &[],
+    );
     for (index, tag, granted) in [
         (0, OutputExisting, Read),
         (0, InOut, Read),
@@ -355,7 +328,7 @@ fn s1_submit_refuses_output_over_read_backing() {
     let wo = buffer(&r.w, VBYTES, Write, PosixShm);
     let side = buffer(&r.w, 64, ReadWrite, PosixShm);
     let (a, b, av, bv) = vector_inputs(&r.w);
-    let cfg = zero_cfg();
+    let cfg = call_config();
 
     // SUB: the builder admits it...
     let mut sub = TaskArgs::new();
@@ -388,7 +361,7 @@ fn s1_submit_refuses_output_over_read_backing() {
     );
 
     // Chip.
-    let chip = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&ro), Output)]);
+    let chip = vector_args(&a, &b, vt(&ro), Output);
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &chip, &cfg));
     assert_eq!(
         e,
@@ -400,11 +373,11 @@ fn s1_submit_refuses_output_over_read_backing() {
     );
 
     // Positive control: OUTPUT over a WRITE buffer runs, on the chip and on the SUB worker.
-    let chip = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&wo), Output)]);
+    let chip = vector_args(&a, &b, vt(&wo), Output);
     r.w.run(|o| o.submit_next_level(0, r.vector, &chip, &cfg).map(drop))
         .expect("OUTPUT over WRITE runs on the chip");
     assert_vector_output(&wo.read_f32s(0, N).expect("read"), &av, &bv);
-    let mut sub = targs(&[(t1(&side, 16, 0), Input), (t1(&wo, 16, 0), Output)]);
+    let mut sub = targs(&[(t1(&side, 16, 0), Input), (t1(&wo, 16, 0), Output)], &[]);
     sub.add_scalar(0b10);
     r.w.run(|o| o.submit_sub(r.fill, &sub).map(drop))
         .expect("OUTPUT over WRITE runs on the SUB worker");
@@ -420,8 +393,8 @@ fn s1_signature_writes_need_write_even_when_no_dep() {
     let (a, b, _, _) = vector_inputs(&r.w);
     let ro = buffer(&r.w, VBYTES, Read, PosixShm);
     let rw = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let cfg = zero_cfg();
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&ro), NoDep)]);
+    let cfg = call_config();
+    let args = vector_args(&a, &b, vt(&ro), NoDep);
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     assert_eq!(
         e,
@@ -432,7 +405,7 @@ fn s1_signature_writes_need_write_even_when_no_dep() {
         }
     );
     // A tag against the signature's direction, and a wrong tensor count.
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&rw), Input)]);
+    let args = vector_args(&a, &b, vt(&rw), Input);
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     assert_eq!(
         e,
@@ -441,7 +414,7 @@ fn s1_signature_writes_need_write_even_when_no_dep() {
             tag: Input
         }
     );
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input)]);
+    let args = targs(&[(vt(&a), Input), (vt(&b), Input)], &[]);
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     assert_eq!(
         e,
@@ -451,7 +424,7 @@ fn s1_signature_writes_need_write_even_when_no_dep() {
         }
     );
     // Positive control: NO_DEP over READWRITE is admitted and runs.
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&rw), NoDep)]);
+    let args = vector_args(&a, &b, vt(&rw), NoDep);
     let s =
         r.w.run(|o| o.submit_next_level(0, r.vector, &args, &cfg).map(drop))
             .expect("NO_DEP over READWRITE runs");
@@ -476,7 +449,7 @@ fn s2_overlapping_writes_refused() {
     };
 
     // Full overlap.
-    let args = targs(&[(full(), OutputExisting), (full(), OutputExisting)]);
+    let args = targs(&[(full(), OutputExisting), (full(), OutputExisting)], &[]);
     let e = refused(&r.w, |o| o.submit_sub(r.fill, &args));
     assert_eq!(
         e,
@@ -486,11 +459,14 @@ fn s2_overlapping_writes_refused() {
         }
     );
     // One shared element: elements [0, 9) and [8, 16) of row 0, after an unrelated INPUT.
-    let args = targs(&[
-        (t1(&other, 16, 0), Input),
-        (t1(&m, 9, 0), OutputExisting),
-        (t1(&m, 8, 32), InOut),
-    ]);
+    let args = targs(
+        &[
+            (t1(&other, 16, 0), Input),
+            (t1(&m, 9, 0), OutputExisting),
+            (t1(&m, 8, 32), InOut),
+        ],
+        &[],
+    );
     let e = refused(&r.w, |o| o.submit_sub(r.fill, &args));
     assert_eq!(
         e,
@@ -500,7 +476,7 @@ fn s2_overlapping_writes_refused() {
         }
     );
     // Column blocks [:, 0:4] and [:, 3:7] share column 3.
-    let args = targs(&[(cols(0), Output), (cols(3), OutputExisting)]);
+    let args = targs(&[(cols(0), Output), (cols(3), OutputExisting)], &[]);
     let e = refused(&r.w, |o| o.submit_sub(r.fill, &args));
     assert_eq!(
         e,
@@ -510,7 +486,7 @@ fn s2_overlapping_writes_refused() {
         }
     );
     // In a group member too.
-    let good = targs(&[(cols(0), Output), (cols(8), Output)]);
+    let good = targs(&[(cols(0), Output), (cols(8), Output)], &[]);
     let e = refused(&r.w, |o| {
         o.submit_sub_group(r.fill, &[good.clone(), args.clone()])
     });
@@ -542,12 +518,15 @@ fn s2_disjoint_writes_accepted_and_written() {
         m.tensor_strided(&[16, 4], &[16, 1], DataType::Float32, first * 4)
             .expect("a column block")
     };
-    let rows = targs(&[
-        (t1(&x, 8, 0), OutputExisting),
-        (t1(&x, 8, 32), OutputExisting),
-    ]);
-    let blocks = targs(&[(cols(0), Output), (cols(8), InOut)]);
-    let member = targs(&[(t1(&g, 8, 0), OutputExisting)]);
+    let rows = targs(
+        &[
+            (t1(&x, 8, 0), OutputExisting),
+            (t1(&x, 8, 32), OutputExisting),
+        ],
+        &[],
+    );
+    let blocks = targs(&[(cols(0), Output), (cols(8), InOut)], &[]);
+    let member = targs(&[(t1(&g, 8, 0), OutputExisting)], &[]);
     let s =
         r.w.run(|o| {
             o.submit_sub(r.fill, &rows)?;
@@ -583,7 +562,7 @@ fn s3_device_tensor_to_sub() {
     let mut r = rig(1, 1);
     let dev = r.w.alloc_child_tensor(0, 64).expect("alloc");
     let h = buffer(&r.w, 64, ReadWrite, PosixShm);
-    let args = targs(&[(t1(&h, 16, 0), Input), (t1(&dev, 16, 0), Input)]);
+    let args = targs(&[(t1(&h, 16, 0), Input), (t1(&dev, 16, 0), Input)], &[]);
     let e = refused(&r.w, |o| o.submit_sub(r.fill, &args));
     assert_eq!(e, L3Error::DeviceToSub { index: 1 });
     let e = refused(&r.w, |o| {
@@ -591,7 +570,7 @@ fn s3_device_tensor_to_sub() {
     });
     assert_eq!(e, L3Error::DeviceToSub { index: 1 });
     // Positive control: the host half alone runs.
-    let args = targs(&[(t1(&h, 16, 0), OutputExisting)]);
+    let args = targs(&[(t1(&h, 16, 0), OutputExisting)], &[]);
     r.w.run(|o| o.submit_sub(r.fill, &args).map(drop))
         .expect("a host tensor runs on the SUB worker");
     close(&mut r.w);
@@ -604,8 +583,8 @@ fn s4_device_tensor_on_a_chip_that_does_not_own_it() {
     let (a, b, av, bv) = vector_inputs(&r.w);
     let dev = r.w.alloc_child_tensor(1, VBYTES).expect("alloc on chip 1");
     assert_eq!(dev.chip(), Some(1));
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&dev), OutputExisting)]);
-    let cfg = zero_cfg();
+    let args = vector_args(&a, &b, vt(&dev), OutputExisting);
+    let cfg = call_config();
     let e = refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     match &e {
         L3Error::DeviceProvenance { index: 2, reason } => {
@@ -643,9 +622,9 @@ fn s4_freed_device_buffer() {
         dev.tensor(&SHAPE, DataType::Float32, 0),
         Err(L3Error::BufferClosed { buffer_id: id })
     );
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (before, OutputExisting)]);
+    let args = vector_args(&a, &b, before, OutputExisting);
     let e = refused(&r.w, |o| {
-        o.submit_next_level(0, r.vector, &args, &zero_cfg())
+        o.submit_next_level(0, r.vector, &args, &call_config())
     });
     match &e {
         L3Error::DeviceProvenance { index: 2, reason } => assert!(
@@ -665,10 +644,10 @@ fn s4_forged_interior_device_pointer() {
     let dev = r.w.alloc_child_tensor(0, VBYTES).expect("alloc");
     let addr = addr_of(&dev);
     let nonce = r.w.owner_instance_id();
-    let cfg = zero_cfg();
+    let cfg = call_config();
     let submit = |d: BufferDescriptor| {
         let f = Tensor::row_major(d, 0, &SHAPE, DataType::Float32).expect("a valid view");
-        let args = targs(&[(vt(&a), Input), (vt(&b), Input), (f, OutputExisting)]);
+        let args = vector_args(&a, &b, f, OutputExisting);
         refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg))
     };
     let e = submit(device_desc(nonce, FRESH, ReadWrite, VBYTES, addr + 256));
@@ -706,9 +685,9 @@ fn s4_device_descriptor_of_another_worker() {
         addr_of(&dev),
     );
     let f = Tensor::row_major(d, 0, &SHAPE, DataType::Float32).expect("a valid view");
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (f, OutputExisting)]);
+    let args = vector_args(&a, &b, f, OutputExisting);
     let e = refused(&r.w, |o| {
-        o.submit_next_level(0, r.vector, &args, &zero_cfg())
+        o.submit_next_level(0, r.vector, &args, &call_config())
     });
     match &e {
         L3Error::DeviceProvenance { index: 2, reason } => {
@@ -726,8 +705,8 @@ fn s5_unknown_chip() {
     let mut r = rig(1, 0);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)]);
-    let cfg = zero_cfg();
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
+    let cfg = call_config();
     for chip in [1, 7, usize::MAX] {
         let e = refused(&r.w, |o| o.submit_next_level(chip, r.vector, &args, &cfg));
         assert_eq!(e, L3Error::UnknownChip { chip, chips: 1 });
@@ -753,8 +732,8 @@ fn s5_duplicate_chip_in_group() {
     let (a, b, _, _) = vector_inputs(&r.w);
     let f0 = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
     let f1 = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = |f: &Buffer| targs(&[(vt(&a), Input), (vt(&b), Input), (vt(f), OutputExisting)]);
-    let cfg = zero_cfg();
+    let args = |f: &Buffer| vector_args(&a, &b, vt(f), OutputExisting);
+    let cfg = call_config();
     let e = refused(&r.w, |o| {
         o.submit_next_level_group(r.vector, &[0, 0], &[args(&f0), args(&f1)], &cfg)
     });
@@ -785,8 +764,8 @@ fn s5_group_shape() {
     let mut r = rig(1, 1);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)]);
-    let cfg = zero_cfg();
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
+    let cfg = call_config();
     let e = refused(&r.w, |o| {
         o.submit_next_level_group(r.vector, &[0], &[args.clone(), args.clone()], &cfg)
     });
@@ -826,7 +805,7 @@ fn s5_group_shape() {
         }
     );
     let h = buffer(&r.w, 64, ReadWrite, PosixShm);
-    let sub = targs(&[(t1(&h, 16, 0), Input)]);
+    let sub = targs(&[(t1(&h, 16, 0), Input)], &[]);
     let e = refused(&r.w, |o| {
         o.submit_sub_group(r.fill, &[sub.clone(), sub.clone()])
     });
@@ -844,17 +823,16 @@ fn s5_unregistered_callable() {
         .w
         .register_chip("second", p.orch, p.kernels, p.signature)
         .expect("register");
-    let sub4 = big
-        .w
-        .register_sub("fourth", Arc::new(fill))
-        .expect("register");
+    let sub4 = register_sub(&mut big.w, "fourth", fill);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)]);
-    let e = refused(&r.w, |o| o.submit_next_level(0, chip2, &args, &zero_cfg()));
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
+    let e = refused(&r.w, |o| {
+        o.submit_next_level(0, chip2, &args, &call_config())
+    });
     assert_eq!(e, L3Error::UnknownCallable);
     let h = buffer(&r.w, 64, ReadWrite, PosixShm);
-    let sub = targs(&[(t1(&h, 16, 0), Input)]);
+    let sub = targs(&[(t1(&h, 16, 0), Input)], &[]);
     let e = refused(&r.w, |o| o.submit_sub(sub4, &sub));
     assert_eq!(e, L3Error::UnknownCallable);
     close(&mut big.w);
@@ -885,12 +863,15 @@ fn s6_remote_sidecar_to_local_worker() {
             &[],
         );
         let side = Tensor::row_major(d, 0, &SHAPE, DataType::Float32).expect("a valid view");
-        let chip = targs(&[(vt(&a), Input), (side, Input), (vt(&f), OutputExisting)]);
+        let chip = targs(
+            &[(vt(&a), Input), (side, Input), (vt(&f), OutputExisting)],
+            &[],
+        );
         let e = refused(&r.w, |o| {
-            o.submit_next_level(0, r.vector, &chip, &zero_cfg())
+            o.submit_next_level(0, r.vector, &chip, &call_config())
         });
         assert_eq!(e, L3Error::RemoteSidecar { index: 1 }, "{space:?}");
-        let sub = targs(&[(t1(&h, 16, 0), Input), (side, Input)]);
+        let sub = targs(&[(t1(&h, 16, 0), Input), (side, Input)], &[]);
         let e = refused(&r.w, |o| o.submit_sub(r.fill, &sub));
         assert_eq!(e, L3Error::RemoteSidecar { index: 1 }, "{space:?}");
     }
@@ -903,7 +884,7 @@ fn s7_call_config_refused() {
     let mut r = rig(1, 0);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (vt(&f), OutputExisting)]);
+    let args = vector_args(&a, &b, vt(&f), OutputExisting);
     let submit = |cfg: CallConfig| refused(&r.w, |o| o.submit_next_level(0, r.vector, &args, &cfg));
     type Flag = fn(&mut CallConfig);
     let flags: [Flag; 5] = [
@@ -914,7 +895,7 @@ fn s7_call_config_refused() {
         |c| c.enable_scope_stats = 1,
     ];
     for set in flags {
-        let mut cfg = zero_cfg();
+        let mut cfg = call_config();
         set(&mut cfg);
         assert_eq!(
             submit(cfg),
@@ -922,7 +903,7 @@ fn s7_call_config_refused() {
         );
     }
     let with_env = |edit: fn(&mut simpler_core::mailbox::RuntimeEnv)| {
-        let mut cfg = zero_cfg();
+        let mut cfg = call_config();
         let mut env = cfg.runtime_env;
         edit(&mut env);
         cfg.runtime_env = env;
@@ -1174,10 +1155,10 @@ fn m5_released_shm_refused_end_to_end() {
     r.w.release_buffer(&b).expect("release");
     let e = refused(&r.w, |o| {
         let t = b.tensor(&[16], DataType::Float32, 0)?;
-        o.submit_sub(r.fill, &targs(&[(t, OutputExisting)]))
+        o.submit_sub(r.fill, &targs(&[(t, OutputExisting)], &[]))
     });
     assert_eq!(e, L3Error::BufferClosed { buffer_id: id });
-    let args = targs(&[(before, OutputExisting)]);
+    let args = targs(&[(before, OutputExisting)], &[]);
     let mut submitted = None;
     let result = r.w.run(|o| {
         submitted = Some(o.submit_sub(r.fill, &args));
@@ -1300,7 +1281,7 @@ fn m8_mapped_args_refuses_device_tensor() {
     let nonce = w.owner_instance_id();
     let dev = device_desc(nonce, FRESH, ReadWrite, 64, 0x10_0000);
     let dev_t = Tensor::row_major(dev, 0, &[16], DataType::Float32).expect("a valid view");
-    let args = targs(&[(t1(&b, 16, 0), Input), (dev_t, Input)]);
+    let args = targs(&[(t1(&b, 16, 0), Input), (dev_t, Input)], &[]);
     let blob = args.to_mailbox_blob().expect("encode");
     let view = read_blob(&blob).expect("decode");
     for context in [ImportContext::host(), ImportContext::device(nonce)] {
@@ -1309,7 +1290,7 @@ fn m8_mapped_args_refuses_device_tensor() {
         assert_eq!(e, ImportError::DeviceArgument { index: 1 }, "{context:?}");
     }
     // Positive control: the host tensor alone maps, with the owner's values.
-    let blob = targs(&[(t1(&b, 16, 0), Input)])
+    let blob = targs(&[(t1(&b, 16, 0), Input)], &[])
         .to_mailbox_blob()
         .expect("encode");
     let view = read_blob(&blob).expect("decode");
@@ -1379,10 +1360,19 @@ fn m_fork_address_outside_inherited_ranges() {
 // C: control copies
 // ---------------------------------------------------------------------------------------------
 
-/// C1: a copy request whose dst or src descriptor is invalid is refused by the child before
-/// use (sent raw, past the parent's own checks).
-fn c1_invalid_descriptor_in_copy_request() {
-    let mut r = rig(1, 0);
+/// A one-chip rig for the raw control-copy cases: a 256-byte device buffer `dev`, a READ
+/// POSIX_SHM `host` buffer holding `data` (`bytes_pattern(256, 1)`), and `good`, the valid
+/// COPY_TO request of `host` into `dev`.
+struct CopyCase {
+    r: Rig,
+    dev: Buffer,
+    host: Buffer,
+    data: Vec<u8>,
+    good: ControlCopyRequest,
+}
+
+fn copy_case() -> CopyCase {
+    let r = rig(1, 0);
     let dev = r.w.alloc_child_tensor(0, 256).expect("alloc");
     let host = buffer(&r.w, 256, Read, PosixShm);
     let data = bytes_pattern(256, 1);
@@ -1392,6 +1382,35 @@ fn c1_invalid_descriptor_in_copy_request() {
         src: host.descriptor().expect("live"),
         nbytes: 256,
     };
+    CopyCase {
+        r,
+        dev,
+        host,
+        data,
+        good,
+    }
+}
+
+/// The 256 bytes of device buffer `dev`, copied back through a fresh host buffer.
+fn read_back(w: &Worker, dev: &Buffer) -> Vec<u8> {
+    let back = buffer(w, 256, ReadWrite, PosixShm);
+    w.copy_from(&back, dev, 256).expect("copy_from");
+    let mut got = vec![0u8; 256];
+    back.read(0, &mut got).expect("read");
+    got
+}
+
+/// C1: a copy request whose dst or src descriptor is invalid is refused by the child before
+/// use (sent raw, past the parent's own checks).
+fn c1_invalid_descriptor_in_copy_request() {
+    // `_host` stays bound: the request copies from it.
+    let CopyCase {
+        mut r,
+        dev,
+        host: _host,
+        data,
+        good,
+    } = copy_case();
     type Corrupt = fn(&mut ControlCopyRequest);
     let cases: [(&str, Corrupt); 6] = [
         ("Dst(Magic", |q| q.dst.magic = 0),
@@ -1417,11 +1436,7 @@ fn c1_invalid_descriptor_in_copy_request() {
     // Positive control: the uncorrupted request copies, and the data comes back.
     r.w.send_raw_copy_request(0, true, bytemuck::bytes_of(&good))
         .expect("a valid raw request");
-    let back = buffer(&r.w, 256, ReadWrite, PosixShm);
-    r.w.copy_from(&back, &dev, 256).expect("copy_from");
-    let mut got = vec![0u8; 256];
-    back.read(0, &mut got).expect("read");
-    assert_eq!(got, data);
+    assert_eq!(read_back(&r.w, &dev), data);
     close(&mut r.w);
 }
 
@@ -1749,7 +1764,7 @@ fn l2_release_while_run_in_flight() {
     let b = buffer(&r.w, 64, ReadWrite, PosixShm);
     let unrelated = buffer(&r.w, 64, ReadWrite, PosixShm);
     let id = b.identity().buffer_id;
-    let args = targs(&[(t1(&b, 16, 0), Input)]);
+    let args = targs(&[(t1(&b, 16, 0), Input)], &[]);
     let handle = match r.w.submit(|o| o.submit_sub(r.sleep, &args).map(drop)) {
         Ok(h) => h,
         Err(e) => panic!("submit: {e:?}"),
@@ -1840,7 +1855,10 @@ fn l3_fork_cow_rules() {
         Some(L3Error::ForkCowAfterInit)
     );
     let out = buffer(&r.w, 64, ReadWrite, ForkShm);
-    let args = targs(&[(t1(&cow, 16, 0), Input), (t1(&out, 16, 0), OutputExisting)]);
+    let args = targs(
+        &[(t1(&cow, 16, 0), Input), (t1(&out, 16, 0), OutputExisting)],
+        &[],
+    );
     r.w.run(|o| o.submit_sub(r.copy, &args).map(drop))
         .expect("a SUB task reads the snapshot");
     let mut got = vec![0u8; 64];
@@ -1899,7 +1917,7 @@ fn l_init_twice() {
         "a refused init changes nothing"
     );
     let b = buffer(&r.w, 64, ReadWrite, PosixShm);
-    let args = targs(&[(t1(&b, 16, 0), OutputExisting)]);
+    let args = targs(&[(t1(&b, 16, 0), OutputExisting)], &[]);
     r.w.run(|o| o.submit_sub(r.fill, &args).map(drop))
         .expect("still serves runs");
     close(&mut r.w);
@@ -1967,9 +1985,9 @@ fn bug_stale_device_tensor_after_address_reuse() {
         stale.buffer.body_address().expect("address"),
         "precondition: the allocator reuses the freed address"
     );
-    let args = targs(&[(vt(&a), Input), (vt(&b), Input), (stale, OutputExisting)]);
+    let args = vector_args(&a, &b, stale, OutputExisting);
     let e = refused(&r.w, |o| {
-        o.submit_next_level(0, r.vector, &args, &zero_cfg())
+        o.submit_next_level(0, r.vector, &args, &call_config())
     });
     assert!(names_released(&e, id, 2), "{e:?}");
     close(&mut r.w);
@@ -1990,7 +2008,7 @@ fn bug_stale_fork_shm_tensor_after_release() {
     drop(f);
     let g = buffer(&r.w, 64, ReadWrite, ForkShm);
     g.write_f32s(0, &[-1.0; 16]).expect("sentinel");
-    let args = targs(&[(stale, OutputExisting)]);
+    let args = targs(&[(stale, OutputExisting)], &[]);
     let mut submitted = None;
     let result = r.w.run(|o| {
         submitted = Some(o.submit_sub(r.fill, &args));
@@ -2017,16 +2035,13 @@ fn bug_stale_fork_shm_tensor_after_release() {
 /// test hook `send_raw_copy_request` can send a short payload (`copy_to` / `copy_from` always
 /// send 184 bytes).
 fn bug_truncated_copy_request_executes_stale_bytes() {
-    let mut r = rig(1, 0);
-    let dev = r.w.alloc_child_tensor(0, 256).expect("alloc");
-    let host = buffer(&r.w, 256, Read, PosixShm);
-    let first = bytes_pattern(256, 1);
-    host.write(0, &first).expect("write");
-    let good = ControlCopyRequest {
-        dst: dev.descriptor().expect("live"),
-        src: host.descriptor().expect("live"),
-        nbytes: 256,
-    };
+    let CopyCase {
+        mut r,
+        dev,
+        host,
+        data: first,
+        good,
+    } = copy_case();
     r.w.send_raw_copy_request(0, true, bytemuck::bytes_of(&good))
         .expect("a whole request");
     host.write(0, &bytes_pattern(256, 99)).expect("write");
@@ -2041,11 +2056,11 @@ fn bug_truncated_copy_request_executes_stale_bytes() {
         };
         assert!(refused_before_use, "{len} bytes: {e:?}");
     }
-    let back = buffer(&r.w, 256, ReadWrite, PosixShm);
-    r.w.copy_from(&back, &dev, 256).expect("copy_from");
-    let mut got = vec![0u8; 256];
-    back.read(0, &mut got).expect("read");
-    assert_eq!(got, first, "no truncated request copied anything");
+    assert_eq!(
+        read_back(&r.w, &dev),
+        first,
+        "no truncated request copied anything"
+    );
     close(&mut r.w);
 }
 

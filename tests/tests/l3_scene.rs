@@ -8,7 +8,6 @@
 //! (`simpler_tests::forked::run`), and each closes its Worker before returning. Every golden is
 //! computed here with plain arithmetic, from the bytes the test wrote.
 
-use simpler_core::mailbox::CallConfig;
 use simpler_core::{AccessMode, BackendKind, DataType, TensorArgType, ValidTensor};
 use simpler_host::l3::{
     shm_prefix, Buffer, ChipCallableId, L3Error, Lifecycle, MappedArgs, SubCallableId, Worker,
@@ -18,8 +17,14 @@ use simpler_host::scenes::l3::L3Vector;
 use simpler_host::scenes::vector::VectorExample;
 use simpler_host::scenes::Scene;
 use simpler_host::TaskArgs;
+use simpler_tests::assert_fails;
+use simpler_tests::fixtures::{f32_bytes, pattern};
+use simpler_tests::l3::{
+    assert_close, boom, buffer, call_config, close, dense, f32_buffer, read_bytes, register_sub,
+    sleep_ms, sleepy, submit_sleep, targs, vector_f64, whoami, whoami_args, CLOSE, VECTOR_N as N,
+    VECTOR_SHAPE as SHAPE,
+};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
@@ -75,42 +80,6 @@ fn main() -> ExitCode {
 // Helpers
 // ------------------------------------------------------------------------------------------------
 
-const CLOSE: Duration = Duration::from_secs(20);
-/// vector_example's tensors: 128 x 128 f32.
-const SHAPE: [u32; 2] = [128, 128];
-const N: usize = 128 * 128;
-
-/// Asserts that `result` is `Err` matching `pattern` (with an optional guard).
-macro_rules! assert_fails {
-    ($result:expr, $pattern:pat $(if $guard:expr)? $(,)?) => {
-        match $result {
-            Err($pattern) $(if $guard)? => {}
-            other => panic!("expected Err({}), got {other:?}", stringify!($pattern)),
-        }
-    };
-}
-
-fn cfg() -> CallConfig {
-    bytemuck::Zeroable::zeroed()
-}
-
-/// A task's arguments from `(tensor, tag)` pairs and scalars.
-fn targs(tensors: Vec<(ValidTensor, TensorArgType)>, scalars: &[u64]) -> TaskArgs {
-    let mut a = TaskArgs::new();
-    for (t, tag) in tensors {
-        a.add_tensor(t, tag).expect("the tag fits the buffer");
-    }
-    for &s in scalars {
-        a.add_scalar(s);
-    }
-    a
-}
-
-/// A dense tensor.
-fn dense(b: &Buffer, shapes: &[u32], dtype: DataType, offset: u64) -> ValidTensor {
-    b.tensor(shapes, dtype, offset).expect("a valid view")
-}
-
 /// A strided tensor (element strides).
 fn strided(
     b: &Buffer,
@@ -134,41 +103,6 @@ fn elem_offsets(shapes: &[u32], strides: &[u32]) -> Vec<usize> {
             .collect();
     }
     out
-}
-
-fn f32_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn read_bytes(b: &Buffer) -> Vec<u8> {
-    let mut out = vec![0u8; b.nbytes() as usize];
-    b.read(0, &mut out).expect("a host buffer");
-    out
-}
-
-/// vector_example's body, in f64.
-fn v(a: f64, b: f64) -> f64 {
-    let s = a + b;
-    (s + 1.0) * (s + 2.0) + s
-}
-
-/// |got - want| <= atol + rtol |want| for every element, with the first failure named.
-#[track_caller]
-fn assert_close(got: &[f32], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let tol = 1e-4 + 1e-5 * w.abs();
-        assert!(
-            (g as f64 - w).abs() <= tol,
-            "{what}: element {i} is {g}, golden {w}"
-        );
-    }
-}
-
-fn sleep_ms(args: &MappedArgs, index: usize) {
-    if let Some(&ms) = args.scalars.get(index) {
-        std::thread::sleep(Duration::from_millis(ms));
-    }
 }
 
 /// SUB: `[src (INPUT, any dtype, strided), dst (OUTPUT_EXISTING, dense)]`, optional scalar 0 =
@@ -257,27 +191,6 @@ fn incr(args: &mut MappedArgs) -> Result<(), String> {
     x.write_f32s(&values).map_err(|e| e.to_string())
 }
 
-/// SUB: `[dst (OUTPUT_EXISTING, 4 bytes)]`, scalar 0 = sleep ms: writes this process's pid,
-/// then sleeps.
-fn whoami(args: &mut MappedArgs) -> Result<(), String> {
-    let dst = args.args.first_mut().ok_or("whoami takes 1 tensor")?;
-    let out = dst.bytes_mut().map_err(|e| e.to_string())?;
-    out[..4].copy_from_slice(&std::process::id().to_le_bytes());
-    sleep_ms(args, 0);
-    Ok(())
-}
-
-/// SUB: no tensors, scalar 0 = sleep ms.
-fn sleepy(args: &mut MappedArgs) -> Result<(), String> {
-    sleep_ms(args, 0);
-    Ok(())
-}
-
-/// SUB: always fails.
-fn boom(_args: &mut MappedArgs) -> Result<(), String> {
-    Err("boom".into())
-}
-
 /// Every callable a test here may use.
 struct Callables {
     vector: ChipCallableId,
@@ -301,26 +214,14 @@ fn worker_with(config: WorkerConfig) -> (Worker, Callables) {
         vector: w
             .register_chip("vector_example", p.orch, p.kernels, p.signature)
             .expect("register"),
-        copy: w
-            .register_sub("copy", Arc::new(copy_view))
-            .expect("register"),
-        fill: w
-            .register_sub("fill", Arc::new(fill_view))
-            .expect("register"),
-        fill_f32: w
-            .register_sub("fill_f32", Arc::new(fill_f32))
-            .expect("register"),
-        affine: w
-            .register_sub("affine", Arc::new(affine))
-            .expect("register"),
-        incr: w.register_sub("incr", Arc::new(incr)).expect("register"),
-        whoami: w
-            .register_sub("whoami", Arc::new(whoami))
-            .expect("register"),
-        sleepy: w
-            .register_sub("sleepy", Arc::new(sleepy))
-            .expect("register"),
-        boom: w.register_sub("boom", Arc::new(boom)).expect("register"),
+        copy: register_sub(&mut w, "copy", copy_view),
+        fill: register_sub(&mut w, "fill", fill_view),
+        fill_f32: register_sub(&mut w, "fill_f32", fill_f32),
+        affine: register_sub(&mut w, "affine", affine),
+        incr: register_sub(&mut w, "incr", incr),
+        whoami: register_sub(&mut w, "whoami", whoami),
+        sleepy: register_sub(&mut w, "sleepy", sleepy),
+        boom: register_sub(&mut w, "boom", boom),
     };
     w.init().expect("init");
     assert_eq!(w.lifecycle(), Lifecycle::Ready);
@@ -331,23 +232,10 @@ fn worker(chips: usize, subs: usize) -> (Worker, Callables) {
     worker_with(WorkerConfig::new(chips, subs))
 }
 
-#[track_caller]
-fn close(w: &mut Worker) {
-    w.close(CLOSE).expect("close");
-    assert_eq!(w.lifecycle(), Lifecycle::Closed);
-}
-
 /// A view to read: (shapes, strides, dtype, byte offset).
 type ReadView = (&'static [u32], &'static [u32], DataType, u64);
 /// A view to write: (shapes, strides, dtype, byte offset, fill seed).
 type WriteView = (&'static [u32], &'static [u32], DataType, u64, u64);
-
-/// The test's byte pattern.
-fn pattern(n: usize, salt: usize) -> Vec<u8> {
-    (0..n)
-        .map(|i| ((i * 37 + 11 + salt * 101) % 251) as u8)
-        .collect()
-}
 
 /// Deterministic f32 values in about [-0.3, 0.7).
 fn val(i: usize, salt: usize) -> f32 {
@@ -406,9 +294,7 @@ fn three_chips() {
 fn sub_reads_exactly_the_view_at_an_offset() {
     let (mut w, c) = worker(0, 2);
     for backend in [BackendKind::PosixShm, BackendKind::ForkShm] {
-        let src = w
-            .create_buffer(4096, AccessMode::Read, backend)
-            .expect("source");
+        let src = buffer(&w, 4096, AccessMode::Read, backend);
         let p = pattern(4096, 1);
         src.write(0, &p).expect("fill the source");
         let views: [ReadView; 3] = [
@@ -428,16 +314,15 @@ fn sub_reads_exactly_the_view_at_an_offset() {
                     p[at..at + elem].to_vec()
                 })
                 .collect();
-            let out = w
-                .create_buffer(
-                    want.len() as u64,
-                    AccessMode::ReadWrite,
-                    BackendKind::PosixShm,
-                )
-                .expect("output");
+            let out = buffer(
+                &w,
+                want.len() as u64,
+                AccessMode::ReadWrite,
+                BackendKind::PosixShm,
+            );
             out.write(0, &vec![0xEE; want.len()]).expect("clear");
             tasks.push(targs(
-                vec![
+                &[
                     (
                         strided(&src, shapes, strides, dtype, offset),
                         TensorArgType::Input,
@@ -476,9 +361,7 @@ fn sub_reads_exactly_the_view_at_an_offset() {
 fn sub_writes_exactly_the_view_at_an_offset() {
     let (mut w, c) = worker(0, 2);
     for backend in [BackendKind::PosixShm, BackendKind::ForkShm] {
-        let dst = w
-            .create_buffer(4096, AccessMode::ReadWrite, backend)
-            .expect("destination");
+        let dst = buffer(&w, 4096, AccessMode::ReadWrite, backend);
         let p = pattern(4096, 2);
         dst.write(0, &p).expect("fill");
         let views: [WriteView; 3] = [
@@ -496,7 +379,7 @@ fn sub_writes_exactly_the_view_at_an_offset() {
                 }
             }
             tasks.push(targs(
-                vec![(
+                &[(
                     strided(&dst, shapes, strides, dtype, offset),
                     TensorArgType::OutputExisting,
                 )],
@@ -536,27 +419,25 @@ fn chip_reads_and_writes_views_at_offsets() {
     let (mut w, c) = worker(1, 0);
     const SENTINEL: f32 = -7.25;
     // Dense: a at element 16, b at element 16 + N + 8; f at element 24 of N + 40.
-    let inp = w
-        .create_buffer(
-            ((2 * N + 64) * 4) as u64,
-            AccessMode::Read,
-            BackendKind::PosixShm,
-        )
-        .expect("inputs");
+    let inp = buffer(
+        &w,
+        ((2 * N + 64) * 4) as u64,
+        AccessMode::Read,
+        BackendKind::PosixShm,
+    );
     let inp_vals: Vec<f32> = (0..2 * N + 64).map(|i| val(i, 3)).collect();
     inp.write(0, &f32_bytes(&inp_vals)).expect("fill inputs");
-    let out = w
-        .create_buffer(
-            ((N + 40) * 4) as u64,
-            AccessMode::ReadWrite,
-            BackendKind::ForkShm,
-        )
-        .expect("output");
+    let out = buffer(
+        &w,
+        ((N + 40) * 4) as u64,
+        AccessMode::ReadWrite,
+        BackendKind::ForkShm,
+    );
     out.write(0, &f32_bytes(&vec![SENTINEL; N + 40]))
         .expect("fill output");
     let (a_at, b_at, f_at) = (16usize, 16 + N + 8, 24usize);
     let task = targs(
-        vec![
+        &[
             (
                 dense(&inp, &SHAPE, DataType::Float32, (a_at * 4) as u64),
                 TensorArgType::Input,
@@ -572,11 +453,14 @@ fn chip_reads_and_writes_views_at_offsets() {
         ],
         &[],
     );
-    w.run(|o| o.submit_next_level(0, c.vector, &task, &cfg()).map(|_| ()))
-        .expect("the dense run");
+    w.run(|o| {
+        o.submit_next_level(0, c.vector, &task, &call_config())
+            .map(|_| ())
+    })
+    .expect("the dense run");
     let got = out.read_f32s(0, N + 40).expect("read");
     let golden: Vec<f64> = (0..N)
-        .map(|k| v(inp_vals[a_at + k] as f64, inp_vals[b_at + k] as f64))
+        .map(|k| vector_f64(inp_vals[a_at + k] as f64, inp_vals[b_at + k] as f64))
         .collect();
     assert_close(&got[f_at..f_at + N], &golden, "dense f");
     for (i, &g) in got.iter().enumerate() {
@@ -592,23 +476,20 @@ fn chip_reads_and_writes_views_at_offsets() {
     // Strided: rows of 256 elements; a = columns 0..128, b = columns 128..256, both from
     // element 8 of the input; f = columns 128..256 from element 8 of the output.
     let m = 128 * 256 + 8;
-    let inp2 = w
-        .create_buffer((m * 4) as u64, AccessMode::Read, BackendKind::ForkShm)
-        .expect("inputs");
+    let inp2 = buffer(&w, (m * 4) as u64, AccessMode::Read, BackendKind::ForkShm);
     let inp2_vals: Vec<f32> = (0..m).map(|i| val(i, 5)).collect();
     inp2.write(0, &f32_bytes(&inp2_vals)).expect("fill");
-    let out2 = w
-        .create_buffer(
-            (m * 4 + 16) as u64,
-            AccessMode::ReadWrite,
-            BackendKind::PosixShm,
-        )
-        .expect("output");
+    let out2 = buffer(
+        &w,
+        (m * 4 + 16) as u64,
+        AccessMode::ReadWrite,
+        BackendKind::PosixShm,
+    );
     out2.write(0, &f32_bytes(&vec![SENTINEL; m + 4]))
         .expect("fill");
     let st = [256u32, 1];
     let task = targs(
-        vec![
+        &[
             (
                 strided(&inp2, &SHAPE, &st, DataType::Float32, 8 * 4),
                 TensorArgType::Input,
@@ -624,8 +505,11 @@ fn chip_reads_and_writes_views_at_offsets() {
         ],
         &[],
     );
-    w.run(|o| o.submit_next_level(0, c.vector, &task, &cfg()).map(|_| ()))
-        .expect("the strided run");
+    w.run(|o| {
+        o.submit_next_level(0, c.vector, &task, &call_config())
+            .map(|_| ())
+    })
+    .expect("the strided run");
     let got = out2.read_f32s(0, m + 4).expect("read");
     let mut want_f = Vec::with_capacity(N);
     let mut got_f = Vec::with_capacity(N);
@@ -635,7 +519,7 @@ fn chip_reads_and_writes_views_at_offsets() {
             let (r, col) = ((i - 8) / 256, (i - 8) % 256 - 128);
             let a = inp2_vals[8 + r * 256 + col] as f64;
             let b = inp2_vals[8 + r * 256 + 128 + col] as f64;
-            want_f.push(v(a, b));
+            want_f.push(vector_f64(a, b));
             got_f.push(g);
         } else {
             assert_eq!(
@@ -654,23 +538,15 @@ fn chip_reads_and_writes_views_at_offsets() {
 // Dependencies across workers
 // ------------------------------------------------------------------------------------------------
 
-/// sub (slow) writes a → chip 0 computes f = v(a, b) → sub writes g = 2 f + 1. Nothing but the
-/// tags orders them.
+/// sub (slow) writes a → chip 0 computes f = vector_f64(a, b) → sub writes g = 2 f + 1.
+/// Nothing but the tags orders them.
 fn chain_sub_chip_sub_is_ordered_by_tags() {
     let (mut w, c) = worker(1, 2);
     let bytes = (N * 4) as u64;
-    let a = w
-        .create_buffer(bytes, AccessMode::ReadWrite, BackendKind::ForkShm)
-        .expect("a");
-    let b = w
-        .create_buffer(bytes, AccessMode::Read, BackendKind::PosixShm)
-        .expect("b");
-    let f = w
-        .create_buffer(bytes, AccessMode::ReadWrite, BackendKind::PosixShm)
-        .expect("f");
-    let g = w
-        .create_buffer(bytes, AccessMode::ReadWrite, BackendKind::ForkShm)
-        .expect("g");
+    let a = buffer(&w, bytes, AccessMode::ReadWrite, BackendKind::ForkShm);
+    let b = buffer(&w, bytes, AccessMode::Read, BackendKind::PosixShm);
+    let f = buffer(&w, bytes, AccessMode::ReadWrite, BackendKind::PosixShm);
+    let g = buffer(&w, bytes, AccessMode::ReadWrite, BackendKind::ForkShm);
     let b_vals: Vec<f32> = (0..N).map(|i| val(i, 7)).collect();
     b.write(0, &f32_bytes(&b_vals)).expect("b");
     let (base, step) = (-0.5f32, 0.01f32);
@@ -681,11 +557,11 @@ fn chain_sub_chip_sub_is_ordered_by_tags() {
         g.write(0, &f32_bytes(&vec![0.0; N])).expect("g");
         let t = |buf: &Buffer| dense(buf, &SHAPE, DataType::Float32, 0);
         let first = targs(
-            vec![(t(&a), TensorArgType::OutputExisting)],
+            &[(t(&a), TensorArgType::OutputExisting)],
             &[base.to_bits() as u64, step.to_bits() as u64, 150],
         );
         let chip = targs(
-            vec![
+            &[
                 (t(&a), TensorArgType::Input),
                 (t(&b), TensorArgType::Input),
                 (t(&f), TensorArgType::OutputExisting),
@@ -693,7 +569,7 @@ fn chain_sub_chip_sub_is_ordered_by_tags() {
             &[],
         );
         let last = targs(
-            vec![
+            &[
                 (t(&f), TensorArgType::Input),
                 (t(&g), TensorArgType::OutputExisting),
             ],
@@ -702,7 +578,7 @@ fn chain_sub_chip_sub_is_ordered_by_tags() {
         let summary = w
             .run(|o| {
                 o.submit_sub(c.fill_f32, &first)?;
-                o.submit_next_level(0, c.vector, &chip, &cfg())?;
+                o.submit_next_level(0, c.vector, &chip, &call_config())?;
                 o.submit_sub(c.affine, &last)?;
                 Ok(())
             })
@@ -711,7 +587,7 @@ fn chain_sub_chip_sub_is_ordered_by_tags() {
         let a_want: Vec<f32> = (0..N).map(|k| ramp(base, step, k)).collect();
         assert_eq!(a.read_f32s(0, N).expect("a"), a_want, "round {round}: a");
         let f_want: Vec<f64> = (0..N)
-            .map(|k| v(a_want[k] as f64, b_vals[k] as f64))
+            .map(|k| vector_f64(a_want[k] as f64, b_vals[k] as f64))
             .collect();
         assert_close(&f.read_f32s(0, N).expect("f"), &f_want, "f");
         let g_want: Vec<f64> = f_want.iter().map(|&x| 2.0 * x + 1.0).collect();
@@ -725,17 +601,13 @@ fn chain_sub_chip_sub_is_ordered_by_tags() {
 fn war_slow_reader_sees_the_old_data() {
     let (mut w, c) = worker(0, 2);
     let n = 1024usize;
-    let x = w
-        .create_buffer((n * 4) as u64, AccessMode::ReadWrite, BackendKind::PosixShm)
-        .expect("x");
-    let r = w
-        .create_buffer((n * 4) as u64, AccessMode::ReadWrite, BackendKind::ForkShm)
-        .expect("r");
+    let x = f32_buffer(&w, n, BackendKind::PosixShm);
+    let r = f32_buffer(&w, n, BackendKind::ForkShm);
     let old: Vec<f32> = (0..n).map(|i| i as f32).collect();
     x.write(0, &f32_bytes(&old)).expect("x");
     let xt = dense(&x, &[n as u32], DataType::Float32, 0);
     let reader = targs(
-        vec![
+        &[
             (xt, TensorArgType::Input),
             (
                 dense(&r, &[n as u32], DataType::Float32, 0),
@@ -746,7 +618,7 @@ fn war_slow_reader_sees_the_old_data() {
     );
     let (base, step) = (1000.0f32, 1.0f32);
     let writer = targs(
-        vec![(xt, TensorArgType::OutputExisting)],
+        &[(xt, TensorArgType::OutputExisting)],
         &[base.to_bits() as u64, step.to_bits() as u64],
     );
     let summary = w
@@ -774,9 +646,7 @@ fn war_slow_reader_sees_the_old_data() {
 /// workers are free, so only the engine's byte-range test orders them after the writer.
 fn raw_across_dtypes_and_strides_is_ordered() {
     let (mut w, c) = worker(0, 2);
-    let x = w
-        .create_buffer(1024, AccessMode::ReadWrite, BackendKind::PosixShm)
-        .expect("x");
+    let x = buffer(&w, 1024, AccessMode::ReadWrite, BackendKind::PosixShm);
     let p = pattern(1024, 4);
     x.write(0, &p).expect("fill");
     let seed = 42u64;
@@ -785,7 +655,7 @@ fn raw_across_dtypes_and_strides_is_ordered() {
         after[101 + 3 * k] = fill_byte(seed, k, 0);
     }
     let writer = targs(
-        vec![(
+        &[(
             strided(&x, &[4], &[3], DataType::Uint8, 101),
             TensorArgType::OutputExisting,
         )],
@@ -804,15 +674,14 @@ fn raw_across_dtypes_and_strides_is_ordered() {
                 after[at..at + 4].to_vec()
             })
             .collect();
-        let out = w
-            .create_buffer(
-                want.len() as u64,
-                AccessMode::ReadWrite,
-                BackendKind::ForkShm,
-            )
-            .expect("out");
+        let out = buffer(
+            &w,
+            want.len() as u64,
+            AccessMode::ReadWrite,
+            BackendKind::ForkShm,
+        );
         tasks.push(targs(
-            vec![
+            &[
                 (
                     strided(&x, shapes, strides, DataType::Float32, offset),
                     TensorArgType::Input,
@@ -857,7 +726,7 @@ fn raw_across_dtypes_and_strides_is_ordered() {
 fn group_next_level_on_two_chips() {
     let (mut w, c) = worker(2, 0);
     let bytes = (N * 4) as u64;
-    let mk = |access, backend| w.create_buffer(bytes, access, backend).expect("buffer");
+    let mk = |access, backend| buffer(&w, bytes, access, backend);
     let ins: Vec<(Buffer, Buffer, Vec<f32>, Vec<f32>)> = (0..2)
         .map(|chip| {
             let a = mk(AccessMode::Read, BackendKind::PosixShm);
@@ -876,7 +745,7 @@ fn group_next_level_on_two_chips() {
     let args: Vec<TaskArgs> = (0..2)
         .map(|i| {
             targs(
-                vec![
+                &[
                     (t(&ins[i].0), TensorArgType::Input),
                     (t(&ins[i].1), TensorArgType::Input),
                     (t(&outs[i]), TensorArgType::OutputExisting),
@@ -887,14 +756,16 @@ fn group_next_level_on_two_chips() {
         .collect();
     let summary = w
         .run(|o| {
-            o.submit_next_level_group(c.vector, &[0, 1], &args, &cfg())?;
+            o.submit_next_level_group(c.vector, &[0, 1], &args, &call_config())?;
             Ok(())
         })
         .expect("the group runs");
     assert_eq!(summary.tasks, 1, "a group is one task");
     for i in 0..2 {
         let (_, _, av, bv) = &ins[i];
-        let want: Vec<f64> = (0..N).map(|k| v(av[k] as f64, bv[k] as f64)).collect();
+        let want: Vec<f64> = (0..N)
+            .map(|k| vector_f64(av[k] as f64, bv[k] as f64))
+            .collect();
         assert_close(
             &outs[i].read_f32s(0, N).expect("out"),
             &want,
@@ -911,24 +782,10 @@ fn group_sub_on_two_sub_workers() {
         .collect();
     assert_ne!(pids[0], pids[1]);
     let outs: Vec<Buffer> = (0..2)
-        .map(|_| {
-            w.create_buffer(4, AccessMode::ReadWrite, BackendKind::ForkShm)
-                .expect("out")
-        })
+        .map(|_| buffer(&w, 4, AccessMode::ReadWrite, BackendKind::ForkShm))
         .collect();
     let sleep = 400u64;
-    let args: Vec<TaskArgs> = outs
-        .iter()
-        .map(|b| {
-            targs(
-                vec![(
-                    dense(b, &[4], DataType::Uint8, 0),
-                    TensorArgType::OutputExisting,
-                )],
-                &[sleep],
-            )
-        })
-        .collect();
+    let args: Vec<TaskArgs> = outs.iter().map(|b| whoami_args(b, sleep)).collect();
     let start = Instant::now();
     let summary = w
         .run(|o| {
@@ -968,15 +825,13 @@ fn group_sub_on_two_sub_workers() {
 fn two_hundred_sub_tasks() {
     let (mut w, c) = worker(0, 2);
     let n = 200usize;
-    let x = w
-        .create_buffer((n * 4) as u64, AccessMode::ReadWrite, BackendKind::PosixShm)
-        .expect("x");
+    let x = f32_buffer(&w, n, BackendKind::PosixShm);
     let init: Vec<f32> = (0..n).map(|i| (i * 10) as f32).collect();
     x.write(0, &f32_bytes(&init)).expect("x");
     let tasks: Vec<TaskArgs> = (0..n)
         .map(|i| {
             targs(
-                vec![(
+                &[(
                     dense(&x, &[1], DataType::Float32, (i * 4) as u64),
                     TensorArgType::InOut,
                 )],
@@ -1002,13 +857,11 @@ fn four_slot_ring_runs_fifty_dependent_tasks() {
     let mut config = WorkerConfig::new(0, 2);
     config.ring_slots = 4;
     let (mut w, c) = worker_with(config);
-    let x = w
-        .create_buffer(8, AccessMode::ReadWrite, BackendKind::ForkShm)
-        .expect("x");
+    let x = buffer(&w, 8, AccessMode::ReadWrite, BackendKind::ForkShm);
     x.write_f32s(0, &[3.0, 5.0]).expect("x");
     // 50 increments of x[0], each depending on the previous; x[1] is never touched.
     let t = targs(
-        vec![(dense(&x, &[1], DataType::Float32, 0), TensorArgType::InOut)],
+        &[(dense(&x, &[1], DataType::Float32, 0), TensorArgType::InOut)],
         &[],
     );
     let summary = w
@@ -1030,10 +883,7 @@ fn four_slot_ring_runs_fifty_dependent_tasks() {
 
 fn run_handle_timeout_and_replay() {
     let (mut w, c) = worker(0, 1);
-    let slow = targs(vec![], &[300]);
-    let h = w
-        .submit(|o| o.submit_sub(c.sleepy, &slow).map(|_| ()))
-        .expect("submit");
+    let h = submit_sleep(&w, c.sleepy, 300);
     let t = Instant::now();
     assert_fails!(h.wait(Some(Duration::from_millis(1))), L3Error::WaitTimeout);
     assert!(
@@ -1062,7 +912,7 @@ fn run_handle_timeout_and_replay() {
     );
     assert_eq!(h.wait(None), e1, "the same error twice");
     // And the Worker goes on.
-    w.run(|o| o.submit_sub(c.sleepy, &targs(vec![], &[1])).map(|_| ()))
+    w.run(|o| o.submit_sub(c.sleepy, &targs(&[], &[1])).map(|_| ()))
         .expect("a run after the failure");
     close(&mut w);
 }
@@ -1079,9 +929,7 @@ fn two_workers_at_once() {
     assert_ne!(w1.sub_pid(0), w2.sub_pid(0));
     let n = 64usize;
     let mk = |w: &Worker| {
-        let b = w
-            .create_buffer((n * 4) as u64, AccessMode::ReadWrite, BackendKind::PosixShm)
-            .expect("buffer");
+        let b = f32_buffer(w, n, BackendKind::PosixShm);
         b.write(0, &f32_bytes(&vec![0.0; n])).expect("zero");
         b
     };
@@ -1094,7 +942,7 @@ fn two_workers_at_once() {
     assert!(s2.starts_with(&shm_prefix(&n2)), "{s2}");
     let fill = |b: &Buffer, base: f32| {
         targs(
-            vec![(
+            &[(
                 dense(b, &[n as u32], DataType::Float32, 0),
                 TensorArgType::OutputExisting,
             )],

@@ -4,9 +4,7 @@
 
 use simpler_core::{AccessMode, BackendKind, DataType, TensorArgType};
 use simpler_host::l3::{L3Error, MappedArgs, SubCallableId, Worker, WorkerConfig};
-use simpler_host::TaskArgs;
-use std::sync::Arc;
-use std::time::Duration;
+use simpler_tests::l3::{register_sub, targs, CLOSE};
 
 const N: usize = 1024;
 
@@ -45,15 +43,9 @@ fn fixture(arena: usize) -> Fixture {
     let mut config = WorkerConfig::new(0, 2);
     config.fork_arena_bytes = arena;
     let mut worker = Worker::new(config).expect("worker");
-    let fill = worker
-        .register_sub("fill", Arc::new(fill))
-        .expect("register");
-    let add_one = worker
-        .register_sub("add_one", Arc::new(add_one))
-        .expect("register");
-    let first_to = worker
-        .register_sub("first_to", Arc::new(first_to))
-        .expect("register");
+    let fill = register_sub(&mut worker, "fill", fill);
+    let add_one = register_sub(&mut worker, "add_one", add_one);
+    let first_to = register_sub(&mut worker, "first_to", first_to);
     worker.init().expect("init");
     Fixture {
         worker,
@@ -61,17 +53,6 @@ fn fixture(arena: usize) -> Fixture {
         add_one,
         first_to,
     }
-}
-
-fn args(t: &[(simpler_core::ValidTensor, TensorArgType)], scalars: &[u64]) -> TaskArgs {
-    let mut a = TaskArgs::new();
-    for &(tensor, tag) in t {
-        a.add_tensor(tensor, tag).expect("tensor");
-    }
-    for &s in scalars {
-        a.add_scalar(s);
-    }
-    a
 }
 
 fn scope_intermediate_feeds_its_consumer_and_dies_with_the_scope() {
@@ -92,14 +73,14 @@ fn scope_intermediate_feeds_its_consumer_and_dies_with_the_scope() {
                 let xt = x.tensor(&[N as u32], DataType::Float32, 0)?;
                 o.submit_sub(
                     f.fill,
-                    &args(
+                    &targs(
                         &[(xt, TensorArgType::OutputExisting)],
                         &[5.0f32.to_bits() as u64],
                     ),
                 )?;
                 o.submit_sub(
                     f.add_one,
-                    &args(
+                    &targs(
                         &[
                             (xt, TensorArgType::Input),
                             (out_t, TensorArgType::OutputExisting),
@@ -118,7 +99,7 @@ fn scope_intermediate_feeds_its_consumer_and_dies_with_the_scope() {
         x.tensor(&[N as u32], DataType::Float32, 0),
         Err(L3Error::BufferClosed { .. })
     ));
-    f.worker.close(Duration::from_secs(20)).expect("close");
+    f.worker.close(CLOSE).expect("close");
 }
 
 fn arena_back_pressure_releases_earlier_scopes_within_the_run() {
@@ -139,14 +120,14 @@ fn arena_back_pressure_releases_earlier_scopes_within_the_run() {
                     let v = (i as f32) * 1.5;
                     o.submit_sub(
                         f.fill,
-                        &args(
+                        &targs(
                             &[(xt, TensorArgType::OutputExisting)],
                             &[v.to_bits() as u64],
                         ),
                     )?;
                     o.submit_sub(
                         f.first_to,
-                        &args(
+                        &targs(
                             &[(xt, TensorArgType::Input), (out_t, TensorArgType::InOut)],
                             &[i],
                         ),
@@ -160,7 +141,7 @@ fn arena_back_pressure_releases_earlier_scopes_within_the_run() {
     let got = out.read_f32s(0, 16).expect("read");
     let want: Vec<f32> = (0..16).map(|i| i as f32 * 1.5).collect();
     assert_eq!(got, want);
-    f.worker.close(Duration::from_secs(20)).expect("close");
+    f.worker.close(CLOSE).expect("close");
 }
 
 fn scopes_deeper_than_64_fail_the_run_and_the_worker_goes_on() {
@@ -177,7 +158,7 @@ fn scopes_deeper_than_64_fail_the_run_and_the_worker_goes_on() {
         "{err}"
     );
     f.worker.run(|o| nest(o, 64)).expect("64 deep is fine");
-    f.worker.close(Duration::from_secs(20)).expect("close");
+    f.worker.close(CLOSE).expect("close");
 }
 
 fn main() -> std::process::ExitCode {

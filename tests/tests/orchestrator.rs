@@ -2,13 +2,13 @@
 
 use simpler_core::cores::ActiveMask;
 use simpler_core::deps::{DepFlags, ExplicitDep};
-use simpler_core::orchestrator::{NoWait, OrchestratorConfig, SubmitError, Task, TaskArg};
+use simpler_core::orchestrator::{NoWait, OrchestratorConfig, SubmitError, Task};
 use simpler_core::ring::RingConfig;
 use simpler_core::sched::SchedConfig;
 use simpler_core::scope::ScopeMode;
 use simpler_core::slot::SlotStatus;
 use simpler_core::{AddressSpace, BufferHandle, DataType, TaskId, TaskTensor, TensorArgType};
-use simpler_tests::harness::{with_runtime, Drain};
+use simpler_tests::harness::{aiv_task, arg, with_runtime, Drain};
 
 fn small() -> OrchestratorConfig {
     OrchestratorConfig {
@@ -38,20 +38,6 @@ fn ext(addr: u64, n: u32) -> TaskTensor {
     .unwrap()
 }
 
-fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
-    TaskArg { tensor, tag }
-}
-
-fn aiv(args: &mut [TaskArg]) -> Task<'_> {
-    Task {
-        mask: ActiveMask::AIV0,
-        block_num: 1,
-        args,
-        deps: &[],
-        predicate: None,
-    }
-}
-
 fn fanin(shared: &simpler_core::sched::SchedState<'_>, t: TaskId) -> Vec<(TaskId, DepFlags)> {
     let mut v: Vec<_> = shared.fanin(t).collect();
     v.sort_by_key(|e| e.0);
@@ -70,7 +56,7 @@ fn vector_example_graph() {
             arg(b, TensorArgType::Input),
             arg(out(), TensorArgType::Output),
         ];
-        let c0 = orch.submit(aiv(&mut t0), &mut NoWait).unwrap();
+        let c0 = orch.submit(aiv_task(&mut t0), &mut NoWait).unwrap();
         let c = t0[2].tensor;
         assert_eq!(c.owner_task_id(), c0);
         assert_eq!(c.buffer().addr, 0x1000_0000);
@@ -78,12 +64,12 @@ fn vector_example_graph() {
             arg(c, TensorArgType::Input),
             arg(out(), TensorArgType::Output),
         ];
-        let c1 = orch.submit(aiv(&mut t1), &mut NoWait).unwrap();
+        let c1 = orch.submit(aiv_task(&mut t1), &mut NoWait).unwrap();
         let mut t2 = [
             arg(c, TensorArgType::Input),
             arg(out(), TensorArgType::Output),
         ];
-        let c2 = orch.submit(aiv(&mut t2), &mut NoWait).unwrap();
+        let c2 = orch.submit(aiv_task(&mut t2), &mut NoWait).unwrap();
         let (d, e) = (t1[1].tensor, t2[1].tensor);
         assert_eq!(
             e.buffer().addr,
@@ -94,14 +80,14 @@ fn vector_example_graph() {
             arg(e, TensorArgType::Input),
             arg(out(), TensorArgType::Output),
         ];
-        let c3 = orch.submit(aiv(&mut t3), &mut NoWait).unwrap();
+        let c3 = orch.submit(aiv_task(&mut t3), &mut NoWait).unwrap();
         let g = t3[2].tensor;
         let mut t4 = [
             arg(g, TensorArgType::Input),
             arg(c, TensorArgType::Input),
             arg(f, TensorArgType::OutputExisting),
         ];
-        let c4 = orch.submit(aiv(&mut t4), &mut NoWait).unwrap();
+        let c4 = orch.submit(aiv_task(&mut t4), &mut NoWait).unwrap();
 
         let wr = DepFlags::WAIT | DepFlags::RETAIN;
         assert_eq!(fanin(shared, c0), vec![]);
@@ -142,24 +128,24 @@ fn writers_and_readers_of_an_external_buffer() {
         let hi = x.view(&[32], &[32]).unwrap();
         let w_lo = orch
             .submit(
-                aiv(&mut [arg(lo, TensorArgType::OutputExisting)]),
+                aiv_task(&mut [arg(lo, TensorArgType::OutputExisting)]),
                 &mut NoWait,
             )
             .unwrap();
         let w_hi = orch
             .submit(
-                aiv(&mut [arg(hi, TensorArgType::OutputExisting)]),
+                aiv_task(&mut [arg(hi, TensorArgType::OutputExisting)]),
                 &mut NoWait,
             )
             .unwrap();
         // A reader of the low half waits for its writer only.
         let r_lo = orch
-            .submit(aiv(&mut [arg(lo, TensorArgType::Input)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(lo, TensorArgType::Input)]), &mut NoWait)
             .unwrap();
         assert_eq!(fanin(shared, r_lo), vec![(w_lo, DepFlags::WAIT)]);
         // An INOUT over the whole buffer waits for both and evicts both (it covers them).
         let rw = orch
-            .submit(aiv(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
             .unwrap();
         assert_eq!(
             fanin(shared, rw),
@@ -167,13 +153,13 @@ fn writers_and_readers_of_an_external_buffer() {
         );
         // A later reader of the high half sees only the INOUT writer.
         let r_hi = orch
-            .submit(aiv(&mut [arg(hi, TensorArgType::Input)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(hi, TensorArgType::Input)]), &mut NoWait)
             .unwrap();
         assert_eq!(fanin(shared, r_hi), vec![(rw, DepFlags::WAIT)]);
         // No write-after-read: a new writer of the low half does not wait for readers.
         let w2 = orch
             .submit(
-                aiv(&mut [arg(lo, TensorArgType::OutputExisting)]),
+                aiv_task(&mut [arg(lo, TensorArgType::OutputExisting)]),
                 &mut NoWait,
             )
             .unwrap();
@@ -213,11 +199,11 @@ fn manual_scopes_and_manual_dep_tensors_skip_inference() {
         orch.scope_begin(ScopeMode::Auto).unwrap();
         let x = ext(0x20_0000, 16);
         let w = orch
-            .submit(aiv(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
             .unwrap();
         let r = orch
             .submit(
-                aiv(&mut [arg(x.with_manual_dep(true), TensorArgType::Input)]),
+                aiv_task(&mut [arg(x.with_manual_dep(true), TensorArgType::Input)]),
                 &mut NoWait,
             )
             .unwrap();
@@ -228,13 +214,13 @@ fn manual_scopes_and_manual_dep_tensors_skip_inference() {
             Err(simpler_core::scope::ScopeError::AutoInsideManual)
         );
         let m = orch
-            .submit(aiv(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
             .unwrap();
         assert_eq!(fanin(shared, m), vec![], "MANUAL: no lookup");
         orch.scope_end().unwrap();
         // The MANUAL writer was not registered: a reader finds only the AUTO one.
         let r2 = orch
-            .submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
             .unwrap();
         assert_eq!(fanin(shared, r2), vec![(w, DepFlags::WAIT)]);
         orch.scope_end().unwrap();
@@ -249,11 +235,11 @@ fn a_scope_that_fills_its_ring_is_refused() {
         // A window of 64 keeps at most 63 tasks live; a scope holding 63 can never let a 64th
         // claim succeed.
         for _ in 0..63 {
-            orch.submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
+            orch.submit(aiv_task(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
                 .unwrap();
         }
         assert_eq!(
-            orch.submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait),
+            orch.submit(aiv_task(&mut [arg(x, TensorArgType::Input)]), &mut NoWait),
             Err(SubmitError::ScopeDeadlock {
                 ring: 0,
                 tasks: 63,
@@ -272,7 +258,7 @@ fn a_failure_after_claiming_poisons_the_run() {
         for i in 0..4 {
             let x = ext(0x40_0000 + i * 0x1000, 8);
             orch.submit(
-                aiv(&mut [arg(x, TensorArgType::OutputExisting)]),
+                aiv_task(&mut [arg(x, TensorArgType::OutputExisting)]),
                 &mut NoWait,
             )
             .unwrap();
@@ -280,13 +266,13 @@ fn a_failure_after_claiming_poisons_the_run() {
         let x = ext(0x50_0000, 8);
         assert_eq!(
             orch.submit(
-                aiv(&mut [arg(x, TensorArgType::OutputExisting)]),
+                aiv_task(&mut [arg(x, TensorArgType::OutputExisting)]),
                 &mut NoWait
             ),
             Err(SubmitError::TensorMapOverflow { needed: 1, free: 0 })
         );
         assert_eq!(
-            orch.submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait),
+            orch.submit(aiv_task(&mut [arg(x, TensorArgType::Input)]), &mut NoWait),
             Err(SubmitError::Fatal)
         );
     });
@@ -297,7 +283,7 @@ fn argument_limits_are_errors() {
     with_runtime(small(), |orch, _| {
         let x = ext(0x60_0000, 8);
         assert_eq!(
-            orch.submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait),
+            orch.submit(aiv_task(&mut [arg(x, TensorArgType::Input)]), &mut NoWait),
             Err(SubmitError::Scope(
                 simpler_core::scope::ScopeError::NoOpenScope
             ))
@@ -305,7 +291,7 @@ fn argument_limits_are_errors() {
         orch.scope_begin(ScopeMode::Auto).unwrap();
         let mut many = vec![arg(x, TensorArgType::Input); 33];
         assert_eq!(
-            orch.submit(aiv(&mut many), &mut NoWait),
+            orch.submit(aiv_task(&mut many), &mut NoWait),
             Err(SubmitError::TooManyTensors {
                 count: 33,
                 limit: 32
@@ -343,7 +329,7 @@ fn argument_limits_are_errors() {
             Err(SubmitError::ZeroBlocks)
         );
         // None of these claimed anything: the run continues.
-        orch.submit(aiv(&mut one), &mut NoWait).unwrap();
+        orch.submit(aiv_task(&mut one), &mut NoWait).unwrap();
     });
 }
 
@@ -357,26 +343,26 @@ fn write_after_read_is_tracked_only_when_asked() {
             let lo = x.view(&[32], &[0]).unwrap();
             let w0 = orch
                 .submit(
-                    aiv(&mut [arg(x, TensorArgType::OutputExisting)]),
+                    aiv_task(&mut [arg(x, TensorArgType::OutputExisting)]),
                     &mut NoWait,
                 )
                 .unwrap();
             let r1 = orch
-                .submit(aiv(&mut [arg(lo, TensorArgType::Input)]), &mut NoWait)
+                .submit(aiv_task(&mut [arg(lo, TensorArgType::Input)]), &mut NoWait)
                 .unwrap();
             let r2 = orch
-                .submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
+                .submit(aiv_task(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
                 .unwrap();
             // Readers never wait for readers.
             assert_eq!(fanin(shared, r2), vec![(w0, DepFlags::WAIT)]);
             let w3 = orch
                 .submit(
-                    aiv(&mut [arg(lo, TensorArgType::OutputExisting)]),
+                    aiv_task(&mut [arg(lo, TensorArgType::OutputExisting)]),
                     &mut NoWait,
                 )
                 .unwrap();
             let w4 = orch
-                .submit(aiv(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
+                .submit(aiv_task(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
                 .unwrap();
             if war {
                 // With tracking, a writer waits for earlier readers and writers.
@@ -421,12 +407,12 @@ fn a_predicates_operand_makes_its_producers_the_tasks_producers() {
             TaskTensor::create_info(&[4], DataType::Int32).unwrap(),
             TensorArgType::Output,
         )];
-        let creator = orch.submit(aiv(&mut gate), &mut NoWait).unwrap();
+        let creator = orch.submit(aiv_task(&mut gate), &mut NoWait).unwrap();
         let count = gate[0].tensor;
         let flags = ext(0xC000, 16);
         let writer = orch
             .submit(
-                aiv(&mut [arg(flags, TensorArgType::OutputExisting)]),
+                aiv_task(&mut [arg(flags, TensorArgType::OutputExisting)]),
                 &mut NoWait,
             )
             .unwrap();
@@ -437,7 +423,7 @@ fn a_predicates_operand_makes_its_producers_the_tasks_producers() {
             orch.submit(
                 Task {
                     predicate: Some(p),
-                    ..aiv(&mut args)
+                    ..aiv_task(&mut args)
                 },
                 &mut NoWait,
             )
@@ -455,7 +441,7 @@ fn a_predicates_operand_makes_its_producers_the_tasks_producers() {
         assert_eq!(fanin(shared, t), vec![(writer, DepFlags::WAIT)]);
         // The same task without a predicate depends on neither.
         let plain = orch
-            .submit(aiv(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(x, TensorArgType::Input)]), &mut NoWait)
             .unwrap();
         assert_eq!(fanin(shared, plain), vec![]);
         orch.scope_end().unwrap();
@@ -480,14 +466,14 @@ fn with_war_tracking_a_later_writer_waits_for_a_predicates_read() {
             .submit(
                 Task {
                     predicate: Some(&p),
-                    ..aiv(&mut args)
+                    ..aiv_task(&mut args)
                 },
                 &mut NoWait,
             )
             .unwrap();
         let writer = orch
             .submit(
-                aiv(&mut [arg(flags, TensorArgType::OutputExisting)]),
+                aiv_task(&mut [arg(flags, TensorArgType::OutputExisting)]),
                 &mut NoWait,
             )
             .unwrap();
@@ -510,13 +496,13 @@ fn an_accumulator_takes_its_predecessors_entry_over() {
         let x = ext(0x10_0000, 64);
         let acc = x.view(&[32], &[0]).unwrap();
         let first = orch
-            .submit(aiv(&mut [arg(acc, TensorArgType::InOut)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(acc, TensorArgType::InOut)]), &mut NoWait)
             .unwrap();
         assert_eq!(orch.tensor_map().live_entries(), 1);
         let mut prev = first;
         for _ in 0..3 {
             let t = orch
-                .submit(aiv(&mut [arg(acc, TensorArgType::InOut)]), &mut NoWait)
+                .submit(aiv_task(&mut [arg(acc, TensorArgType::InOut)]), &mut NoWait)
                 .unwrap();
             assert_eq!(fanin(shared, t), vec![(prev, DepFlags::WAIT)]);
             assert_eq!(orch.tensor_map().live_entries(), 1, "taken over, not added");
@@ -525,7 +511,7 @@ fn an_accumulator_takes_its_predecessors_entry_over() {
         // The same region as INOUT then INPUT, then twice as INOUT: only the previous writer.
         let both = orch
             .submit(
-                aiv(&mut [
+                aiv_task(&mut [
                     arg(acc, TensorArgType::InOut),
                     arg(acc, TensorArgType::Input),
                 ]),
@@ -535,7 +521,7 @@ fn an_accumulator_takes_its_predecessors_entry_over() {
         assert_eq!(fanin(shared, both), vec![(prev, DepFlags::WAIT)]);
         let twice = orch
             .submit(
-                aiv(&mut [
+                aiv_task(&mut [
                     arg(acc, TensorArgType::InOut),
                     arg(acc, TensorArgType::InOut),
                 ]),
@@ -546,11 +532,11 @@ fn an_accumulator_takes_its_predecessors_entry_over() {
         // An INOUT over the region and beyond takes over nothing (not the same region), and
         // evicts the entry.
         let wide = orch
-            .submit(aiv(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(x, TensorArgType::InOut)]), &mut NoWait)
             .unwrap();
         assert_eq!(fanin(shared, wide), vec![(twice, DepFlags::WAIT)]);
         let reader = orch
-            .submit(aiv(&mut [arg(acc, TensorArgType::Input)]), &mut NoWait)
+            .submit(aiv_task(&mut [arg(acc, TensorArgType::Input)]), &mut NoWait)
             .unwrap();
         assert_eq!(fanin(shared, reader), vec![(wide, DepFlags::WAIT)]);
         assert_eq!(orch.tensor_map().live_entries(), 1);

@@ -2,31 +2,15 @@
 //! the Definition a recording builds.
 
 use simpler_core::graph::{DefinitionView, TensorSourceKind};
-use simpler_core::{AddressSpace, ArgDirection, ChipTensor, TaskTensor, TensorArgType};
+use simpler_core::{AddressSpace, ChipTensor, TaskTensor, TensorArgType};
 use simpler_host::record::{GraphBody, GraphBoundary, RecordError, Recording, StandUpPart};
 use simpler_host::scenes::{self, Prepared};
-
-/// The boundary a scene's entry would have, at made-up device addresses.
-fn boundary(p: &Prepared) -> GraphBoundary {
-    let mut b = GraphBoundary::default();
-    for (i, (t, dir)) in p.tensors.iter().zip(&p.signature).enumerate() {
-        let addr = 0x1000_0000 * (i as u64 + 1);
-        let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
-        b.tensors.push(TaskTensor::adopt(&c).expect("adopt"));
-        b.tags.push(match dir {
-            ArgDirection::In => TensorArgType::Input,
-            ArgDirection::Out => TensorArgType::OutputExisting,
-            _ => TensorArgType::InOut,
-        });
-    }
-    b.scalars = p.scalars.clone();
-    b
-}
+use simpler_tests::fixtures::boundary;
 
 fn scene(name: &str, case: &str) -> (GraphBody, GraphBoundary, Prepared) {
     let p = scenes::find(name).unwrap().prepare(case).unwrap();
     let body = scenes::body(name).expect("a scene body");
-    (body, boundary(&p), p)
+    (body, boundary(&p, TensorArgType::InOut), p)
 }
 
 #[test]

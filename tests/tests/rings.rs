@@ -1,16 +1,15 @@
 //! Ring behaviour through the submit path: in-order reclamation across many wraps, a full ring
 //! that never overwrites a live slot, and deadlocks reported as errors.
 
-use simpler_core::cores::ActiveMask;
 use simpler_core::orchestrator::{
-    Blocked, GaveUp, NoWait, OrchestratorConfig, SubmitError, Task, TaskArg, Waiter,
+    Blocked, GaveUp, NoWait, OrchestratorConfig, SubmitError, TaskArg, Waiter,
 };
 use simpler_core::ring::RingConfig;
 use simpler_core::sched::SchedConfig;
 use simpler_core::scope::ScopeMode;
 use simpler_core::slot::SlotStatus;
 use simpler_core::{DataType, TaskId, TaskTensor, TensorArgType};
-use simpler_tests::harness::{with_runtime, Drain};
+use simpler_tests::harness::{aiv_task, with_runtime, Drain};
 
 const HEAP_BASE: u64 = 0x4000_0000;
 
@@ -41,16 +40,6 @@ fn input(t: TaskTensor) -> TaskArg {
     }
 }
 
-fn task(args: &mut [TaskArg]) -> Task<'_> {
-    Task {
-        mask: ActiveMask::AIV0,
-        block_num: 1,
-        args,
-        deps: &[],
-        predicate: None,
-    }
-}
-
 #[test]
 fn ten_windows_wrap_with_in_order_reclamation_and_no_live_overlap() {
     // Window 16, heap 12 KiB; each task consumes the previous task's 1-3 KiB output and makes
@@ -69,7 +58,7 @@ fn ten_windows_wrap_with_in_order_reclamation_and_no_live_overlap() {
             if let Some(p) = prev {
                 args.push(input(p));
             }
-            let id = orch.submit(task(&mut args), &mut drain).unwrap();
+            let id = orch.submit(aiv_task(&mut args), &mut drain).unwrap();
             let out = args[0].tensor;
             let (start, end) = (out.buffer().addr, out.buffer().addr + out.extent_bytes());
             assert!(start >= HEAP_BASE && end <= HEAP_BASE + (12 << 10));
@@ -127,15 +116,21 @@ fn a_full_window_blocks_and_never_overwrites_a_live_slot() {
         orch.scope_begin(ScopeMode::Auto).unwrap();
         let mut ids = Vec::new();
         for _ in 0..6 {
-            ids.push(orch.submit(task(&mut [output(1)]), &mut NoWait).unwrap());
+            ids.push(
+                orch.submit(aiv_task(&mut [output(1)]), &mut NoWait)
+                    .unwrap(),
+            );
         }
         orch.scope_end().unwrap();
         orch.scope_begin(ScopeMode::Auto).unwrap();
         // Ring 1 holds 6 released but uncompleted tasks; one more fits (window - 1 = 7 live).
-        ids.push(orch.submit(task(&mut [output(1)]), &mut NoWait).unwrap());
+        ids.push(
+            orch.submit(aiv_task(&mut [output(1)]), &mut NoWait)
+                .unwrap(),
+        );
         let mut refuse = Refuse(Vec::new());
         // No scope pins the head now, so the claim waits; the waiter gives up.
-        let r = orch.submit(task(&mut [output(1)]), &mut refuse);
+        let r = orch.submit(aiv_task(&mut [output(1)]), &mut refuse);
         assert_eq!(
             r,
             Err(SubmitError::FlowControlDeadlock {
@@ -154,7 +149,7 @@ fn a_full_window_blocks_and_never_overwrites_a_live_slot() {
         assert_eq!(orch.submitted(1), 7);
         let mut drain = Drain::new(shared);
         assert_eq!(drain.run(), 7);
-        orch.submit(task(&mut [output(1)]), &mut drain).unwrap();
+        orch.submit(aiv_task(&mut [output(1)]), &mut drain).unwrap();
     });
 }
 
@@ -168,15 +163,15 @@ fn a_ring_whose_head_is_held_by_an_open_scope_is_a_deadlock() {
             orch.scope_begin(ScopeMode::Auto).unwrap();
         }
         let mut drain = Drain::new(shared);
-        let head = orch.submit(task(&mut [output(1)]), &mut drain).unwrap();
+        let head = orch.submit(aiv_task(&mut [output(1)]), &mut drain).unwrap();
         for _ in 0..3 {
-            orch.submit(task(&mut [output(1)]), &mut drain).unwrap();
+            orch.submit(aiv_task(&mut [output(1)]), &mut drain).unwrap();
         }
         orch.scope_begin(ScopeMode::Auto).unwrap();
         for _ in 0..3 {
-            orch.submit(task(&mut [output(1)]), &mut drain).unwrap();
+            orch.submit(aiv_task(&mut [output(1)]), &mut drain).unwrap();
         }
-        let r = orch.submit(task(&mut [output(1)]), &mut drain);
+        let r = orch.submit(aiv_task(&mut [output(1)]), &mut drain);
         assert_eq!(
             r,
             Err(SubmitError::FlowControlDeadlock {
@@ -193,9 +188,9 @@ fn a_heap_held_by_an_open_scope_is_a_deadlock() {
     with_runtime(config(64, 8 << 10), |orch, shared| {
         orch.scope_begin(ScopeMode::Auto).unwrap();
         let mut drain = Drain::new(shared);
-        let head = orch.submit(task(&mut [output(4)]), &mut drain).unwrap();
-        orch.submit(task(&mut [output(3)]), &mut drain).unwrap();
-        let r = orch.submit(task(&mut [output(2)]), &mut drain);
+        let head = orch.submit(aiv_task(&mut [output(4)]), &mut drain).unwrap();
+        orch.submit(aiv_task(&mut [output(3)]), &mut drain).unwrap();
+        let r = orch.submit(aiv_task(&mut [output(2)]), &mut drain);
         assert_eq!(
             r,
             Err(SubmitError::HeapRingDeadlock {
@@ -206,7 +201,7 @@ fn a_heap_held_by_an_open_scope_is_a_deadlock() {
         // The refused claim took nothing, so the run is not poisoned. Outputs larger than the
         // whole heap are refused before claiming anything.
         assert_eq!(
-            orch.submit(task(&mut [output(9)]), &mut NoWait),
+            orch.submit(aiv_task(&mut [output(9)]), &mut NoWait),
             Err(SubmitError::OutputsTooLarge {
                 ring: 0,
                 bytes: 9 << 10,

@@ -5,20 +5,16 @@
 use simpler_aicore::kernels;
 use simpler_aicpu::{MixedKernels, NO_KERNEL};
 use simpler_core::deps::ExplicitDep;
-use simpler_core::orchestrator::TaskArg;
 use simpler_core::scope::ScopeMode;
 use simpler_core::{ArgDirection, TensorArgType};
 use simpler_host::{ChipWorker, HostTensor, OrchFn};
 use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::harness::arg;
 use std::sync::Arc;
 
 const ADD: u32 = 0;
 const EMPTY: u32 = 1;
 const ADD_SCALAR: u32 = 2;
-
-fn arg(t: simpler_core::TaskTensor, tag: TensorArgType) -> TaskArg {
-    TaskArg { tensor: t, tag }
-}
 
 #[test]
 fn mix_spmd_dummy_and_element_access() {

@@ -47,6 +47,7 @@ use simpler_core::scope::ScopeMode;
 use simpler_core::slot::SlotStatus;
 use simpler_core::{AddressSpace, BufferHandle, DataType, TaskId, TaskTensor, TensorArgType};
 use simpler_tests::harness::with_runtime;
+use simpler_tests::random::{env_u64, SplitMix64};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -116,30 +117,13 @@ fn config() -> OrchestratorConfig {
     }
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => v.parse().ok(),
-    }
-}
-
-/// SplitMix64: small, fast, good enough for a test's choices.
-struct Rng(u64);
+/// A thread's generator: [`SplitMix64`] with multiply-shift reductions.
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     /// Uniform in `0..n`.
     fn below(&mut self, n: u64) -> u64 {
-        ((self.next() >> 32) * n) >> 32
+        self.0.below_scaled(n)
     }
 
     /// Uniform in `lo..=hi`.
@@ -1053,7 +1037,9 @@ fn slot_transitions_and_ready_queues_under_three_schedulers() {
                         board,
                         me,
                         ops: 0,
-                        rng: Rng(seed ^ (me as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F)),
+                        rng: Rng(SplitMix64(
+                            seed ^ (me as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F),
+                        )),
                         idle_spins,
                     };
                     sched.run();
@@ -1064,7 +1050,7 @@ fn slot_transitions_and_ready_queues_under_three_schedulers() {
             let mut driver = Driver {
                 orch: &mut *orch,
                 board,
-                rng: Rng(seed),
+                rng: Rng(SplitMix64(seed)),
                 waiter: SpinWaiter {
                     board,
                     since: None,

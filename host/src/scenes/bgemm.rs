@@ -3,7 +3,9 @@
 //!
 //! Entry tensors: `A` and `B` `[groups, grid_k, loop, tile, tile]` IN, and `C`
 //! `[groups · loop, tile, tile]` INOUT, zero on entry. The orchestration reads the case's
-//! parameters off these shapes (the reference passes them in a `config` tensor as well).
+//! parameters off these shapes (the reference passes them in a `config` tensor as well). It
+//! is written once, as [`stream`], generic over [`TaskStream`]: the device runs it on `Rt`,
+//! the `submit` benchmark on a bare orchestrator.
 //!
 //! Per group `g`, in its own AUTO scope, per K step `k`:
 //! - `GEMM` (AIC, `matmul`): INPUT the `[1, 1, loop, tile, tile]` views `A[g, k]` and
@@ -29,6 +31,7 @@
 //! a missing or doubled K step moves every element of `C` by far more than the tolerance. The
 //! golden sums the products in f64; tolerance 1e-3 absolute plus 1e-3 relative.
 
+use super::stream::{StreamEntry, StreamTensor, TaskStream};
 use super::{compare, Prepared, Scene, XorShift};
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
@@ -124,44 +127,51 @@ fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
     TaskArg { tensor, tag }
 }
 
+/// The scene's orchestration on the device (also its Graph body, `scenes::body("bgemm")`).
 pub(crate) fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (a, b, c) = match rt.args().tensors() {
+    stream(rt)
+}
+
+/// The scene's task stream (the module docs list it), on any [`TaskStream`]: [`Rt`] on the
+/// device, a bare orchestrator in the `submit` benchmark.
+pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
+    let (a, b, c) = match s.tensors() {
         [a, b, c] => (*a, *b, *c),
-        _ => return Err(rt.report_fatal(BAD_ENTRY)),
+        _ => return Err(s.fatal(BAD_ENTRY)),
     };
-    let Some(s) = Shape::of_entry(&a, &b, &c) else {
-        return Err(rt.report_fatal(BAD_ENTRY));
+    let Some(shape) = Shape::of_entry(&a, &b, &c) else {
+        return Err(s.fatal(BAD_ENTRY));
     };
-    let (t, lp) = (s.tile, s.incore_loop);
+    let (t, lp) = (shape.tile, shape.incore_loop);
     let Ok(product) = TaskTensor::create_info(&[lp, t, t], DataType::Float32) else {
-        return Err(rt.report_fatal(BAD_ENTRY));
+        return Err(s.fatal(BAD_ENTRY));
     };
-    for g in 0..s.groups {
+    for g in 0..shape.groups {
         // `of_entry` checked the extents, so every view below is in bounds; the error arms end
         // the run rather than panic should that not hold.
         let Ok(c_g) = c.view(&[lp, t, t], &[g * lp, 0, 0]) else {
-            return Err(rt.report_fatal(BAD_ENTRY));
+            return Err(s.fatal(BAD_ENTRY));
         };
-        rt.scope(ScopeMode::Auto, |rt| {
-            for k in 0..s.grid_k {
+        s.scope(ScopeMode::Auto, |s| {
+            for k in 0..shape.grid_k {
                 let views = (
                     a.view(&[1, 1, lp, t, t], &[g, k, 0, 0, 0]),
                     b.view(&[1, 1, lp, t, t], &[g, k, 0, 0, 0]),
                 );
                 let (Ok(a_gk), Ok(b_gk)) = views else {
-                    return Err(rt.report_fatal(BAD_ENTRY));
+                    return Err(s.fatal(BAD_ENTRY));
                 };
                 let mut gemm = [
                     arg(a_gk, TensorArgType::Input),
                     arg(b_gk, TensorArgType::Input),
                     arg(product, TensorArgType::Output),
                 ];
-                rt.submit_aic(MATMUL, &mut gemm, &[])?;
+                s.submit_aic(MATMUL, &mut gemm, &[])?;
                 let mut add = [
                     arg(gemm[2].tensor, TensorArgType::Input),
                     arg(c_g, TensorArgType::InOut),
                 ];
-                rt.submit_aiv(ACCUMULATE, &mut add, &[])?;
+                s.submit_aiv(ACCUMULATE, &mut add, &[])?;
             }
             Ok(())
         })?;
@@ -236,6 +246,23 @@ impl Scene for Bgemm {
     }
 }
 
+/// `case`'s entry as [`stream`] sees it: the shapes of `A`, `B` and `C` (it reads no element of
+/// them); `None` for an unknown case.
+pub fn stream_entry(case: &str) -> Option<StreamEntry> {
+    let s = Shape::of_case(case)?;
+    let f32 = DataType::Float32;
+    Some(StreamEntry {
+        tensors: vec![
+            StreamTensor::opaque(&s.ab_shape(), f32),
+            StreamTensor::opaque(&s.ab_shape(), f32),
+            StreamTensor::opaque(&s.c_shape(), f32),
+        ],
+        scalars: Vec::new(),
+        tasks: s.tasks(),
+        edges: s.edges(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,5 +306,25 @@ mod tests {
             golden(&s, &a, &b),
             [18.0, 18.0, 26.0, 26.0, 34.0, 34.0, 42.0, 42.0]
         );
+    }
+
+    #[test]
+    fn the_stream_entry_has_the_prepared_shapes() {
+        let p = Bgemm.prepare("Bgemm64").unwrap();
+        let e = stream_entry("Bgemm64").unwrap();
+        assert_eq!(
+            (e.tasks, e.edges, &e.scalars),
+            (p.tasks, p.edges, &p.scalars)
+        );
+        let shapes = |t: &[StreamTensor]| -> Vec<(Vec<u32>, DataType)> {
+            t.iter().map(|t| (t.shapes.clone(), t.dtype)).collect()
+        };
+        let prepared: Vec<(Vec<u32>, DataType)> = p
+            .tensors
+            .iter()
+            .map(|t| (t.shapes.clone(), t.dtype))
+            .collect();
+        assert_eq!(shapes(&e.tensors), prepared);
+        assert!(e.tensors.iter().all(|t| t.data.is_none()));
     }
 }

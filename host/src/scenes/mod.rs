@@ -14,6 +14,7 @@ pub mod dsv4;
 pub mod graph;
 pub mod l3;
 pub mod paged_attention;
+pub mod stream;
 pub mod vector;
 
 /// What a golden comparison found.

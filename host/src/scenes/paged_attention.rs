@@ -10,8 +10,9 @@
 //! - `out` `[batch, heads, head_dim]` f32 OUT;
 //!
 //! and scalar 0, `scale` (f32 bits, 1.0). The orchestration reads the geometry off the shapes
-//! and the block table and context lengths off the tensors (`Rt::read_element`); the kernels
-//! see only the tiles.
+//! and the block table and context lengths off the tensors (`TaskStream::read_element`); the
+//! kernels see only the tiles. It is written once, as [`stream`], generic over
+//! [`TaskStream`]: the device runs it on `Rt`, the `submit` benchmark on a bare orchestrator.
 //!
 //! Per sequence `b` and query tile of at most 128 heads (one tile in every case here), in its
 //! own AUTO scope: one `alloc_tensors` task for the running `oi` `[H, D]`, `li` `[H]` and `mi`
@@ -44,6 +45,7 @@
 //! The golden is plain softmax attention in f64 over each sequence's valid tokens, from the
 //! bf16 inputs as stored; tolerance 1e-3 absolute plus 1e-3 relative.
 
+use super::stream::{StreamEntry, StreamTensor, TaskStream};
 use super::{compare, Prepared, Scene};
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
@@ -107,6 +109,26 @@ impl Case {
 
     fn batch(&self) -> u32 {
         self.context_lens.len() as u32
+    }
+
+    /// The shape of `query` and `out`.
+    fn q_shape(&self) -> [u32; 3] {
+        [self.batch(), HEADS, HEAD_DIM]
+    }
+
+    /// The shape of `key_cache` and `value_cache`.
+    fn kv_shape(&self) -> [u32; 4] {
+        [self.batch() * self.max_blocks, BLOCK_SIZE, 1, HEAD_DIM]
+    }
+
+    /// The `block_table` entry tensor holding `table`.
+    fn block_table_tensor(&self, table: &[u32]) -> HostTensor {
+        i32_tensor(table, &[self.batch(), self.max_blocks])
+    }
+
+    /// The `context_lens` entry tensor.
+    fn context_lens_tensor(&self) -> HostTensor {
+        i32_tensor(self.context_lens, &[self.batch()])
     }
 
     /// KV blocks per sequence.
@@ -204,51 +226,56 @@ fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
 }
 
 /// `tensor`'s view of `shapes` at `offsets`, or the run's end with [`BAD_ENTRY`].
-fn view(
-    rt: &mut Rt<'_, '_>,
+fn view<S: TaskStream>(
+    s: &mut S,
     tensor: &TaskTensor,
     shapes: &[u32],
     offsets: &[u32],
-) -> Result<TaskTensor, RtError> {
-    tensor
-        .view(shapes, offsets)
-        .map_err(|_| rt.report_fatal(BAD_ENTRY))
+) -> Result<TaskTensor, S::Error> {
+    tensor.view(shapes, offsets).map_err(|_| s.fatal(BAD_ENTRY))
 }
 
 /// An output description, or the run's end with [`BAD_ENTRY`].
-fn info(rt: &mut Rt<'_, '_>, shapes: &[u32], dtype: DataType) -> Result<TaskTensor, RtError> {
-    TaskTensor::create_info(shapes, dtype).map_err(|_| rt.report_fatal(BAD_ENTRY))
+fn info<S: TaskStream>(s: &mut S, shapes: &[u32], dtype: DataType) -> Result<TaskTensor, S::Error> {
+    TaskTensor::create_info(shapes, dtype).map_err(|_| s.fatal(BAD_ENTRY))
 }
 
 /// Element `index` of an int32 tensor.
-fn read_i32(rt: &mut Rt<'_, '_>, tensor: &TaskTensor, index: u64) -> Result<i32, RtError> {
+fn read_i32<S: TaskStream>(s: &mut S, tensor: &TaskTensor, index: u64) -> Result<i32, S::Error> {
     // The low four bytes are the element, little-endian.
-    Ok(rt.read_element(tensor, index)? as u32 as i32)
+    Ok(s.read_element(tensor, index)? as u32 as i32)
 }
 
+/// The scene's orchestration on the device.
 fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let entry = Entry::of(rt.args().tensors());
-    let scale = match rt.args().scalars() {
+    stream(rt)
+}
+
+/// The scene's task stream (the module docs list it), on any [`TaskStream`]: [`Rt`] on the
+/// device, a bare orchestrator in the `submit` benchmark.
+pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
+    let entry = Entry::of(s.tensors());
+    let scale = match s.scalars() {
         &[scale] => Some(scale),
         _ => None,
     };
     let (Some(entry), Some(scale)) = (entry, scale) else {
-        return Err(rt.report_fatal(BAD_ENTRY));
+        return Err(s.fatal(BAD_ENTRY));
     };
     let Some(geo) = entry.geometry() else {
-        return Err(rt.report_fatal(BAD_ENTRY));
+        return Err(s.fatal(BAD_ENTRY));
     };
     for b in 0..geo.batch {
-        let ctx = read_i32(rt, &entry.context_lens, b as u64)?;
+        let ctx = read_i32(s, &entry.context_lens, b as u64)?;
         let capacity = geo.max_blocks as u64 * geo.block_size as u64;
         if ctx <= 0 || ctx as u64 > capacity {
-            return Err(rt.report_fatal(BAD_CONTEXT_LEN));
+            return Err(s.fatal(BAD_CONTEXT_LEN));
         }
         let ctx = ctx as u32;
         for h0 in (0..geo.heads).step_by(Q_TILE as usize) {
             let h = Q_TILE.min(geo.heads - h0);
-            rt.scope(ScopeMode::Auto, |rt| {
-                query_tile(rt, &entry, &geo, scale, (b, ctx), (h0, h))
+            s.scope(ScopeMode::Auto, |s| {
+                query_tile(s, &entry, &geo, scale, (b, ctx), (h0, h))
             })?;
         }
     }
@@ -257,44 +284,44 @@ fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 
 /// Submits the alloc task and the four tasks per KV block of sequence `b` (of `ctx` tokens)
 /// and heads `h0..h0 + h`.
-fn query_tile(
-    rt: &mut Rt<'_, '_>,
+fn query_tile<S: TaskStream>(
+    s: &mut S,
     entry: &Entry,
     geo: &Geometry,
     scale: u64,
     (b, ctx): (u32, u32),
     (h0, h): (u32, u32),
-) -> Result<(), RtError> {
+) -> Result<(), S::Error> {
     use TensorArgType::{InOut, Input, Output, OutputExisting};
     let (d, bs) = (geo.head_dim, geo.block_size);
-    let qi = view(rt, &entry.query, &[1, h, d], &[b, h0, 0])?;
-    let out_rows = view(rt, &entry.out, &[1, h, d], &[b, h0, 0])?;
-    let tile_f32 = info(rt, &[h, d], DataType::Float32)?;
-    let scores = info(rt, &[h, bs], DataType::Float32)?;
-    let probs = info(rt, &[h, bs], DataType::Bfloat16)?;
-    let row_f32 = info(rt, &[h], DataType::Float32)?;
+    let qi = view(s, &entry.query, &[1, h, d], &[b, h0, 0])?;
+    let out_rows = view(s, &entry.out, &[1, h, d], &[b, h0, 0])?;
+    let tile_f32 = info(s, &[h, d], DataType::Float32)?;
+    let scores = info(s, &[h, bs], DataType::Float32)?;
+    let probs = info(s, &[h, bs], DataType::Bfloat16)?;
+    let row_f32 = info(s, &[h], DataType::Float32)?;
 
     let mut acc = [
         arg(tile_f32, Output),
         arg(row_f32, Output),
         arg(row_f32, Output),
     ];
-    rt.alloc_tensors(&mut acc)?;
+    s.alloc_tensors(&mut acc)?;
     let [oi, li, mi] = acc.map(|a| a.tensor);
 
     let blocks = ctx.div_ceil(bs);
     for j in 0..blocks {
         let index = b as u64 * geo.max_blocks as u64 + j as u64;
-        let block = read_i32(rt, &entry.block_table, index)?;
+        let block = read_i32(s, &entry.block_table, index)?;
         if block < 0 || block as u32 >= geo.total_blocks {
-            return Err(rt.report_fatal(BAD_BLOCK));
+            return Err(s.fatal(BAD_BLOCK));
         }
         let block = block as u32;
-        let kj = view(rt, &entry.key_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
-        let vj = view(rt, &entry.value_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
+        let kj = view(s, &entry.key_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
+        let vj = view(s, &entry.value_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
 
         let mut qk = [arg(qi, Input), arg(kj, Input), arg(scores, Output)];
-        rt.submit_aic(PA_QK, &mut qk, &[scale])?;
+        s.submit_aic(PA_QK, &mut qk, &[scale])?;
         let sij = qk[2].tensor;
 
         let valid = (ctx - j * bs).min(bs);
@@ -304,11 +331,11 @@ fn query_tile(
             arg(row_f32, Output),
             arg(row_f32, Output),
         ];
-        rt.submit_aiv(PA_SOFTMAX, &mut sf, &[valid as u64])?;
+        s.submit_aiv(PA_SOFTMAX, &mut sf, &[valid as u64])?;
         let (pij, mij, lij) = (sf[1].tensor, sf[2].tensor, sf[3].tensor);
 
         let mut pv = [arg(pij, Input), arg(vj, Input), arg(tile_f32, Output)];
-        rt.submit_aic(PA_PV, &mut pv, &[])?;
+        s.submit_aic(PA_PV, &mut pv, &[])?;
         let oi_tmp = pv[2].tensor;
 
         let (is_first, is_last) = (j == 0, j + 1 == blocks);
@@ -322,7 +349,7 @@ fn query_tile(
             arg(out_rows, OutputExisting),
         ];
         let n = if is_last { 7 } else { 6 };
-        rt.submit_aiv(PA_UPDATE, &mut up[..n], &[is_first as u64, is_last as u64])?;
+        s.submit_aiv(PA_UPDATE, &mut up[..n], &[is_first as u64, is_last as u64])?;
     }
     Ok(())
 }
@@ -349,6 +376,39 @@ impl SplitMix {
     /// A value in `0..n` (`n > 0`; the modulo bias is below 2^-32 for the sizes here).
     fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// A case's seeded inputs, drawn in a fixed order (query, key cache, value cache, then the
+/// block table's permutation), so `prepare` and [`stream_entry`] see the same block table.
+struct Drawn {
+    query: Vec<Bf16>,
+    key_cache: Vec<Bf16>,
+    value_cache: Vec<Bf16>,
+    /// Physical block of each (sequence, logical block), row-major `[batch, max_blocks]`.
+    block_table: Vec<u32>,
+}
+
+impl Drawn {
+    fn of(c: &Case) -> Self {
+        let total_blocks = c.batch() * c.max_blocks;
+        let mut rng = SplitMix(0x5EED_0000_0000_00A7);
+        let mut bf16s = |n: u32| -> Vec<Bf16> { (0..n).map(|_| rng.bf16()).collect() };
+        let query = bf16s(c.q_shape().iter().product());
+        let key_cache = bf16s(c.kv_shape().iter().product());
+        let value_cache = bf16s(c.kv_shape().iter().product());
+        // Fisher-Yates over the physical blocks; row b of the table is the b-th run of
+        // `max_blocks` of them.
+        let mut block_table: Vec<u32> = (0..total_blocks).collect();
+        for i in (1..block_table.len()).rev() {
+            block_table.swap(i, rng.below(i + 1));
+        }
+        Self {
+            query,
+            key_cache,
+            value_cache,
+            block_table,
+        }
     }
 }
 
@@ -431,28 +491,14 @@ impl Scene for PagedAttention {
 
     fn prepare(&self, case: &str) -> Option<Prepared> {
         let c = Case::named(case)?;
-        let batch = c.batch();
-        let total_blocks = batch * c.max_blocks;
-        let q_shape = [batch, HEADS, HEAD_DIM];
-        let kv_shape = [total_blocks, BLOCK_SIZE, 1, HEAD_DIM];
-        let mut rng = SplitMix(0x5EED_0000_0000_00A7);
-        let mut bf16s = |n: u32| -> Vec<Bf16> { (0..n).map(|_| rng.bf16()).collect() };
-        let query = bf16s(q_shape.iter().product());
-        let key_cache = bf16s(kv_shape.iter().product());
-        let value_cache = bf16s(kv_shape.iter().product());
-        // Fisher-Yates over the physical blocks; row b of the table is the b-th run of
-        // `max_blocks` of them.
-        let mut block_table: Vec<u32> = (0..total_blocks).collect();
-        for i in (1..block_table.len()).rev() {
-            block_table.swap(i, rng.below(i + 1));
-        }
+        let x = Drawn::of(&c);
         let scale = 1.0f32;
         let wide = |v: &[Bf16]| -> Vec<f64> { v.iter().map(|x| x.to_f32() as f64).collect() };
         let golden = golden(&Inputs {
-            query: &wide(&query),
-            key_cache: &wide(&key_cache),
-            value_cache: &wide(&value_cache),
-            block_table: &block_table,
+            query: &wide(&x.query),
+            key_cache: &wide(&x.key_cache),
+            value_cache: &wide(&x.value_cache),
+            block_table: &x.block_table,
             context_lens: c.context_lens,
             max_blocks: c.max_blocks as usize,
             scale: scale as f64,
@@ -475,12 +521,12 @@ impl Scene for PagedAttention {
                 ArgDirection::Out,
             ],
             tensors: vec![
-                bf16_tensor(&query, &q_shape),
-                bf16_tensor(&key_cache, &kv_shape),
-                bf16_tensor(&value_cache, &kv_shape),
-                i32_tensor(&block_table, &[batch, c.max_blocks]),
-                i32_tensor(c.context_lens, &[batch]),
-                HostTensor::f32(&out, &q_shape, ArgDirection::Out),
+                bf16_tensor(&x.query, &c.q_shape()),
+                bf16_tensor(&x.key_cache, &c.kv_shape()),
+                bf16_tensor(&x.value_cache, &c.kv_shape()),
+                c.block_table_tensor(&x.block_table),
+                c.context_lens_tensor(),
+                HostTensor::f32(&out, &c.q_shape(), ArgDirection::Out),
             ],
             scalars: vec![scale.to_bits() as u64],
             check: Box::new(move |t| compare(&t[5].to_f32(), &golden, 1e-3, 1e-3)),
@@ -488,6 +534,26 @@ impl Scene for PagedAttention {
             edges: c.edges(),
         })
     }
+}
+
+/// `case`'s entry as [`stream`] sees it: the bytes of the block table and the context lengths
+/// (the tensors it reads), the shapes of the rest; `None` for an unknown case.
+pub fn stream_entry(case: &str) -> Option<StreamEntry> {
+    let c = Case::named(case)?;
+    let block_table = Drawn::of(&c).block_table;
+    Some(StreamEntry {
+        tensors: vec![
+            StreamTensor::opaque(&c.q_shape(), DataType::Bfloat16),
+            StreamTensor::opaque(&c.kv_shape(), DataType::Bfloat16),
+            StreamTensor::opaque(&c.kv_shape(), DataType::Bfloat16),
+            StreamTensor::readable(c.block_table_tensor(&block_table)),
+            StreamTensor::readable(c.context_lens_tensor()),
+            StreamTensor::opaque(&c.q_shape(), DataType::Float32),
+        ],
+        scalars: vec![1.0f32.to_bits() as u64],
+        tasks: c.tasks(),
+        edges: c.edges(),
+    })
 }
 
 #[cfg(test)]
@@ -533,5 +599,45 @@ mod tests {
         assert!((out[0] - 7.0).abs() < 1e-12, "{}", out[0]);
         // Heads with a zero query weight both tokens equally.
         assert!((out[d] - 6.0).abs() < 1e-12, "{}", out[d]);
+    }
+
+    #[test]
+    fn the_stream_entry_is_the_prepared_entry_without_the_unread_data() {
+        for name in ["CaseSmall1", "CaseVarSeq4"] {
+            let p = PagedAttention.prepare(name).unwrap();
+            let e = stream_entry(name).unwrap();
+            assert_eq!(
+                (e.tasks, e.edges, &e.scalars),
+                (p.tasks, p.edges, &p.scalars)
+            );
+            assert_eq!(e.tensors.len(), p.tensors.len());
+            for (i, (s, h)) in e.tensors.iter().zip(&p.tensors).enumerate() {
+                assert_eq!(
+                    (&s.shapes, s.dtype),
+                    (&h.shapes, h.dtype),
+                    "{name} tensor {i}"
+                );
+                // The block table and the context lengths are what the stream reads.
+                let read = matches!(i, 3 | 4);
+                assert_eq!(
+                    s.data.as_ref(),
+                    read.then_some(&h.data),
+                    "{name} tensor {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_benchmark_block_table_is_a_deterministic_permutation() {
+        let table = |e: StreamEntry| e.tensors[3].data.clone().unwrap();
+        let bytes = table(stream_entry("Bench16704").unwrap());
+        assert_eq!(bytes, table(stream_entry("Bench16704").unwrap()));
+        let mut blocks: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as u32)
+            .collect();
+        blocks.sort_unstable();
+        assert_eq!(blocks, (0..64 * 65).collect::<Vec<u32>>());
     }
 }
