@@ -1966,7 +1966,7 @@ fn names_released(e: &L3Error, id: u64, index: usize) -> bool {
     matches!(e, L3Error::DeadBuffer { index: i, buffer_id } if *i == index && *buffer_id == id)
 }
 
-/// Regression (S4 freed pointer / L1; was: `check_device_args` (worker.rs, `L3Orch::check_device_args`)
+/// Regression (S4 freed pointer / L1; was: `check_device_args` (`host/src/l3/orch.rs`, `L3Orch::check_device_args`)
 /// checks only the nonce and that (chip, address, nbytes) is a live allocation, not that the
 /// tensor's identity is a live buffer. After `release_buffer` frees a device buffer, the next
 /// `alloc_child_tensor` of the same size gets the same address, and a tensor built before the

@@ -3,6 +3,15 @@
 //! A scene prepares, for one of its cases, a callable (orchestration function, kernel table,
 //! entry signature), the entry tensors and scalars, and a check that compares the outputs
 //! with a golden computed by independent reference code (never by the kernels).
+//!
+//! - [`vector`]: `vector_example`, five elementwise tasks over 16,384 fp32 elements;
+//! - [`bgemm`]: the tiled batched matmul benchmark (`Case0`..`Case4`, `Bgemm64`);
+//! - [`paged_attention`]: decode-style paged attention with online softmax;
+//! - [`graph`]: `graph_vector`, one body submitted as a Graph eight times;
+//! - [`dsv4`]: `dsv4_shaped`, a synthetic decode step shaped like the reference's DeepSeek-V4;
+//! - [`l3`]: `l3_vector`, vector_example on two chips in child processes and a SUB worker;
+//! - [`stream`]: [`stream::TaskStream`], the runtime calls a scene's orchestration makes, so
+//!   the `submit` benchmark drives the scenes' own task streams on a bare orchestrator.
 
 use crate::chip_worker::HostTensor;
 use crate::transport::OrchFn;
