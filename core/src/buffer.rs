@@ -24,8 +24,6 @@ use crate::arg::AccessMode;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
 use core::hash::{Hash, Hasher};
-use core::mem::{offset_of, size_of};
-use static_assertions::const_assert_eq;
 
 /// The descriptor's discriminator ("BS" in memory).
 pub const BUFFER_DESCRIPTOR_MAGIC: u16 = 0x5342;
@@ -136,11 +134,9 @@ pub struct CanonicalIdentity {
     pub _pad: [u8; 12],
 }
 
-const_assert_eq!(size_of::<CanonicalIdentity>(), 32);
-const_assert_eq!(offset_of!(CanonicalIdentity, owner_instance_id), 0);
-const_assert_eq!(offset_of!(CanonicalIdentity, buffer_id), 8);
-const_assert_eq!(offset_of!(CanonicalIdentity, generation), 16);
-const_assert_eq!(offset_of!(CanonicalIdentity, _pad), 20);
+crate::assert_layout!(CanonicalIdentity, size = 32, {
+    owner_instance_id: 0, buffer_id: 8, generation: 16, _pad: 20,
+});
 
 impl CanonicalIdentity {
     /// An identity with clean padding.
@@ -228,18 +224,10 @@ pub struct BufferDescriptor {
     pub body: [u8; DESC_MAX_BYTES],
 }
 
-const_assert_eq!(size_of::<BufferDescriptor>(), 88);
-const_assert_eq!(offset_of!(BufferDescriptor, magic), 0);
-const_assert_eq!(offset_of!(BufferDescriptor, address_space), 2);
-const_assert_eq!(offset_of!(BufferDescriptor, access), 3);
-const_assert_eq!(offset_of!(BufferDescriptor, backend_kind), 4);
-const_assert_eq!(offset_of!(BufferDescriptor, _pad0), 5);
-const_assert_eq!(offset_of!(BufferDescriptor, identity), 8);
-const_assert_eq!(offset_of!(BufferDescriptor, nbytes), 40);
-const_assert_eq!(offset_of!(BufferDescriptor, owner_worker_path_id), 48);
-const_assert_eq!(offset_of!(BufferDescriptor, body_len), 52);
-const_assert_eq!(offset_of!(BufferDescriptor, _pad1), 54);
-const_assert_eq!(offset_of!(BufferDescriptor, body), 56);
+crate::assert_layout!(BufferDescriptor, size = 88, {
+    magic: 0, address_space: 2, access: 3, backend_kind: 4, _pad0: 5, identity: 8, nbytes: 40,
+    owner_worker_path_id: 48, body_len: 52, _pad1: 54, body: 56,
+});
 
 /// A descriptor that must not be used. Variants follow the order of the checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,8 +21,6 @@ use crate::limits::MAX_TENSOR_DIMS;
 use crate::tensor::ValidTensor;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
-use static_assertions::const_assert_eq;
 
 /// An address and a size in bytes.
 #[repr(C)]
@@ -34,9 +32,7 @@ pub struct BufferHandle {
     pub size: u64,
 }
 
-const_assert_eq!(size_of::<BufferHandle>(), 16);
-const_assert_eq!(offset_of!(BufferHandle, addr), 0);
-const_assert_eq!(offset_of!(BufferHandle, size), 8);
+crate::assert_layout!(BufferHandle, size = 16, { addr: 0, size: 8 });
 
 /// The chip entry argument. See the module table for its layout.
 #[repr(C)]
@@ -60,15 +56,10 @@ pub struct ChipTensor {
     pub _pad: [u8; 2],
 }
 
-const_assert_eq!(size_of::<ChipTensor>(), 72);
-const_assert_eq!(offset_of!(ChipTensor, buffer), 0);
-const_assert_eq!(offset_of!(ChipTensor, start_offset), 16);
-const_assert_eq!(offset_of!(ChipTensor, shapes), 24);
-const_assert_eq!(offset_of!(ChipTensor, strides), 44);
-const_assert_eq!(offset_of!(ChipTensor, ndims), 64);
-const_assert_eq!(offset_of!(ChipTensor, dtype), 68);
-const_assert_eq!(offset_of!(ChipTensor, address_space), 69);
-const_assert_eq!(offset_of!(ChipTensor, _pad), 70);
+crate::assert_layout!(ChipTensor, size = 72, {
+    buffer: 0, start_offset: 16, shapes: 24, strides: 44, ndims: 64, dtype: 68, address_space: 69,
+    _pad: 70,
+});
 
 /// Where an import registry found a backing in this process or on this chip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

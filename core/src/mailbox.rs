@@ -73,7 +73,7 @@ use crate::ring::MAX_RINGS;
 use crate::sync::{AtomicU32, Ordering};
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
+use core::mem::size_of;
 use static_assertions::const_assert_eq;
 
 /// Frames per mailbox: control + two task frames.
@@ -311,7 +311,7 @@ pub struct RuntimeEnv {
     pub ring_dep_pool: [u64; MAX_RINGS],
 }
 
-const_assert_eq!(size_of::<RuntimeEnv>(), 96);
+crate::assert_layout!(RuntimeEnv, size = 96);
 
 /// Bytes of the diagnostic output prefix.
 pub const OUTPUT_PREFIX_SIZE: usize = 1024;
@@ -338,9 +338,7 @@ pub struct CallConfig {
     pub output_prefix: [u8; OUTPUT_PREFIX_SIZE],
 }
 
-const_assert_eq!(size_of::<CallConfig>(), 1144);
-const_assert_eq!(offset_of!(CallConfig, runtime_env), 24);
-const_assert_eq!(offset_of!(CallConfig, output_prefix), 120);
+crate::assert_layout!(CallConfig, size = 1144, { runtime_env: 24, output_prefix: 120 });
 
 impl fmt::Debug for CallConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -454,8 +452,7 @@ pub struct PipelineSlotLease {
     pub generation: u64,
 }
 
-const_assert_eq!(size_of::<PipelineSlotLease>(), 16);
-const_assert_eq!(offset_of!(PipelineSlotLease, generation), 8);
+crate::assert_layout!(PipelineSlotLease, size = 16, { generation: 8 });
 
 /// A lease a child must refuse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -504,10 +501,7 @@ pub struct ControlCopyRequest {
     pub nbytes: u64,
 }
 
-const_assert_eq!(size_of::<ControlCopyRequest>(), 184);
-const_assert_eq!(offset_of!(ControlCopyRequest, dst), 0);
-const_assert_eq!(offset_of!(ControlCopyRequest, src), 88);
-const_assert_eq!(offset_of!(ControlCopyRequest, nbytes), 176);
+crate::assert_layout!(ControlCopyRequest, size = 184, { dst: 0, src: 88, nbytes: 176 });
 
 /// A copy request a child must refuse before acting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,7 +22,6 @@ use crate::limits::MAX_TENSOR_DIMS;
 use crate::task_tensor::TaskTensor;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use static_assertions::const_assert_eq;
 
 /// The comparison `element op target`. The raw value 0 is "no predicate" in the wire forms.
 #[repr(u8)]
@@ -246,10 +245,7 @@ pub struct DispatchPredicate {
     pub reserved: [u8; 6],
 }
 
-const_assert_eq!(core::mem::size_of::<DispatchPredicate>(), 24);
-const_assert_eq!(core::mem::offset_of!(DispatchPredicate, target), 8);
-const_assert_eq!(core::mem::offset_of!(DispatchPredicate, elem_size), 16);
-const_assert_eq!(core::mem::offset_of!(DispatchPredicate, op), 17);
+crate::assert_layout!(DispatchPredicate, size = 24, { target: 8, elem_size: 16, op: 17 });
 
 impl DispatchPredicate {
     /// Words of one in a payload record.

@@ -179,7 +179,7 @@ pub struct SlotState {
 }
 
 #[cfg(not(loom))]
-static_assertions::const_assert_eq!(core::mem::size_of::<SlotState>(), 64);
+crate::assert_layout!(SlotState, size = 64);
 
 // SAFETY: SlotState is #[repr(C)] made only of atomic integers, so every bit pattern (zero
 // included) is valid and all mutation is atomic.

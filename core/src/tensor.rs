@@ -20,9 +20,7 @@ use crate::geometry::{self, GeometryError};
 use crate::limits::MAX_TENSOR_DIMS;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
 use core::ops::Deref;
-use static_assertions::const_assert_eq;
 
 /// The address-free wire tensor. See the module table for its layout.
 #[repr(C)]
@@ -44,15 +42,9 @@ pub struct Tensor {
     pub _pad: [u8; 3],
 }
 
-const_assert_eq!(size_of::<Tensor>(), 144);
-const_assert_eq!(core::mem::align_of::<Tensor>(), 8);
-const_assert_eq!(offset_of!(Tensor, buffer), 0);
-const_assert_eq!(offset_of!(Tensor, byte_offset), 88);
-const_assert_eq!(offset_of!(Tensor, ndims), 96);
-const_assert_eq!(offset_of!(Tensor, shapes), 100);
-const_assert_eq!(offset_of!(Tensor, strides), 120);
-const_assert_eq!(offset_of!(Tensor, dtype), 140);
-const_assert_eq!(offset_of!(Tensor, _pad), 141);
+crate::assert_layout!(Tensor, size = 144, align = 8, {
+    buffer: 0, byte_offset: 88, ndims: 96, shapes: 100, strides: 120, dtype: 140, _pad: 141,
+});
 
 /// Why a wire tensor must not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

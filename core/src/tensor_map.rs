@@ -41,8 +41,6 @@ use crate::overlap::{self, Footprint, Overlap};
 use crate::ring::MAX_RINGS;
 use crate::task_tensor::{TaskId, TaskTensor};
 use bytemuck::{Pod, Zeroable};
-use core::mem::{offset_of, size_of};
-use static_assertions::const_assert_eq;
 
 /// Freed entries are reclaimed once a ring's watermark moved this many tasks.
 pub const CLEANUP_INTERVAL: u32 = 64;
@@ -110,8 +108,7 @@ pub struct MapEntry {
     _pad2: [u8; 8],
 }
 
-const_assert_eq!(size_of::<MapEntry>(), 128);
-const_assert_eq!(offset_of!(MapEntry, shapes), 64);
+crate::assert_layout!(MapEntry, size = 128, { shapes: 64 });
 
 impl MapEntry {
     /// The byte range `[start, end)` (saturating, as `overlap::check` computes it).
@@ -147,7 +144,7 @@ pub struct Head {
     epoch: u32,
 }
 
-const_assert_eq!(size_of::<Head>(), 8);
+crate::assert_layout!(Head, size = 8);
 
 /// A bucket: its chain's head and what the entries it received in the current epoch have in
 /// common (a superset: never narrowed when entries leave), stamped together. 32 bytes, so a
@@ -167,7 +164,7 @@ pub struct Bucket {
     spills: u64,
 }
 
-const_assert_eq!(size_of::<Bucket>(), 32);
+crate::assert_layout!(Bucket, size = 32);
 
 /// The size class of a byte range `[start, end)`: the least `L` with `end - start <= 2^L`
 /// (an empty range counts as one byte), at most 63.
@@ -191,7 +188,7 @@ struct Header {
     last_cleanup: [u32; MAX_RINGS],
 }
 
-const_assert_eq!(size_of::<Header>(), 24 + 8 * MAX_RINGS);
+crate::assert_layout!(Header, size = 24 + 8 * MAX_RINGS);
 
 /// Where each array of a TensorMap lives in its region.
 #[derive(Clone, Copy, Debug)]
