@@ -617,23 +617,7 @@ impl<'a> Orchestrator<'a> {
         let early = |e: SubmitError| (e, false);
         let late = |e: SubmitError| (e, true);
         let ring = self.scopes.ring().map_err(|e| early(e.into()))?;
-        let window = self.wiring.rings[ring].window;
-        let held = self.scopes.innermost_len();
-        if held + 1 >= window as usize {
-            return Err(early(SubmitError::ScopeDeadlock {
-                ring,
-                tasks: held,
-                window,
-            }));
-        }
-        let heap_size = self.wiring.rings[ring].heap.size();
-        if bytes > heap_size {
-            return Err(early(SubmitError::OutputsTooLarge {
-                ring,
-                bytes,
-                heap: heap_size,
-            }));
-        }
+        self.check_fits_ring(ring, bytes).map_err(early)?;
         let (id, me, heap_offset) = self
             .claim(ring, mask, subtasks, bytes, waiter)
             .map_err(early)?;
@@ -654,16 +638,8 @@ impl<'a> Orchestrator<'a> {
         self.wiring.next_epoch();
         // Edges that retain come first, so that a producer reached again later (a lookup, a
         // WAIT-only dependency) only ever adds WAIT to an edge that already keeps it alive.
-        for dep in explicit
-            .iter()
-            .filter(|d| d.flags.contains(DepFlags::RETAIN))
-        {
-            if !self.wiring.is_retired(dep.task) {
-                self.wiring
-                    .add_edge(me, dep.task, dep.flags, waiter)
-                    .map_err(late)?;
-            }
-        }
+        self.explicit_edges(me, explicit, true, waiter)
+            .map_err(late)?;
         // One pass: every OUTPUT gets its buffer, every other tensor its creator edge.
         for a in args.iter_mut() {
             if a.tag == TensorArgType::Output {
@@ -680,16 +656,8 @@ impl<'a> Orchestrator<'a> {
         if let Some(r) = reads {
             self.wiring.creator_edge(me, r, waiter).map_err(late)?;
         }
-        for dep in explicit
-            .iter()
-            .filter(|d| !d.flags.contains(DepFlags::RETAIN))
-        {
-            if !self.wiring.is_retired(dep.task) {
-                self.wiring
-                    .add_edge(me, dep.task, dep.flags, waiter)
-                    .map_err(late)?;
-            }
-        }
+        self.explicit_edges(me, explicit, false, waiter)
+            .map_err(late)?;
         let manual_scope = self.scopes.is_manual();
         let war = self.track_war;
         let mut inserts = 0u32;
@@ -756,30 +724,92 @@ impl<'a> Orchestrator<'a> {
         }
         if inserts > 0 {
             self.reserve_map(inserts, waiter).map_err(late)?;
-            if war {
-                if let Some(r) = tracked_read {
-                    let _ = self.map.insert(r, id, EntryKind::Reader);
-                }
-            }
-            for (i, a) in args.iter().enumerate() {
-                if manual_scope || a.tensor.manual_dep() || handed_over & 1 << i != 0 {
-                    continue;
-                }
-                let kind = if deps::registers_writer(a.tag) {
-                    EntryKind::Writer
-                } else if war && a.tag == TensorArgType::Input {
-                    EntryKind::Reader
-                } else {
-                    continue;
-                };
-                // Reserved above; the insert cannot fail.
-                let _ = self.map.insert(&a.tensor, id, kind);
-            }
+            self.insert_entries(id, args, tracked_read, handed_over, manual_scope, war);
         }
         before_publish(id, args);
         self.wiring.wire_and_publish(ring, me);
         self.scopes.push(id).map_err(|e| late(e.into()))?;
         Ok(id)
+    }
+
+    /// Step 1's ring checks: the innermost scope leaves room in its ring's window for one more
+    /// task, and the task's outputs fit the ring's heap at all.
+    #[inline(always)]
+    fn check_fits_ring(&self, ring: usize, bytes: u64) -> Result<(), SubmitError> {
+        let window = self.wiring.rings[ring].window;
+        let held = self.scopes.innermost_len();
+        if held + 1 >= window as usize {
+            return Err(SubmitError::ScopeDeadlock {
+                ring,
+                tasks: held,
+                window,
+            });
+        }
+        let heap_size = self.wiring.rings[ring].heap.size();
+        if bytes > heap_size {
+            return Err(SubmitError::OutputsTooLarge {
+                ring,
+                bytes,
+                heap: heap_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// An edge from every explicit dependency that retains (`retain`) or only waits
+    /// (`!retain`), skipping producers that already retired.
+    #[inline(always)]
+    fn explicit_edges(
+        &mut self,
+        me: SlotRef,
+        explicit: &[ExplicitDep],
+        retain: bool,
+        waiter: &mut impl Waiter,
+    ) -> Result<(), SubmitError> {
+        for dep in explicit
+            .iter()
+            .filter(|d| d.flags.contains(DepFlags::RETAIN) == retain)
+        {
+            if !self.wiring.is_retired(dep.task) {
+                self.wiring.add_edge(me, dep.task, dep.flags, waiter)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5: the task's TensorMap entries, in the room `reserve_map` made for them. Writers
+    /// (and, with write-after-read tracking, readers and the tracked read) are inserted, except
+    /// the arguments whose entry a lookup handed over to the task (`handed_over`, a bit per
+    /// argument) and everything in a manual scope or marked `manual_dep`.
+    #[inline(always)]
+    fn insert_entries(
+        &mut self,
+        id: TaskId,
+        args: &[TaskArg],
+        tracked_read: Option<&TaskTensor>,
+        handed_over: u32,
+        manual_scope: bool,
+        war: bool,
+    ) {
+        if war {
+            if let Some(r) = tracked_read {
+                let _ = self.map.insert(r, id, EntryKind::Reader);
+            }
+        }
+        for (i, a) in args.iter().enumerate() {
+            if manual_scope || a.tensor.manual_dep() || handed_over & 1 << i != 0 {
+                continue;
+            }
+            let kind = if deps::registers_writer(a.tag) {
+                EntryKind::Writer
+            } else if war && a.tag == TensorArgType::Input {
+                EntryKind::Reader
+            } else {
+                continue;
+            };
+            // Reserved by the caller; the insert cannot fail.
+            let _ = self.map.insert(&a.tensor, id, kind);
+        }
     }
 
     /// Off the default path: a WAIT edge from the task of every live entry of `kind` that
