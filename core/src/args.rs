@@ -26,21 +26,21 @@ use core::fmt;
 pub enum ArgsError {
     /// The tensor cap is reached.
     TooManyTensors {
-        /// The cap.
+        /// The container's tensor capacity (its `MAX_TENSORS`).
         limit: usize,
     },
     /// The scalar cap is reached.
     TooManyScalars {
-        /// The cap.
+        /// The container's scalar capacity (its `MAX_SCALARS`).
         limit: usize,
     },
     /// A tensor was added after a scalar.
     TensorAfterScalar,
     /// A stored count exceeds its cap (corrupt shared memory).
     CorruptCount {
-        /// The count found.
+        /// The tensor or scalar count the container holds.
         value: u32,
-        /// The cap.
+        /// The capacity it exceeds (`MAX_TENSORS` or `MAX_SCALARS`).
         limit: usize,
     },
 }
@@ -65,16 +65,16 @@ pub enum EntryError {
     Decode(BlobError),
     /// Tensor `index` could not be resolved to a local address.
     Materialize {
-        /// The tensor.
+        /// The tensor's position in the blob.
         index: usize,
-        /// Why.
+        /// What resolving its buffer refused.
         error: MaterializeError,
     },
     /// Tensor `index` could not be adopted.
     Adopt {
-        /// The tensor.
+        /// The tensor's position in the chip entry.
         index: usize,
-        /// Why.
+        /// What adopting it refused.
         error: AdoptError,
     },
     /// A cap was exceeded.
@@ -117,9 +117,9 @@ macro_rules! arg_storage {
         }
 
         impl $name {
-            /// Tensor capacity.
+            /// Tensor arguments the container holds at most.
             pub const MAX_TENSORS: usize = $max_t;
-            /// Scalar capacity.
+            /// Scalar arguments the container holds at most.
             pub const MAX_SCALARS: usize = $max_s;
 
             /// An empty container.

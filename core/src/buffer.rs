@@ -210,7 +210,8 @@ pub struct BufferDescriptor {
     pub backend_kind: u8,
     /// Padding; not checked.
     pub _pad0: [u8; 3],
-    /// Which backing.
+    /// The backing's identity (owner instance, buffer id, generation): what every process
+    /// names the buffer by.
     pub identity: CanonicalIdentity,
     /// Size of the whole backing in bytes.
     pub nbytes: u64,
@@ -234,36 +235,36 @@ crate::assert_layout!(BufferDescriptor, size = 88, {
 pub enum DescriptorError {
     /// `magic` is not 0x5342.
     Magic {
-        /// The value found.
+        /// The `magic` the descriptor holds.
         value: u16,
     },
     /// `address_space` is not HOST (0) or DEVICE (1).
     AddressSpace {
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// `access` is not READ (0), WRITE (1) or READWRITE (2).
     Access {
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// `backend_kind` is past the frozen set (0..=5).
     BackendKind {
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// `body_len` exceeds the body.
     BodyLen {
-        /// The length found.
+        /// The descriptor's `body_len`.
         value: u16,
-        /// The body size.
+        /// The body's capacity, [`DESC_MAX_BYTES`].
         limit: u16,
     },
     /// `identity.generation` is 0 (uninitialised).
     ZeroGeneration,
     /// A device backend outside DEVICE space, or a host backend inside it.
     Capability {
-        /// The backend.
+        /// The descriptor's backend kind.
         backend: BackendKind,
         /// The space it claims.
         address_space: AddressSpace,
@@ -275,14 +276,14 @@ pub enum DescriptorError {
     },
     /// An address backend whose body is not exactly 8 bytes.
     AddressBodyLen {
-        /// The backend.
+        /// The descriptor's backend kind.
         backend: BackendKind,
-        /// The length found.
+        /// The descriptor's `body_len`.
         value: u16,
     },
     /// An address backend whose address is 0.
     NullAddress {
-        /// The backend.
+        /// The descriptor's backend kind.
         backend: BackendKind,
     },
     /// A POSIX_SHM descriptor without a name.
@@ -291,26 +292,26 @@ pub enum DescriptorError {
     ShmNameByte {
         /// Position in the name.
         index: u8,
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// A REMOTE_SIDECAR descriptor with a body (its description travels in the sidecar).
     SidecarBody {
-        /// The length found.
+        /// The descriptor's `body_len`.
         value: u16,
     },
     /// A non-zero byte past `body_len`.
     BodyTail {
         /// Position in the body.
         index: u8,
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// A constructor was given a body longer than the descriptor holds.
     BodyTooLong {
-        /// The length given.
+        /// Length of the body given, in bytes.
         len: usize,
-        /// The body size.
+        /// The body's capacity, [`DESC_MAX_BYTES`].
         limit: usize,
     },
 }

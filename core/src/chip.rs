@@ -38,7 +38,8 @@ crate::assert_layout!(BufferHandle, size = 16, { addr: 0, size: 8 });
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct ChipTensor {
-    /// The resolved buffer.
+    /// The buffer in this process: its local base address and size, as the resolver gave
+    /// them.
     pub buffer: BufferHandle,
     /// Start of the view, in elements from `buffer.addr`.
     pub start_offset: u64,
@@ -46,13 +47,13 @@ pub struct ChipTensor {
     pub shapes: [u32; MAX_TENSOR_DIMS],
     /// Stride per dimension, in elements.
     pub strides: [u32; MAX_TENSOR_DIMS],
-    /// Rank.
+    /// Rank: dimensions in use, `1..=MAX_TENSOR_DIMS`; `shapes` and `strides` are zero past it.
     pub ndims: u32,
     /// Raw [`DataType`].
     pub dtype: u8,
     /// Raw [`AddressSpace`]: HOST is staged by the runtime, DEVICE is used in place.
     pub address_space: u8,
-    /// Padding.
+    /// Padding to the 8-byte boundary; zero.
     pub _pad: [u8; 2],
 }
 
@@ -80,7 +81,7 @@ pub enum MaterializeError {
     },
     /// `base + byte_offset` does not fit an address.
     AddressOverflow {
-        /// The resolved base.
+        /// The backing's local base address, as the resolver gave it.
         base: u64,
         /// The view's byte offset.
         byte_offset: u64,

@@ -81,7 +81,7 @@ pub enum LayoutError {
     RegionTooSmall {
         /// Bytes the layout needs.
         needed: usize,
-        /// Bytes provided.
+        /// Length of the region given, in bytes.
         provided: usize,
     },
     /// The region does not start on a [`REGION_ALIGN`]-byte boundary.
@@ -96,9 +96,9 @@ pub enum LayoutError {
     },
     /// A configuration value is out of range.
     Config {
-        /// Which value.
+        /// The configuration field's name, such as `ring.window`.
         field: &'static str,
-        /// The value given.
+        /// The value it was given.
         value: u64,
     },
 }

@@ -213,7 +213,7 @@ impl MailboxState {
 pub struct SkippedTransition {
     /// The raw state the word held.
     pub from: u32,
-    /// The state published.
+    /// The state the publish wrote, which the word now holds.
     pub to: MailboxState,
 }
 
@@ -332,7 +332,7 @@ pub struct CallConfig {
     pub enable_dep_gen: i32,
     /// Collect scope statistics.
     pub enable_scope_stats: i32,
-    /// Ring sizes.
+    /// Ring sizes the run asks for (0 per field: the default).
     pub runtime_env: RuntimeEnv,
     /// Where diagnostics go: a NUL-terminated path prefix.
     pub output_prefix: [u8; OUTPUT_PREFIX_SIZE],
@@ -357,23 +357,23 @@ pub enum ConfigError {
     DiagnosticsWithoutPrefix,
     /// A task window that is not 0 or a power of two in [4, i32::MAX].
     TaskWindow {
-        /// The ring.
+        /// Index of the ring whose size is refused, `0..MAX_RINGS`.
         ring: usize,
-        /// The value given.
+        /// The size given for it.
         value: u64,
     },
     /// A heap that is not 0 or at least 1024 bytes.
     Heap {
-        /// The ring.
+        /// Index of the ring whose size is refused, `0..MAX_RINGS`.
         ring: usize,
-        /// The value given.
+        /// The size given for it.
         value: u64,
     },
     /// A dependency pool that is not 0 or in [4, i32::MAX].
     DepPool {
-        /// The ring.
+        /// Index of the ring whose size is refused, `0..MAX_RINGS`.
         ring: usize,
-        /// The value given.
+        /// The size given for it.
         value: u64,
     },
 }
@@ -444,11 +444,11 @@ impl CallConfig {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct PipelineSlotLease {
-    /// The slot.
+    /// Index of the pipeline slot (task frame) leased; below the child's frame count.
     pub slot_id: u32,
     /// Must be 0.
     pub reserved: u32,
-    /// The lease's generation.
+    /// The lease's generation: the id of the run the parent posted the task for.
     pub generation: u64,
 }
 
@@ -459,12 +459,12 @@ crate::assert_layout!(PipelineSlotLease, size = 16, { generation: 8 });
 pub enum LeaseError {
     /// The reserved word is not 0.
     Reserved {
-        /// The value found.
+        /// The reserved word the lease holds.
         value: u32,
     },
     /// The slot is past the child's frames.
     Slot {
-        /// The slot named.
+        /// The `slot_id` the lease names.
         slot: u32,
         /// Task frames the child has.
         frames: u32,
@@ -497,7 +497,7 @@ pub struct ControlCopyRequest {
     pub dst: BufferDescriptor,
     /// Where they come from.
     pub src: BufferDescriptor,
-    /// How many.
+    /// Bytes to copy, from the start of each buffer; at most either descriptor's `nbytes`.
     pub nbytes: u64,
 }
 
@@ -508,7 +508,7 @@ crate::assert_layout!(ControlCopyRequest, size = 184, { dst: 0, src: 88, nbytes:
 pub enum CopyRequestError {
     /// The region is shorter than a request.
     Truncated {
-        /// Bytes available.
+        /// Length of the region given, in bytes.
         len: usize,
     },
     /// The destination descriptor is invalid.

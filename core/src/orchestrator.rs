@@ -76,24 +76,24 @@ pub struct Task<'t> {
 pub enum Blocked {
     /// The ring's task window is full.
     TaskRing {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
     },
     /// The ring's heap cannot hold the task's outputs yet.
     Heap {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
-        /// Bytes needed.
+        /// Bytes the task's outputs need (each output rounded up to 1024).
         bytes: u64,
     },
     /// The ring's dependency pool is full.
     EdgePool {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
     },
     /// The TensorMap's entry pool is full.
     TensorMap {
-        /// Entries needed.
+        /// Free entries the task's inserts need.
         needed: u32,
     },
 }
@@ -133,42 +133,42 @@ pub enum SubmitError {
     Scope(ScopeError),
     /// More tensor arguments than a task carries.
     TooManyTensors {
-        /// Tensors given.
+        /// Tensor arguments given.
         count: usize,
-        /// The cap.
+        /// The per-task cap, `CORE_MAX_TENSOR_ARGS`.
         limit: usize,
     },
     /// More explicit dependencies than a submit carries.
     TooManyDeps {
-        /// Dependencies given.
+        /// Explicit dependencies given.
         count: usize,
-        /// The cap.
+        /// The per-submit cap, [`MAX_EXPLICIT_DEPS`].
         limit: usize,
     },
     /// `block_num` of 0.
     ZeroBlocks,
     /// The outputs need more bytes than the ring's whole heap.
     OutputsTooLarge {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
-        /// Bytes needed.
+        /// Bytes the task's outputs need (each output rounded up to 1024).
         bytes: u64,
-        /// The heap's size.
+        /// Bytes of that ring's whole heap.
         heap: u64,
     },
     /// The innermost scope holds as many tasks as its ring can keep live: none of them can
     /// retire before the scope ends, so the next claim could never succeed.
     ScopeDeadlock {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
-        /// Tasks the scope holds.
+        /// Tasks the innermost scope holds.
         tasks: usize,
-        /// The ring's window.
+        /// Task slots of that ring (its `RingConfig::window`).
         window: u32,
     },
     /// The heap is full and its oldest task is held by an open scope (or the waiter gave up).
     HeapRingDeadlock {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
         /// The task holding the ring's head, when known.
         head: Option<TaskId>,
@@ -176,21 +176,21 @@ pub enum SubmitError {
     /// The task window is full and its oldest task is held by an open scope (or the waiter
     /// gave up).
     FlowControlDeadlock {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
         /// The task holding the ring's head, when known.
         head: Option<TaskId>,
     },
     /// The dependency pool cannot hold this task's edges.
     DepPoolOverflow {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
     },
     /// The TensorMap cannot hold this task's writers.
     TensorMapOverflow {
-        /// Entries needed.
+        /// Free entries the task's inserts need.
         needed: u32,
-        /// Entries free.
+        /// Entries free when the waiter gave up.
         free: u32,
     },
     /// An earlier submit failed after claiming its slot; the run must end.
@@ -248,7 +248,8 @@ pub struct OrchestratorConfig {
     pub sched: crate::sched::SchedConfig,
     /// TensorMap buckets (a power of two).
     pub map_buckets: u32,
-    /// TensorMap entries.
+    /// Entries of the TensorMap's pool: the live writers (and, with write-after-read
+    /// tracking, readers) it can hold at once.
     pub map_entries: u32,
     /// Device address of each ring's heap.
     pub heap_base: [u64; MAX_RINGS],
@@ -487,7 +488,7 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
-    /// Open scopes.
+    /// Scopes open now; the innermost one's depth selects the ring a submit goes to.
     pub fn scope_depth(&self) -> usize {
         self.scopes.depth()
     }

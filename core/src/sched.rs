@@ -120,7 +120,7 @@ impl SchedStateLayout {
         self.layout.size()
     }
 
-    /// The configuration.
+    /// The ring sizes this layout was computed from.
     pub fn config(&self) -> SchedConfig {
         self.config
     }
@@ -251,7 +251,7 @@ impl<'a> SchedState<'a> {
         })
     }
 
-    /// The configuration.
+    /// The ring sizes the shared state was laid out with.
     pub fn config(&self) -> &SchedConfig {
         &self.config
     }

@@ -136,7 +136,7 @@ impl SlotRef {
         Self(((ring as u32) << Self::INDEX_BITS) | index)
     }
 
-    /// The ring.
+    /// Index of the slot's ring, `0..MAX_RINGS` (the top two bits).
     pub const fn ring(self) -> usize {
         (self.0 >> Self::INDEX_BITS) as usize
     }
@@ -187,7 +187,8 @@ crate::assert_layout!(SlotState, size = 64);
 unsafe impl AtomicPod for SlotState {}
 
 impl SlotState {
-    /// The current status.
+    /// The slot's status now (an acquire load: what the transition that set it published is
+    /// visible).
     pub fn status(&self) -> SlotStatus {
         SlotStatus::from_raw(self.status.load(Ordering::Acquire))
     }

@@ -99,7 +99,7 @@ pub enum AdoptError {
     Geometry(GeometryError),
     /// Its address space byte is unknown.
     AddressSpace {
-        /// The byte found.
+        /// The `address_space` byte the chip tensor holds.
         value: u8,
     },
     /// The view reaches past the buffer it names.
@@ -150,12 +150,12 @@ pub enum ViewError {
     },
     /// A view dimension of extent zero.
     ZeroShape {
-        /// The dimension.
+        /// Index of the dimension, below the rank.
         dim: u8,
     },
     /// `offset + shape` exceeds the source's extent in a dimension.
     OutOfBounds {
-        /// The dimension.
+        /// Index of the dimension, below the rank.
         dim: u8,
         /// The view's offset in it.
         offset: u32,
@@ -401,7 +401,7 @@ impl TaskTensor {
     pub fn manual_dep(&self) -> bool {
         self.manual_dep != 0
     }
-    /// Rank.
+    /// Rank: dimensions in use, `1..=MAX_TENSOR_DIMS` for a tensor that passed adoption.
     pub fn ndims(&self) -> u32 {
         self.ndims
     }
@@ -416,7 +416,7 @@ impl TaskTensor {
     pub(crate) fn strides_all(&self) -> &[u32; MAX_TENSOR_DIMS] {
         &self.strides
     }
-    /// The used shapes.
+    /// The shapes of the dimensions in use, in elements (`ndims` of them).
     pub fn shapes(&self) -> &[u32] {
         &self.shapes[..self.rank()]
     }

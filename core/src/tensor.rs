@@ -30,7 +30,7 @@ pub struct Tensor {
     pub buffer: BufferDescriptor,
     /// Start of the view within the backing, in bytes.
     pub byte_offset: u64,
-    /// Rank.
+    /// Rank: dimensions in use, `1..=MAX_TENSOR_DIMS`; `shapes` and `strides` are zero past it.
     pub ndims: u32,
     /// Extent per dimension, in elements.
     pub shapes: [u32; MAX_TENSOR_DIMS],
@@ -55,7 +55,7 @@ pub enum TensorError {
     Geometry(GeometryError),
     /// `byte_offset` is not a multiple of the element size.
     MisalignedOffset {
-        /// The offset found.
+        /// The tensor's `byte_offset`.
         byte_offset: u64,
         /// The element size it must divide by.
         elem_size: u32,
@@ -203,12 +203,12 @@ impl Tensor {
         Ok(g.extent_bytes)
     }
 
-    /// The used shapes.
+    /// The shapes of the dimensions in use (`ndims` of them, at most five).
     pub fn used_shapes(&self) -> &[u32] {
         &self.shapes[..(self.ndims as usize).min(MAX_TENSOR_DIMS)]
     }
 
-    /// The used strides.
+    /// The strides of the dimensions in use (`ndims` of them, at most five).
     pub fn used_strides(&self) -> &[u32] {
         &self.strides[..(self.ndims as usize).min(MAX_TENSOR_DIMS)]
     }
@@ -220,14 +220,14 @@ impl Tensor {
 pub struct ValidTensor(Tensor);
 
 impl ValidTensor {
-    /// Validates `tensor`.
+    /// `tensor`, if [`Tensor::validate`] accepts it.
     #[inline]
     pub fn new(tensor: Tensor) -> Result<Self, TensorError> {
         tensor.validate()?;
         Ok(Self(tensor))
     }
 
-    /// The validated tensor.
+    /// The wire tensor that passed validation.
     #[inline]
     pub fn get(&self) -> &Tensor {
         &self.0

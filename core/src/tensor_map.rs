@@ -288,9 +288,9 @@ pub enum Visit {
 /// The map could not take more entries even after freeing every retired task's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapFull {
-    /// Entries needed.
+    /// Free entries the caller asked for.
     pub needed: u32,
-    /// Entries free.
+    /// Entries free after the retired tasks' were freed.
     pub free: u32,
 }
 

@@ -16,11 +16,12 @@ pub const TASK_ATTR_PREDICATE: u8 = 1 << 2;
 pub struct RecordedNode {
     /// Kernel per core slot (AIC, AIV0, AIV1).
     pub kernel_ids: [i32; 3],
-    /// Active core slots.
+    /// The core slots the node runs on, as an `ActiveMask`'s bits.
     pub active_mask: u8,
-    /// Task attributes.
+    /// The node's task attribute bits, copied into the image unchanged
+    /// ([`TASK_ATTR_PREDICATE`] marks a predicated node).
     pub task_attrs: u8,
-    /// Logical blocks.
+    /// SPMD blocks the node runs, as recorded (the builder does not check it).
     pub logical_block_num: i16,
     /// Blocks × active slots.
     pub total_required_subtasks: i16,
@@ -38,7 +39,8 @@ pub struct RecordedNode {
     pub scalar_count: u32,
     /// First producer in [`DefinitionInput::fanins`].
     pub fanin_offset: u32,
-    /// Producers.
+    /// Producers in [`DefinitionInput::fanins`] from `fanin_offset` (each an earlier node's
+    /// index, none twice).
     pub fanin_count: u32,
     /// Index into [`DefinitionInput::predicates`], if the node is predicated.
     pub predicate_index: Option<u32>,
@@ -47,7 +49,7 @@ pub struct RecordedNode {
 /// A recorded tensor classification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordedTensorSource {
-    /// The kind.
+    /// Where the tensor comes from at replay: the boundary, an earlier node or this node.
     pub kind: TensorSourceKind,
     /// Boundary tensor or node index, per the kind.
     pub index: usize,
@@ -74,13 +76,13 @@ pub struct RecordedPredicate {
     pub operand: TaskTensor,
     /// Where it comes from (never the node's own output).
     pub source: RecordedTensorSource,
-    /// The element read.
+    /// The element read, in elements from the operand's first element (below its extent).
     pub elem_offset: u64,
     /// The value compared with.
     pub target: i64,
-    /// Bytes of the element.
+    /// Bytes of the element: 1, 2, 4 or 8.
     pub elem_size: u8,
-    /// The comparison.
+    /// The raw [`PredicateOp`](crate::predicate::PredicateOp).
     pub op: u8,
 }
 

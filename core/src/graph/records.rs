@@ -457,7 +457,7 @@ pub struct GraphBoundarySignature {
     /// The first boundary tensor with the same buffer address and size (itself if none
     /// earlier).
     pub alias_rep: u16,
-    /// Rank.
+    /// Rank of the boundary tensor, `1..=5`.
     pub ndims: u8,
     /// Raw [`DataType`].
     pub dtype: u8,

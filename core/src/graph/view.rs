@@ -493,17 +493,18 @@ impl<'a> DefinitionView<'a> {
         self.bytes
     }
 
-    /// The header.
+    /// The image's header, checked by `parse` (its `content_hash` only by
+    /// [`Self::verify_content_hash`]).
     pub fn header(&self) -> &GraphDefinitionHeader {
         &self.header
     }
 
-    /// Internal nodes.
+    /// Internal nodes (n): the header's `task_count`, `1..=GRAPH_MAX_NODES`.
     pub fn task_count(&self) -> usize {
         self.header.task_count as usize
     }
 
-    /// Node `i`.
+    /// Node `i`'s record; `None` past the last node.
     pub fn node(&self, i: usize) -> Option<GraphNodeDefinition> {
         elem(self.section(Section::Nodes), i)
     }
