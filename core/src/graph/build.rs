@@ -2,9 +2,12 @@
 //! [`build_definition`] writes it.
 //!
 //! Both start from one plan, so the size a caller reserves and the bytes it gets cannot
-//! disagree. Planning checks everything (every rule of the module's `rules`, every range into
-//! the flat arrays, in the order the refusals are reported) before a byte is written; writing
-//! then cannot fail, and reads the input without checking it again.
+//! disagree. Planning checks everything (the shared rules of the private `rules`, every range
+//! into the flat arrays, in the order the refusals are reported) before a byte is written;
+//! writing then cannot fail, and reads the input without checking it again.
+//!
+//! Its own file because only the host's recorder builds images; the device only reads them
+//! ([`super::view`]).
 
 use super::error::{DefinitionError, FlatArray, TensorRole};
 use super::input::{
