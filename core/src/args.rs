@@ -20,29 +20,27 @@ use crate::limits::{
 use crate::task_tensor::{AdoptError, TaskTensor};
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
-use static_assertions::const_assert_eq;
 
 /// A container refused an argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArgsError {
     /// The tensor cap is reached.
     TooManyTensors {
-        /// The cap.
+        /// The container's tensor capacity (its `MAX_TENSORS`).
         limit: usize,
     },
     /// The scalar cap is reached.
     TooManyScalars {
-        /// The cap.
+        /// The container's scalar capacity (its `MAX_SCALARS`).
         limit: usize,
     },
     /// A tensor was added after a scalar.
     TensorAfterScalar,
     /// A stored count exceeds its cap (corrupt shared memory).
     CorruptCount {
-        /// The count found.
+        /// The tensor or scalar count the container holds.
         value: u32,
-        /// The cap.
+        /// The capacity it exceeds (`MAX_TENSORS` or `MAX_SCALARS`).
         limit: usize,
     },
 }
@@ -67,16 +65,16 @@ pub enum EntryError {
     Decode(BlobError),
     /// Tensor `index` could not be resolved to a local address.
     Materialize {
-        /// The tensor.
+        /// The tensor's position in the blob.
         index: usize,
-        /// Why.
+        /// What resolving its buffer refused.
         error: MaterializeError,
     },
     /// Tensor `index` could not be adopted.
     Adopt {
-        /// The tensor.
+        /// The tensor's position in the chip entry.
         index: usize,
-        /// Why.
+        /// What adopting it refused.
         error: AdoptError,
     },
     /// A cap was exceeded.
@@ -119,9 +117,9 @@ macro_rules! arg_storage {
         }
 
         impl $name {
-            /// Tensor capacity.
+            /// Tensor arguments the container holds at most.
             pub const MAX_TENSORS: usize = $max_t;
-            /// Scalar capacity.
+            /// Scalar arguments the container holds at most.
             pub const MAX_SCALARS: usize = $max_s;
 
             /// An empty container.
@@ -211,31 +209,25 @@ arg_storage! {
     /// The chip entry: what a chip receives for one run, at 256 tensors / 128 scalars.
     ChipStorageTaskArgs, ChipTensor, CHIP_MAX_TENSOR_ARGS, CHIP_MAX_SCALAR_ARGS
 }
-const_assert_eq!(size_of::<ChipStorageTaskArgs>(), 19_464);
-const_assert_eq!(offset_of!(ChipStorageTaskArgs, tensors), 0);
-const_assert_eq!(offset_of!(ChipStorageTaskArgs, scalars), 18_432);
-const_assert_eq!(offset_of!(ChipStorageTaskArgs, tensor_count), 19_456);
-const_assert_eq!(offset_of!(ChipStorageTaskArgs, scalar_count), 19_460);
+crate::assert_layout!(ChipStorageTaskArgs, size = 19_464, {
+    tensors: 0, scalars: 18_432, tensor_count: 19_456, scalar_count: 19_460,
+});
 
 arg_storage! {
     /// The adopted chip entry the orchestration function reads (`orch_args`).
     OrchArgs, TaskTensor, CHIP_MAX_TENSOR_ARGS, CHIP_MAX_SCALAR_ARGS
 }
-const_assert_eq!(size_of::<OrchArgs>(), 33_800);
-const_assert_eq!(offset_of!(OrchArgs, tensors), 0);
-const_assert_eq!(offset_of!(OrchArgs, scalars), 32_768);
-const_assert_eq!(offset_of!(OrchArgs, tensor_count), 33_792);
-const_assert_eq!(offset_of!(OrchArgs, scalar_count), 33_796);
+crate::assert_layout!(OrchArgs, size = 33_800, {
+    tensors: 0, scalars: 32_768, tensor_count: 33_792, scalar_count: 33_796,
+});
 
 arg_storage! {
     /// One task's arguments as its kernel receives them: 32 tensors / 16 scalars.
     CoreTaskArgs, TaskTensor, CORE_MAX_TENSOR_ARGS, CORE_MAX_SCALAR_ARGS
 }
-const_assert_eq!(size_of::<CoreTaskArgs>(), 4_232);
-const_assert_eq!(offset_of!(CoreTaskArgs, tensors), 0);
-const_assert_eq!(offset_of!(CoreTaskArgs, scalars), 4_096);
-const_assert_eq!(offset_of!(CoreTaskArgs, tensor_count), 4_224);
-const_assert_eq!(offset_of!(CoreTaskArgs, scalar_count), 4_228);
+crate::assert_layout!(CoreTaskArgs, size = 4_232, {
+    tensors: 0, scalars: 4_096, tensor_count: 4_224, scalar_count: 4_228,
+});
 
 impl ChipStorageTaskArgs {
     /// Replaces the contents with a decoded blob: every tensor is validated by the view, then

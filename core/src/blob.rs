@@ -30,9 +30,9 @@ const _: () = assert!(MAX_TENSOR_DIMS == 5 && TENSOR_BYTES == 144);
 /// Which count of the header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Count {
-    /// The tensor count.
+    /// The header's tensor count (its first `i32`).
     Tensors,
-    /// The scalar count.
+    /// The header's scalar count (its second `i32`).
     Scalars,
 }
 
@@ -41,19 +41,19 @@ pub enum Count {
 pub enum BlobError {
     /// The region is too small to hold even the header.
     NoHeader {
-        /// Bytes available.
+        /// Length of the region given, in bytes.
         capacity: usize,
     },
     /// A header count is negative.
     NegativeCount {
-        /// Which count.
+        /// The header count that is negative.
         field: Count,
-        /// The value found.
+        /// The value the header holds.
         value: i32,
     },
     /// A count does not fit the header's `i32`.
     CountOverflow {
-        /// Which count.
+        /// The header count that overflows.
         field: Count,
         /// The count requested.
         value: usize,
@@ -66,7 +66,7 @@ pub enum BlobError {
         scalars: u64,
         /// Bytes it needs.
         needed: u64,
-        /// Bytes available.
+        /// Length of the region, in bytes.
         capacity: usize,
     },
     /// A tensor index past the count.
@@ -85,9 +85,9 @@ pub enum BlobError {
     },
     /// Tensor element `index` failed validation.
     Tensor {
-        /// The element.
+        /// The tensor's position in the blob.
         index: usize,
-        /// Why.
+        /// What its validation refused.
         error: TensorError,
     },
 }
@@ -258,7 +258,8 @@ impl<'a> TaskArgsView<'a> {
         ValidTensor::new(tensor).map_err(|error| BlobError::Tensor { index, error })
     }
 
-    /// Scalar `index`.
+    /// Scalar `index` (its eight little-endian bytes); [`BlobError::ScalarIndex`] past the
+    /// count.
     #[inline]
     pub fn scalar(&self, index: usize) -> Result<u64, BlobError> {
         let count = self.scalar_count();

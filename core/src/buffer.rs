@@ -24,8 +24,6 @@ use crate::arg::AccessMode;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
 use core::hash::{Hash, Hasher};
-use core::mem::{offset_of, size_of};
-use static_assertions::const_assert_eq;
 
 /// The descriptor's discriminator ("BS" in memory).
 pub const BUFFER_DESCRIPTOR_MAGIC: u16 = 0x5342;
@@ -136,11 +134,9 @@ pub struct CanonicalIdentity {
     pub _pad: [u8; 12],
 }
 
-const_assert_eq!(size_of::<CanonicalIdentity>(), 32);
-const_assert_eq!(offset_of!(CanonicalIdentity, owner_instance_id), 0);
-const_assert_eq!(offset_of!(CanonicalIdentity, buffer_id), 8);
-const_assert_eq!(offset_of!(CanonicalIdentity, generation), 16);
-const_assert_eq!(offset_of!(CanonicalIdentity, _pad), 20);
+crate::assert_layout!(CanonicalIdentity, size = 32, {
+    owner_instance_id: 0, buffer_id: 8, generation: 16, _pad: 20,
+});
 
 impl CanonicalIdentity {
     /// An identity with clean padding.
@@ -214,7 +210,8 @@ pub struct BufferDescriptor {
     pub backend_kind: u8,
     /// Padding; not checked.
     pub _pad0: [u8; 3],
-    /// Which backing.
+    /// The backing's identity (owner instance, buffer id, generation): what every process
+    /// names the buffer by.
     pub identity: CanonicalIdentity,
     /// Size of the whole backing in bytes.
     pub nbytes: u64,
@@ -228,54 +225,46 @@ pub struct BufferDescriptor {
     pub body: [u8; DESC_MAX_BYTES],
 }
 
-const_assert_eq!(size_of::<BufferDescriptor>(), 88);
-const_assert_eq!(offset_of!(BufferDescriptor, magic), 0);
-const_assert_eq!(offset_of!(BufferDescriptor, address_space), 2);
-const_assert_eq!(offset_of!(BufferDescriptor, access), 3);
-const_assert_eq!(offset_of!(BufferDescriptor, backend_kind), 4);
-const_assert_eq!(offset_of!(BufferDescriptor, _pad0), 5);
-const_assert_eq!(offset_of!(BufferDescriptor, identity), 8);
-const_assert_eq!(offset_of!(BufferDescriptor, nbytes), 40);
-const_assert_eq!(offset_of!(BufferDescriptor, owner_worker_path_id), 48);
-const_assert_eq!(offset_of!(BufferDescriptor, body_len), 52);
-const_assert_eq!(offset_of!(BufferDescriptor, _pad1), 54);
-const_assert_eq!(offset_of!(BufferDescriptor, body), 56);
+crate::assert_layout!(BufferDescriptor, size = 88, {
+    magic: 0, address_space: 2, access: 3, backend_kind: 4, _pad0: 5, identity: 8, nbytes: 40,
+    owner_worker_path_id: 48, body_len: 52, _pad1: 54, body: 56,
+});
 
 /// A descriptor that must not be used. Variants follow the order of the checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DescriptorError {
     /// `magic` is not 0x5342.
     Magic {
-        /// The value found.
+        /// The `magic` the descriptor holds.
         value: u16,
     },
     /// `address_space` is not HOST (0) or DEVICE (1).
     AddressSpace {
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// `access` is not READ (0), WRITE (1) or READWRITE (2).
     Access {
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// `backend_kind` is past the frozen set (0..=5).
     BackendKind {
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// `body_len` exceeds the body.
     BodyLen {
-        /// The length found.
+        /// The descriptor's `body_len`.
         value: u16,
-        /// The body size.
+        /// The body's capacity, [`DESC_MAX_BYTES`].
         limit: u16,
     },
     /// `identity.generation` is 0 (uninitialised).
     ZeroGeneration,
     /// A device backend outside DEVICE space, or a host backend inside it.
     Capability {
-        /// The backend.
+        /// The descriptor's backend kind.
         backend: BackendKind,
         /// The space it claims.
         address_space: AddressSpace,
@@ -287,14 +276,14 @@ pub enum DescriptorError {
     },
     /// An address backend whose body is not exactly 8 bytes.
     AddressBodyLen {
-        /// The backend.
+        /// The descriptor's backend kind.
         backend: BackendKind,
-        /// The length found.
+        /// The descriptor's `body_len`.
         value: u16,
     },
     /// An address backend whose address is 0.
     NullAddress {
-        /// The backend.
+        /// The descriptor's backend kind.
         backend: BackendKind,
     },
     /// A POSIX_SHM descriptor without a name.
@@ -303,26 +292,26 @@ pub enum DescriptorError {
     ShmNameByte {
         /// Position in the name.
         index: u8,
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// A REMOTE_SIDECAR descriptor with a body (its description travels in the sidecar).
     SidecarBody {
-        /// The length found.
+        /// The descriptor's `body_len`.
         value: u16,
     },
     /// A non-zero byte past `body_len`.
     BodyTail {
         /// Position in the body.
         index: u8,
-        /// The byte found.
+        /// The byte the descriptor holds there.
         value: u8,
     },
     /// A constructor was given a body longer than the descriptor holds.
     BodyTooLong {
-        /// The length given.
+        /// Length of the body given, in bytes.
         len: usize,
-        /// The body size.
+        /// The body's capacity, [`DESC_MAX_BYTES`].
         limit: usize,
     },
 }

@@ -21,8 +21,6 @@ use crate::limits::MAX_TENSOR_DIMS;
 use crate::tensor::ValidTensor;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
-use static_assertions::const_assert_eq;
 
 /// An address and a size in bytes.
 #[repr(C)]
@@ -34,15 +32,14 @@ pub struct BufferHandle {
     pub size: u64,
 }
 
-const_assert_eq!(size_of::<BufferHandle>(), 16);
-const_assert_eq!(offset_of!(BufferHandle, addr), 0);
-const_assert_eq!(offset_of!(BufferHandle, size), 8);
+crate::assert_layout!(BufferHandle, size = 16, { addr: 0, size: 8 });
 
 /// The chip entry argument. See the module table for its layout.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct ChipTensor {
-    /// The resolved buffer.
+    /// The buffer in this process: its local base address and size, as the resolver gave
+    /// them.
     pub buffer: BufferHandle,
     /// Start of the view, in elements from `buffer.addr`.
     pub start_offset: u64,
@@ -50,25 +47,20 @@ pub struct ChipTensor {
     pub shapes: [u32; MAX_TENSOR_DIMS],
     /// Stride per dimension, in elements.
     pub strides: [u32; MAX_TENSOR_DIMS],
-    /// Rank.
+    /// Rank: dimensions in use, `1..=MAX_TENSOR_DIMS`; `shapes` and `strides` are zero past it.
     pub ndims: u32,
     /// Raw [`DataType`].
     pub dtype: u8,
     /// Raw [`AddressSpace`]: HOST is staged by the runtime, DEVICE is used in place.
     pub address_space: u8,
-    /// Padding.
+    /// Padding to the 8-byte boundary; zero.
     pub _pad: [u8; 2],
 }
 
-const_assert_eq!(size_of::<ChipTensor>(), 72);
-const_assert_eq!(offset_of!(ChipTensor, buffer), 0);
-const_assert_eq!(offset_of!(ChipTensor, start_offset), 16);
-const_assert_eq!(offset_of!(ChipTensor, shapes), 24);
-const_assert_eq!(offset_of!(ChipTensor, strides), 44);
-const_assert_eq!(offset_of!(ChipTensor, ndims), 64);
-const_assert_eq!(offset_of!(ChipTensor, dtype), 68);
-const_assert_eq!(offset_of!(ChipTensor, address_space), 69);
-const_assert_eq!(offset_of!(ChipTensor, _pad), 70);
+crate::assert_layout!(ChipTensor, size = 72, {
+    buffer: 0, start_offset: 16, shapes: 24, strides: 44, ndims: 64, dtype: 68, address_space: 69,
+    _pad: 70,
+});
 
 /// Where an import registry found a backing in this process or on this chip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +81,7 @@ pub enum MaterializeError {
     },
     /// `base + byte_offset` does not fit an address.
     AddressOverflow {
-        /// The resolved base.
+        /// The backing's local base address, as the resolver gave it.
         base: u64,
         /// The view's byte offset.
         byte_offset: u64,

@@ -36,11 +36,11 @@ impl EdgeRef {
     pub const fn new(ring: usize, index: u32) -> Self {
         Self(((ring as u32) << 30) | index)
     }
-    /// The ring.
+    /// Index of the ring whose pool holds the cell, `0..MAX_RINGS` (the top two bits).
     pub const fn ring(self) -> usize {
         (self.0 >> 30) as usize
     }
-    /// The cell index.
+    /// The cell's index in that ring's pool (the low 30 bits).
     pub const fn index(self) -> usize {
         (self.0 & ((1 << 30) - 1)) as usize
     }

@@ -16,33 +16,33 @@ pub const EXTENT_UNREPRESENTABLE: u64 = u64::MAX;
 pub enum GeometryError {
     /// Rank outside `1..=MAX_TENSOR_DIMS`.
     NDims {
-        /// The rank found.
+        /// The `ndims` the tensor holds.
         value: u32,
         /// The largest rank allowed.
         limit: u32,
     },
     /// Unknown dtype byte.
     DataType {
-        /// The byte found.
+        /// The dtype byte the tensor holds.
         value: u8,
     },
     /// A used dimension has extent zero.
     ZeroShape {
-        /// The dimension.
+        /// Index of the dimension, below the rank.
         dim: u8,
     },
     /// A used dimension has stride zero (broadcast is not representable).
     ZeroStride {
-        /// The dimension.
+        /// Index of the dimension, below the rank.
         dim: u8,
     },
     /// A dimension at or past the rank carries a non-zero shape or stride.
     UnusedDim {
-        /// The dimension.
+        /// Index of the dimension, at or past the rank.
         dim: u8,
-        /// Its shape.
+        /// The shape it carries there.
         shape: u32,
-        /// Its stride.
+        /// The stride it carries there.
         stride: u32,
     },
     /// The view's extent does not fit in 64 bits.
@@ -72,7 +72,7 @@ impl fmt::Display for GeometryError {
 /// What a successful [`check`] learned about a geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checked {
-    /// The decoded dtype.
+    /// The element type the dtype byte names.
     pub dtype: DataType,
     /// Elements from the first to one past the last addressed element.
     pub extent_elems: u64,

@@ -9,7 +9,7 @@
 pub struct GmFault {
     /// First byte of the access.
     pub addr: u64,
-    /// Bytes accessed.
+    /// Length of the access, in bytes.
     pub len: u64,
 }
 

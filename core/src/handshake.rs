@@ -59,7 +59,7 @@ pub struct DispatchPayload {
     pub args: CoreTaskArgs,
 }
 
-static_assertions::const_assert_eq!(core::mem::size_of::<DispatchPayload>(), 16 + 4232);
+crate::assert_layout!(DispatchPayload, size = 16 + 4232);
 
 /// Error word value of a core whose last task succeeded.
 pub const NO_ERROR: u32 = 0;

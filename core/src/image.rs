@@ -32,17 +32,17 @@ pub struct Usage {
 pub enum ImageError {
     /// The buffer is shorter than the image.
     Short {
-        /// Bytes needed.
+        /// Bytes the image needs.
         needed: usize,
-        /// Bytes available.
+        /// Length of the buffer given.
         got: usize,
     },
     /// The usage exceeds the state's capacity, or a ring wrapped (tasks were retired while
     /// building), or a queue was popped.
     Usage {
-        /// Which count.
+        /// The name of the count or ring cursor at fault.
         field: &'static str,
-        /// Its value.
+        /// The value it has.
         value: u64,
     },
 }
@@ -65,7 +65,7 @@ impl<'b> Writer<'b> {
         Self { buf, at: 0 }
     }
 
-    /// Bytes written.
+    /// Bytes written so far (the offset of the next word).
     pub fn len(&self) -> usize {
         self.at
     }

@@ -9,11 +9,65 @@
 //!
 //! Regions must start on a [`REGION_ALIGN`]-byte boundary; every array inside is aligned to its
 //! element type, at most [`REGION_ALIGN`].
+//!
+//! The fixed layouts of records that cross a boundary (wire, image, mailbox) are pinned with
+//! [`assert_layout!`](crate::assert_layout), defined here because it is the other half of the
+//! same promise: what a structure's bytes look like.
 
 use bytemuck::Pod;
 use core::fmt;
 use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
+
+/// Compile-time checks of a type's layout: its size, optionally its alignment, and the byte
+/// offset of each listed field. A layout drift is then a build error that names the type (and
+/// the field), not a corrupt run.
+///
+/// ```
+/// #[repr(C)]
+/// struct Pair {
+///     tag: u32,
+///     value: u64,
+/// }
+/// simpler_core::assert_layout!(Pair, size = 16, align = 8, { tag: 0, value: 8 });
+/// simpler_core::assert_layout!([Pair; 2], size = 32);
+/// ```
+///
+/// It expands to an anonymous `const` item, so it stands wherever an item can, and attributes
+/// on the invocation apply to it: the atomic-bearing shared state puts `#[cfg(not(loom))]` on
+/// its invocations, because the loom build's atomics ([`crate::sync`]) are larger than the
+/// hardware's. It needs nothing but `core`, so other crates can use it as well.
+#[macro_export]
+macro_rules! assert_layout {
+    (
+        $ty:ty,
+        size = $size:expr
+        $(, align = $align:expr)?
+        $(, { $($field:tt : $offset:expr),+ $(,)? })?
+        $(,)?
+    ) => {
+        const _: () = {
+            ::core::assert!(
+                ::core::mem::size_of::<$ty>() == $size,
+                ::core::concat!("size_of::<", ::core::stringify!($ty), ">() changed")
+            );
+            $(::core::assert!(
+                ::core::mem::align_of::<$ty>() == $align,
+                ::core::concat!("align_of::<", ::core::stringify!($ty), ">() changed")
+            );)?
+            $($(::core::assert!(
+                ::core::mem::offset_of!($ty, $field) == $offset,
+                ::core::concat!(
+                    "offset of ",
+                    ::core::stringify!($ty),
+                    "::",
+                    ::core::stringify!($field),
+                    " changed"
+                )
+            );)+)?
+        };
+    };
+}
 
 /// Alignment every region must start on (one cache line).
 pub const REGION_ALIGN: usize = 64;
@@ -27,7 +81,7 @@ pub enum LayoutError {
     RegionTooSmall {
         /// Bytes the layout needs.
         needed: usize,
-        /// Bytes provided.
+        /// Length of the region given, in bytes.
         provided: usize,
     },
     /// The region does not start on a [`REGION_ALIGN`]-byte boundary.
@@ -42,9 +96,9 @@ pub enum LayoutError {
     },
     /// A configuration value is out of range.
     Config {
-        /// Which value.
+        /// The configuration field's name, such as `ring.window`.
         field: &'static str,
-        /// The value given.
+        /// The value it was given.
         value: u64,
     },
 }
@@ -78,7 +132,7 @@ impl fmt::Display for LayoutError {
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Line(pub [u8; REGION_ALIGN]);
 
-static_assertions::const_assert_eq!(core::mem::size_of::<Line>(), REGION_ALIGN);
+crate::assert_layout!(Line, size = REGION_ALIGN, align = REGION_ALIGN);
 
 /// Where one array of `T` lives inside a region.
 pub struct Span<T> {

@@ -73,7 +73,7 @@ use crate::ring::MAX_RINGS;
 use crate::sync::{AtomicU32, Ordering};
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
+use core::mem::size_of;
 use static_assertions::const_assert_eq;
 
 /// Frames per mailbox: control + two task frames.
@@ -213,7 +213,7 @@ impl MailboxState {
 pub struct SkippedTransition {
     /// The raw state the word held.
     pub from: u32,
-    /// The state published.
+    /// The state the publish wrote, which the word now holds.
     pub to: MailboxState,
 }
 
@@ -311,7 +311,7 @@ pub struct RuntimeEnv {
     pub ring_dep_pool: [u64; MAX_RINGS],
 }
 
-const_assert_eq!(size_of::<RuntimeEnv>(), 96);
+crate::assert_layout!(RuntimeEnv, size = 96);
 
 /// Bytes of the diagnostic output prefix.
 pub const OUTPUT_PREFIX_SIZE: usize = 1024;
@@ -332,15 +332,13 @@ pub struct CallConfig {
     pub enable_dep_gen: i32,
     /// Collect scope statistics.
     pub enable_scope_stats: i32,
-    /// Ring sizes.
+    /// Ring sizes the run asks for (0 per field: the default).
     pub runtime_env: RuntimeEnv,
     /// Where diagnostics go: a NUL-terminated path prefix.
     pub output_prefix: [u8; OUTPUT_PREFIX_SIZE],
 }
 
-const_assert_eq!(size_of::<CallConfig>(), 1144);
-const_assert_eq!(offset_of!(CallConfig, runtime_env), 24);
-const_assert_eq!(offset_of!(CallConfig, output_prefix), 120);
+crate::assert_layout!(CallConfig, size = 1144, { runtime_env: 24, output_prefix: 120 });
 
 impl fmt::Debug for CallConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -359,23 +357,23 @@ pub enum ConfigError {
     DiagnosticsWithoutPrefix,
     /// A task window that is not 0 or a power of two in [4, i32::MAX].
     TaskWindow {
-        /// The ring.
+        /// Index of the ring whose size is refused, `0..MAX_RINGS`.
         ring: usize,
-        /// The value given.
+        /// The size given for it.
         value: u64,
     },
     /// A heap that is not 0 or at least 1024 bytes.
     Heap {
-        /// The ring.
+        /// Index of the ring whose size is refused, `0..MAX_RINGS`.
         ring: usize,
-        /// The value given.
+        /// The size given for it.
         value: u64,
     },
     /// A dependency pool that is not 0 or in [4, i32::MAX].
     DepPool {
-        /// The ring.
+        /// Index of the ring whose size is refused, `0..MAX_RINGS`.
         ring: usize,
-        /// The value given.
+        /// The size given for it.
         value: u64,
     },
 }
@@ -446,28 +444,27 @@ impl CallConfig {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 pub struct PipelineSlotLease {
-    /// The slot.
+    /// Index of the pipeline slot (task frame) leased; below the child's frame count.
     pub slot_id: u32,
     /// Must be 0.
     pub reserved: u32,
-    /// The lease's generation.
+    /// The lease's generation: the id of the run the parent posted the task for.
     pub generation: u64,
 }
 
-const_assert_eq!(size_of::<PipelineSlotLease>(), 16);
-const_assert_eq!(offset_of!(PipelineSlotLease, generation), 8);
+crate::assert_layout!(PipelineSlotLease, size = 16, { generation: 8 });
 
 /// A lease a child must refuse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseError {
     /// The reserved word is not 0.
     Reserved {
-        /// The value found.
+        /// The reserved word the lease holds.
         value: u32,
     },
     /// The slot is past the child's frames.
     Slot {
-        /// The slot named.
+        /// The `slot_id` the lease names.
         slot: u32,
         /// Task frames the child has.
         frames: u32,
@@ -500,21 +497,18 @@ pub struct ControlCopyRequest {
     pub dst: BufferDescriptor,
     /// Where they come from.
     pub src: BufferDescriptor,
-    /// How many.
+    /// Bytes to copy, from the start of each buffer; at most either descriptor's `nbytes`.
     pub nbytes: u64,
 }
 
-const_assert_eq!(size_of::<ControlCopyRequest>(), 184);
-const_assert_eq!(offset_of!(ControlCopyRequest, dst), 0);
-const_assert_eq!(offset_of!(ControlCopyRequest, src), 88);
-const_assert_eq!(offset_of!(ControlCopyRequest, nbytes), 176);
+crate::assert_layout!(ControlCopyRequest, size = 184, { dst: 0, src: 88, nbytes: 176 });
 
 /// A copy request a child must refuse before acting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyRequestError {
     /// The region is shorter than a request.
     Truncated {
-        /// Bytes available.
+        /// Length of the region given, in bytes.
         len: usize,
     },
     /// The destination descriptor is invalid.

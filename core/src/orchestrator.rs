@@ -76,24 +76,24 @@ pub struct Task<'t> {
 pub enum Blocked {
     /// The ring's task window is full.
     TaskRing {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
     },
     /// The ring's heap cannot hold the task's outputs yet.
     Heap {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
-        /// Bytes needed.
+        /// Bytes the task's outputs need (each output rounded up to 1024).
         bytes: u64,
     },
     /// The ring's dependency pool is full.
     EdgePool {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
     },
     /// The TensorMap's entry pool is full.
     TensorMap {
-        /// Entries needed.
+        /// Free entries the task's inserts need.
         needed: u32,
     },
 }
@@ -133,42 +133,42 @@ pub enum SubmitError {
     Scope(ScopeError),
     /// More tensor arguments than a task carries.
     TooManyTensors {
-        /// Tensors given.
+        /// Tensor arguments given.
         count: usize,
-        /// The cap.
+        /// The per-task cap, `CORE_MAX_TENSOR_ARGS`.
         limit: usize,
     },
     /// More explicit dependencies than a submit carries.
     TooManyDeps {
-        /// Dependencies given.
+        /// Explicit dependencies given.
         count: usize,
-        /// The cap.
+        /// The per-submit cap, [`MAX_EXPLICIT_DEPS`].
         limit: usize,
     },
     /// `block_num` of 0.
     ZeroBlocks,
     /// The outputs need more bytes than the ring's whole heap.
     OutputsTooLarge {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
-        /// Bytes needed.
+        /// Bytes the task's outputs need (each output rounded up to 1024).
         bytes: u64,
-        /// The heap's size.
+        /// Bytes of that ring's whole heap.
         heap: u64,
     },
     /// The innermost scope holds as many tasks as its ring can keep live: none of them can
     /// retire before the scope ends, so the next claim could never succeed.
     ScopeDeadlock {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
-        /// Tasks the scope holds.
+        /// Tasks the innermost scope holds.
         tasks: usize,
-        /// The ring's window.
+        /// Task slots of that ring (its `RingConfig::window`).
         window: u32,
     },
     /// The heap is full and its oldest task is held by an open scope (or the waiter gave up).
     HeapRingDeadlock {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
         /// The task holding the ring's head, when known.
         head: Option<TaskId>,
@@ -176,21 +176,21 @@ pub enum SubmitError {
     /// The task window is full and its oldest task is held by an open scope (or the waiter
     /// gave up).
     FlowControlDeadlock {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
         /// The task holding the ring's head, when known.
         head: Option<TaskId>,
     },
     /// The dependency pool cannot hold this task's edges.
     DepPoolOverflow {
-        /// The ring.
+        /// Index of the ring (`0..MAX_RINGS`) the submit's scope depth selects.
         ring: usize,
     },
     /// The TensorMap cannot hold this task's writers.
     TensorMapOverflow {
-        /// Entries needed.
+        /// Free entries the task's inserts need.
         needed: u32,
-        /// Entries free.
+        /// Entries free when the waiter gave up.
         free: u32,
     },
     /// An earlier submit failed after claiming its slot; the run must end.
@@ -248,7 +248,8 @@ pub struct OrchestratorConfig {
     pub sched: crate::sched::SchedConfig,
     /// TensorMap buckets (a power of two).
     pub map_buckets: u32,
-    /// TensorMap entries.
+    /// Entries of the TensorMap's pool: the live writers (and, with write-after-read
+    /// tracking, readers) it can hold at once.
     pub map_entries: u32,
     /// Device address of each ring's heap.
     pub heap_base: [u64; MAX_RINGS],
@@ -487,7 +488,7 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
-    /// Open scopes.
+    /// Scopes open now; the innermost one's depth selects the ring a submit goes to.
     pub fn scope_depth(&self) -> usize {
         self.scopes.depth()
     }
@@ -617,23 +618,7 @@ impl<'a> Orchestrator<'a> {
         let early = |e: SubmitError| (e, false);
         let late = |e: SubmitError| (e, true);
         let ring = self.scopes.ring().map_err(|e| early(e.into()))?;
-        let window = self.wiring.rings[ring].window;
-        let held = self.scopes.innermost_len();
-        if held + 1 >= window as usize {
-            return Err(early(SubmitError::ScopeDeadlock {
-                ring,
-                tasks: held,
-                window,
-            }));
-        }
-        let heap_size = self.wiring.rings[ring].heap.size();
-        if bytes > heap_size {
-            return Err(early(SubmitError::OutputsTooLarge {
-                ring,
-                bytes,
-                heap: heap_size,
-            }));
-        }
+        self.check_fits_ring(ring, bytes).map_err(early)?;
         let (id, me, heap_offset) = self
             .claim(ring, mask, subtasks, bytes, waiter)
             .map_err(early)?;
@@ -654,16 +639,8 @@ impl<'a> Orchestrator<'a> {
         self.wiring.next_epoch();
         // Edges that retain come first, so that a producer reached again later (a lookup, a
         // WAIT-only dependency) only ever adds WAIT to an edge that already keeps it alive.
-        for dep in explicit
-            .iter()
-            .filter(|d| d.flags.contains(DepFlags::RETAIN))
-        {
-            if !self.wiring.is_retired(dep.task) {
-                self.wiring
-                    .add_edge(me, dep.task, dep.flags, waiter)
-                    .map_err(late)?;
-            }
-        }
+        self.explicit_edges(me, explicit, true, waiter)
+            .map_err(late)?;
         // One pass: every OUTPUT gets its buffer, every other tensor its creator edge.
         for a in args.iter_mut() {
             if a.tag == TensorArgType::Output {
@@ -680,16 +657,8 @@ impl<'a> Orchestrator<'a> {
         if let Some(r) = reads {
             self.wiring.creator_edge(me, r, waiter).map_err(late)?;
         }
-        for dep in explicit
-            .iter()
-            .filter(|d| !d.flags.contains(DepFlags::RETAIN))
-        {
-            if !self.wiring.is_retired(dep.task) {
-                self.wiring
-                    .add_edge(me, dep.task, dep.flags, waiter)
-                    .map_err(late)?;
-            }
-        }
+        self.explicit_edges(me, explicit, false, waiter)
+            .map_err(late)?;
         let manual_scope = self.scopes.is_manual();
         let war = self.track_war;
         let mut inserts = 0u32;
@@ -756,30 +725,92 @@ impl<'a> Orchestrator<'a> {
         }
         if inserts > 0 {
             self.reserve_map(inserts, waiter).map_err(late)?;
-            if war {
-                if let Some(r) = tracked_read {
-                    let _ = self.map.insert(r, id, EntryKind::Reader);
-                }
-            }
-            for (i, a) in args.iter().enumerate() {
-                if manual_scope || a.tensor.manual_dep() || handed_over & 1 << i != 0 {
-                    continue;
-                }
-                let kind = if deps::registers_writer(a.tag) {
-                    EntryKind::Writer
-                } else if war && a.tag == TensorArgType::Input {
-                    EntryKind::Reader
-                } else {
-                    continue;
-                };
-                // Reserved above; the insert cannot fail.
-                let _ = self.map.insert(&a.tensor, id, kind);
-            }
+            self.insert_entries(id, args, tracked_read, handed_over, manual_scope, war);
         }
         before_publish(id, args);
         self.wiring.wire_and_publish(ring, me);
         self.scopes.push(id).map_err(|e| late(e.into()))?;
         Ok(id)
+    }
+
+    /// Step 1's ring checks: the innermost scope leaves room in its ring's window for one more
+    /// task, and the task's outputs fit the ring's heap at all.
+    #[inline(always)]
+    fn check_fits_ring(&self, ring: usize, bytes: u64) -> Result<(), SubmitError> {
+        let window = self.wiring.rings[ring].window;
+        let held = self.scopes.innermost_len();
+        if held + 1 >= window as usize {
+            return Err(SubmitError::ScopeDeadlock {
+                ring,
+                tasks: held,
+                window,
+            });
+        }
+        let heap_size = self.wiring.rings[ring].heap.size();
+        if bytes > heap_size {
+            return Err(SubmitError::OutputsTooLarge {
+                ring,
+                bytes,
+                heap: heap_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// An edge from every explicit dependency that retains (`retain`) or only waits
+    /// (`!retain`), skipping producers that already retired.
+    #[inline(always)]
+    fn explicit_edges(
+        &mut self,
+        me: SlotRef,
+        explicit: &[ExplicitDep],
+        retain: bool,
+        waiter: &mut impl Waiter,
+    ) -> Result<(), SubmitError> {
+        for dep in explicit
+            .iter()
+            .filter(|d| d.flags.contains(DepFlags::RETAIN) == retain)
+        {
+            if !self.wiring.is_retired(dep.task) {
+                self.wiring.add_edge(me, dep.task, dep.flags, waiter)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5: the task's TensorMap entries, in the room `reserve_map` made for them. Writers
+    /// (and, with write-after-read tracking, readers and the tracked read) are inserted, except
+    /// the arguments whose entry a lookup handed over to the task (`handed_over`, a bit per
+    /// argument) and everything in a manual scope or marked `manual_dep`.
+    #[inline(always)]
+    fn insert_entries(
+        &mut self,
+        id: TaskId,
+        args: &[TaskArg],
+        tracked_read: Option<&TaskTensor>,
+        handed_over: u32,
+        manual_scope: bool,
+        war: bool,
+    ) {
+        if war {
+            if let Some(r) = tracked_read {
+                let _ = self.map.insert(r, id, EntryKind::Reader);
+            }
+        }
+        for (i, a) in args.iter().enumerate() {
+            if manual_scope || a.tensor.manual_dep() || handed_over & 1 << i != 0 {
+                continue;
+            }
+            let kind = if deps::registers_writer(a.tag) {
+                EntryKind::Writer
+            } else if war && a.tag == TensorArgType::Input {
+                EntryKind::Reader
+            } else {
+                continue;
+            };
+            // Reserved by the caller; the insert cannot fail.
+            let _ = self.map.insert(&a.tensor, id, kind);
+        }
     }
 
     /// Off the default path: a WAIT edge from the task of every live entry of `kind` that

@@ -39,7 +39,7 @@ pub struct Footprint {
     pub version: i32,
     /// Rank (1..=5).
     pub ndims: u32,
-    /// Raw dtype.
+    /// Raw [`DataType`](crate::dtype::DataType) byte.
     pub dtype: u8,
     /// Element size in bytes (non-zero).
     pub elem_size: u32,

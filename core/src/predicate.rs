@@ -22,7 +22,6 @@ use crate::limits::MAX_TENSOR_DIMS;
 use crate::task_tensor::TaskTensor;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use static_assertions::const_assert_eq;
 
 /// The comparison `element op target`. The raw value 0 is "no predicate" in the wire forms.
 #[repr(u8)]
@@ -79,14 +78,14 @@ pub enum PredicateError {
     NotAllocated,
     /// The indices do not name one element: their count must equal the operand's rank.
     IndexRank {
-        /// Indices given.
+        /// Number of indices given.
         given: usize,
         /// The operand's rank.
         rank: usize,
     },
     /// An index past its dimension.
     Index {
-        /// The dimension.
+        /// Index of the dimension, below the operand's rank.
         dim: usize,
         /// The index given.
         index: u32,
@@ -95,12 +94,12 @@ pub enum PredicateError {
     },
     /// An element width the comparison does not read (1, 2, 4 or 8 bytes).
     ElemSize {
-        /// Bytes.
+        /// The width asked for, in bytes.
         bytes: u8,
     },
     /// An unknown raw operator (in a record or a Definition).
     Op {
-        /// The raw value.
+        /// The operator byte the record holds.
         raw: u8,
     },
     /// Device memory refused the read of the element.
@@ -185,7 +184,7 @@ impl Predicate {
         })
     }
 
-    /// The tensor read.
+    /// The tensor the element is read from (its producers become the task's producers).
     pub fn operand(&self) -> &TaskTensor {
         &self.operand
     }
@@ -195,7 +194,7 @@ impl Predicate {
         self.elem_offset
     }
 
-    /// The comparison.
+    /// The comparison: the task runs when `element op target` holds.
     pub fn op(&self) -> PredicateOp {
         self.op
     }
@@ -242,14 +241,11 @@ pub struct DispatchPredicate {
     pub elem_size: u8,
     /// The raw [`PredicateOp`].
     pub op: u8,
-    /// Zero.
+    /// Zero; pads the record to 24 bytes.
     pub reserved: [u8; 6],
 }
 
-const_assert_eq!(core::mem::size_of::<DispatchPredicate>(), 24);
-const_assert_eq!(core::mem::offset_of!(DispatchPredicate, target), 8);
-const_assert_eq!(core::mem::offset_of!(DispatchPredicate, elem_size), 16);
-const_assert_eq!(core::mem::offset_of!(DispatchPredicate, op), 17);
+crate::assert_layout!(DispatchPredicate, size = 24, { target: 8, elem_size: 16, op: 17 });
 
 impl DispatchPredicate {
     /// Words of one in a payload record.

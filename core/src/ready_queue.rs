@@ -151,18 +151,11 @@ unsafe impl AtomicPod for Slot {}
 // The queue lives in images the host builds, so its layout is fixed (for the real atomics; a
 // loom build's carry the checker's bookkeeping and are larger).
 #[cfg(not(loom))]
-const _: () = {
-    use core::mem::{align_of, offset_of, size_of};
-    use static_assertions::const_assert_eq;
-    const_assert_eq!(size_of::<CachePaddedU64>(), 64);
-    const_assert_eq!(align_of::<CachePaddedU64>(), 64);
-    const_assert_eq!(size_of::<QueueHeader>(), 128);
-    const_assert_eq!(offset_of!(QueueHeader, enqueue_pos), 0);
-    const_assert_eq!(offset_of!(QueueHeader, dequeue_pos), 64);
-    const_assert_eq!(size_of::<Slot>(), 16);
-    const_assert_eq!(offset_of!(Slot, sequence), 0);
-    const_assert_eq!(offset_of!(Slot, value), 8);
-};
+crate::assert_layout!(CachePaddedU64, size = 64, align = 64);
+#[cfg(not(loom))]
+crate::assert_layout!(QueueHeader, size = 128, { enqueue_pos: 0, dequeue_pos: 64 });
+#[cfg(not(loom))]
+crate::assert_layout!(Slot, size = 16, { sequence: 0, value: 8 });
 static_assertions::assert_impl_all!(ReadyQueue<'static>: Sync, Send);
 
 /// A push found the queue full; carries the value back.

@@ -88,7 +88,7 @@ pub struct RingFlow {
 unsafe impl AtomicPod for RingFlow {}
 
 #[cfg(not(loom))]
-static_assertions::const_assert_eq!(core::mem::size_of::<RingFlow>(), 192);
+crate::assert_layout!(RingFlow, size = 192);
 
 impl RingFlow {
     /// The watermark, as the orchestrator reads it before reusing resources.

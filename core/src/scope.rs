@@ -26,7 +26,7 @@ pub enum ScopeMode {
 pub enum ScopeError {
     /// More than [`MAX_SCOPE_DEPTH`] nested scopes.
     TooDeep {
-        /// The limit.
+        /// The nesting limit, [`MAX_SCOPE_DEPTH`].
         limit: usize,
     },
     /// An AUTO scope inside a MANUAL one.
@@ -82,7 +82,8 @@ impl<'a> ScopeStack<'a> {
         self.depth = 0;
     }
 
-    /// Open scopes.
+    /// Scopes open now (0 before the first `begin`); the innermost one's depth selects a
+    /// submit's ring.
     pub fn depth(&self) -> usize {
         self.depth
     }

@@ -25,17 +25,17 @@
 //! | 8 | COMPLETED → CONSUMED | whichever thread releases the last reference | `SchedState::release_fanout` (crate-private) |
 //! | 9 | CONSUMED → FREE | whichever thread advances the ring's watermark | `SchedState::advance` (crate-private) |
 //!
-//! **Readiness.** `fanin_refcount` counts up to the constant `FANIN_READY`. Each WAIT
-//! producer that had not completed when its edge was linked adds one when it completes; the
-//! orchestrator, once wiring is done, adds the rest (`FANIN_READY` minus the linked edges), so
-//! a task cannot become ready half-wired: before the publish the count is at most the number
-//! of linked edges, far below the target. The one increment that reaches `FANIN_READY`
-//! performs transition 3, and it knows so from its own read-modify-write alone. Nothing else
-//! of the slot may be read to decide: a release that is not the last leaves the task free to
-//! run and retire, and its slot to be claimed again, before the releasing thread's next
-//! instruction (deciding by a later load of a per-task target once let such a release match
-//! a later occupant's count and make that task ready before its producers released it).
-//! `fanin_count` keeps the number of WAIT edges plus one, for reports only.
+//! **Readiness.** `fanin_refcount` counts up to the crate-private constant `FANIN_READY` (2^31).
+//! Each WAIT producer that had not completed when its edge was linked adds one when it completes;
+//! the orchestrator, once wiring is done, adds the rest (`FANIN_READY` minus the linked edges), so
+//! a task cannot become ready half-wired: before the publish the count is at most the number of
+//! linked edges, far below the target. The one increment that reaches `FANIN_READY` performs
+//! transition 3, and it knows so from its own read-modify-write alone. Nothing else of the slot may
+//! be read to decide: a release that is not the last leaves the task free to run and retire, and
+//! its slot to be claimed again, before the releasing thread's next instruction (deciding by a
+//! later load of a per-task target once let such a release match a later occupant's count and make
+//! that task ready before its producers released it). `fanin_count` keeps the number of WAIT edges
+//! plus one, for reports only.
 //!
 //! **Edges.** A WAIT edge is linked into its producer's fanout list, or counted as released if
 //! the producer already completed, under the producer's lock as the edge is recorded. A RETAIN
@@ -136,7 +136,7 @@ impl SlotRef {
         Self(((ring as u32) << Self::INDEX_BITS) | index)
     }
 
-    /// The ring.
+    /// Index of the slot's ring, `0..MAX_RINGS` (the top two bits).
     pub const fn ring(self) -> usize {
         (self.0 >> Self::INDEX_BITS) as usize
     }
@@ -179,7 +179,7 @@ pub struct SlotState {
 }
 
 #[cfg(not(loom))]
-static_assertions::const_assert_eq!(core::mem::size_of::<SlotState>(), 64);
+crate::assert_layout!(SlotState, size = 64);
 
 // SAFETY: SlotState is #[repr(C)] made only of atomic integers, so every bit pattern (zero
 // included) is valid and all mutation is atomic.
@@ -187,7 +187,8 @@ static_assertions::const_assert_eq!(core::mem::size_of::<SlotState>(), 64);
 unsafe impl AtomicPod for SlotState {}
 
 impl SlotState {
-    /// The current status.
+    /// The slot's status now (an acquire load: what the transition that set it published is
+    /// visible).
     pub fn status(&self) -> SlotStatus {
         SlotStatus::from_raw(self.status.load(Ordering::Acquire))
     }

@@ -31,15 +31,14 @@ use crate::geometry::{self, GeometryError};
 use crate::limits::MAX_TENSOR_DIMS;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
-use static_assertions::const_assert_eq;
+use core::mem::offset_of;
 
 /// A task's id: `(ring << 32) | local`, where `local` counts submits on that ring in one run.
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Pod, Zeroable)]
 pub struct TaskId(pub u64);
 
-const_assert_eq!(size_of::<TaskId>(), 8);
+crate::assert_layout!(TaskId, size = 8);
 
 impl TaskId {
     /// No task: an external tensor, or "no producer".
@@ -85,20 +84,11 @@ pub struct TaskTensor {
     _pad: [u8; 36],
 }
 
-const_assert_eq!(size_of::<TaskTensor>(), 128);
-const_assert_eq!(offset_of!(TaskTensor, buffer), 0);
-const_assert_eq!(offset_of!(TaskTensor, owner_task_id), 16);
-const_assert_eq!(offset_of!(TaskTensor, start_offset), 24);
-const_assert_eq!(offset_of!(TaskTensor, version), 32);
-const_assert_eq!(offset_of!(TaskTensor, ndims), 36);
-const_assert_eq!(offset_of!(TaskTensor, dtype), 40);
-const_assert_eq!(offset_of!(TaskTensor, manual_dep), 41);
-const_assert_eq!(offset_of!(TaskTensor, is_contiguous), 42);
-const_assert_eq!(offset_of!(TaskTensor, address_space), 43);
-const_assert_eq!(offset_of!(TaskTensor, shapes), 44);
-const_assert_eq!(offset_of!(TaskTensor, extent_elem_cache), 64);
-const_assert_eq!(offset_of!(TaskTensor, strides), 72);
-const_assert_eq!(offset_of!(TaskTensor, _pad), 92);
+crate::assert_layout!(TaskTensor, size = 128, {
+    buffer: 0, owner_task_id: 16, start_offset: 24, version: 32, ndims: 36, dtype: 40,
+    manual_dep: 41, is_contiguous: 42, address_space: 43, shapes: 44, extent_elem_cache: 64,
+    strides: 72, _pad: 92,
+});
 // Every field lies in the first `PACKED_WORDS` words.
 static_assertions::const_assert!(offset_of!(TaskTensor, _pad) <= TaskTensor::PACKED_WORDS * 8);
 
@@ -109,7 +99,7 @@ pub enum AdoptError {
     Geometry(GeometryError),
     /// Its address space byte is unknown.
     AddressSpace {
-        /// The byte found.
+        /// The `address_space` byte the chip tensor holds.
         value: u8,
     },
     /// The view reaches past the buffer it names.
@@ -160,12 +150,12 @@ pub enum ViewError {
     },
     /// A view dimension of extent zero.
     ZeroShape {
-        /// The dimension.
+        /// Index of the dimension, below the rank.
         dim: u8,
     },
     /// `offset + shape` exceeds the source's extent in a dimension.
     OutOfBounds {
-        /// The dimension.
+        /// Index of the dimension, below the rank.
         dim: u8,
         /// The view's offset in it.
         offset: u32,
@@ -411,7 +401,7 @@ impl TaskTensor {
     pub fn manual_dep(&self) -> bool {
         self.manual_dep != 0
     }
-    /// Rank.
+    /// Rank: dimensions in use, `1..=MAX_TENSOR_DIMS` for a tensor that passed adoption.
     pub fn ndims(&self) -> u32 {
         self.ndims
     }
@@ -426,7 +416,7 @@ impl TaskTensor {
     pub(crate) fn strides_all(&self) -> &[u32; MAX_TENSOR_DIMS] {
         &self.strides
     }
-    /// The used shapes.
+    /// The shapes of the dimensions in use, in elements (`ndims` of them).
     pub fn shapes(&self) -> &[u32] {
         &self.shapes[..self.rank()]
     }

@@ -20,9 +20,7 @@ use crate::geometry::{self, GeometryError};
 use crate::limits::MAX_TENSOR_DIMS;
 use bytemuck::{Pod, Zeroable};
 use core::fmt;
-use core::mem::{offset_of, size_of};
 use core::ops::Deref;
-use static_assertions::const_assert_eq;
 
 /// The address-free wire tensor. See the module table for its layout.
 #[repr(C)]
@@ -32,7 +30,7 @@ pub struct Tensor {
     pub buffer: BufferDescriptor,
     /// Start of the view within the backing, in bytes.
     pub byte_offset: u64,
-    /// Rank.
+    /// Rank: dimensions in use, `1..=MAX_TENSOR_DIMS`; `shapes` and `strides` are zero past it.
     pub ndims: u32,
     /// Extent per dimension, in elements.
     pub shapes: [u32; MAX_TENSOR_DIMS],
@@ -44,15 +42,9 @@ pub struct Tensor {
     pub _pad: [u8; 3],
 }
 
-const_assert_eq!(size_of::<Tensor>(), 144);
-const_assert_eq!(core::mem::align_of::<Tensor>(), 8);
-const_assert_eq!(offset_of!(Tensor, buffer), 0);
-const_assert_eq!(offset_of!(Tensor, byte_offset), 88);
-const_assert_eq!(offset_of!(Tensor, ndims), 96);
-const_assert_eq!(offset_of!(Tensor, shapes), 100);
-const_assert_eq!(offset_of!(Tensor, strides), 120);
-const_assert_eq!(offset_of!(Tensor, dtype), 140);
-const_assert_eq!(offset_of!(Tensor, _pad), 141);
+crate::assert_layout!(Tensor, size = 144, align = 8, {
+    buffer: 0, byte_offset: 88, ndims: 96, shapes: 100, strides: 120, dtype: 140, _pad: 141,
+});
 
 /// Why a wire tensor must not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +55,7 @@ pub enum TensorError {
     Geometry(GeometryError),
     /// `byte_offset` is not a multiple of the element size.
     MisalignedOffset {
-        /// The offset found.
+        /// The tensor's `byte_offset`.
         byte_offset: u64,
         /// The element size it must divide by.
         elem_size: u32,
@@ -211,12 +203,12 @@ impl Tensor {
         Ok(g.extent_bytes)
     }
 
-    /// The used shapes.
+    /// The shapes of the dimensions in use (`ndims` of them, at most five).
     pub fn used_shapes(&self) -> &[u32] {
         &self.shapes[..(self.ndims as usize).min(MAX_TENSOR_DIMS)]
     }
 
-    /// The used strides.
+    /// The strides of the dimensions in use (`ndims` of them, at most five).
     pub fn used_strides(&self) -> &[u32] {
         &self.strides[..(self.ndims as usize).min(MAX_TENSOR_DIMS)]
     }
@@ -228,14 +220,14 @@ impl Tensor {
 pub struct ValidTensor(Tensor);
 
 impl ValidTensor {
-    /// Validates `tensor`.
+    /// `tensor`, if [`Tensor::validate`] accepts it.
     #[inline]
     pub fn new(tensor: Tensor) -> Result<Self, TensorError> {
         tensor.validate()?;
         Ok(Self(tensor))
     }
 
-    /// The validated tensor.
+    /// The wire tensor that passed validation.
     #[inline]
     pub fn get(&self) -> &Tensor {
         &self.0
