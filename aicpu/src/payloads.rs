@@ -124,7 +124,7 @@ pub struct TaskPayloads<'a> {
 }
 
 /// One record: its head's fields and its body (used tensors, then used scalars).
-struct Record<'r> {
+struct PayloadRecord<'r> {
     head: &'r [AtomicU64],
     tensors: usize,
     scalars: usize,
@@ -132,7 +132,7 @@ struct Record<'r> {
     body: &'r [AtomicU64],
 }
 
-impl Record<'_> {
+impl PayloadRecord<'_> {
     fn scalar_words(&self) -> &[AtomicU64] {
         let at = self.tensors * TENSOR_WORDS;
         &self.body[at..at + self.scalars]
@@ -232,13 +232,13 @@ impl<'a> TaskPayloads<'a> {
     }
 
     /// `task`'s record, if its head names a body inside the arena.
-    fn record(&self, task: TaskId) -> Option<Record<'_>> {
+    fn record(&self, task: TaskId) -> Option<PayloadRecord<'_>> {
         let head = self.head(task)?;
         let (tensors, scalars, predicated) = counts(head);
         let start = head[3].load(Ordering::Relaxed) as usize;
         let len = body_words(tensors, scalars, predicated);
         let body = self.bodies[task.ring() as usize].get(start..start.checked_add(len)?)?;
-        Some(Record {
+        Some(PayloadRecord {
             head,
             tensors,
             scalars,

@@ -30,11 +30,11 @@ pub fn close(w: &mut Worker) {
 }
 
 /// A SUB callable as these suites write one: a plain function of the task's mapped arguments.
-pub type SubFn = fn(&mut MappedArgs) -> Result<(), String>;
+pub type SubFnPtr = fn(&mut MappedArgs) -> Result<(), String>;
 
 /// Registers `f` as SUB callable `name` on `w` (which must not be initialized yet); panics
 /// naming the callable if the Worker refuses it.
-pub fn register_sub(w: &mut Worker, name: &str, f: SubFn) -> SubCallableId {
+pub fn register_sub(w: &mut Worker, name: &str, f: SubFnPtr) -> SubCallableId {
     w.register_sub(name, Arc::new(f))
         .unwrap_or_else(|e| panic!("register {name}: {e}"))
 }

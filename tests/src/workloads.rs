@@ -36,7 +36,7 @@ impl Backstop for crate::harness::Drain<'_> {}
 
 /// Whose stream a [`Workload`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scene {
+enum StreamedScene {
     PagedAttention,
     Bgemm,
 }
@@ -46,7 +46,7 @@ enum Scene {
 /// once, so a run allocates nothing on the host heap.
 #[derive(Clone, Debug)]
 pub struct Workload {
-    scene: Scene,
+    scene: StreamedScene,
     tensors: Vec<TaskTensor>,
     /// Per entry tensor, the staged bytes of one the stream reads.
     data: Vec<Option<Vec<u8>>>,
@@ -60,19 +60,19 @@ impl Workload {
     /// blocks, 16,704 tasks). Panics on an unknown case.
     pub fn paged_attention(case: &str) -> Self {
         let entry = paged_attention::stream_entry(case).expect("a paged_attention case");
-        Self::new(Scene::PagedAttention, entry)
+        Self::new(StreamedScene::PagedAttention, entry)
     }
 
     /// `bgemm`'s case `case` (the benchmark's is `Case0`: 250 groups × grid_k 2 = 1000 tasks
     /// on 128 × 128 tiles). Panics on an unknown case.
     pub fn bgemm(case: &str) -> Self {
         Self::new(
-            Scene::Bgemm,
+            StreamedScene::Bgemm,
             bgemm::stream_entry(case).expect("a bgemm case"),
         )
     }
 
-    fn new(scene: Scene, entry: StreamEntry) -> Self {
+    fn new(scene: StreamedScene, entry: StreamEntry) -> Self {
         let tensors = entry
             .tensors
             .iter()
@@ -114,8 +114,8 @@ impl Workload {
             submitted: 0,
         };
         match self.scene {
-            Scene::PagedAttention => paged_attention::stream(&mut bare)?,
-            Scene::Bgemm => bgemm::stream(&mut bare)?,
+            StreamedScene::PagedAttention => paged_attention::stream(&mut bare)?,
+            StreamedScene::Bgemm => bgemm::stream(&mut bare)?,
         }
         Ok(bare.submitted)
     }

@@ -107,7 +107,7 @@ enum TaskState {
     Failed,
 }
 
-struct Task {
+struct TaskNode {
     id: u64,
     state: TaskState,
     digest: [u8; 32],
@@ -120,7 +120,7 @@ struct Task {
     error: Option<L3Error>,
 }
 
-impl Task {
+impl TaskNode {
     fn terminal(&self) -> bool {
         matches!(self.state, TaskState::Completed | TaskState::Failed)
     }
@@ -248,7 +248,7 @@ impl RunShared {
     }
 }
 
-struct RunState {
+struct RunProgress {
     id: u64,
     outstanding: usize,
     orch_done: bool,
@@ -262,7 +262,7 @@ struct RunState {
 /// The state the orchestrator and the scheduler share.
 pub(super) struct Engine {
     base: u64,
-    tasks: VecDeque<Task>,
+    tasks: VecDeque<TaskNode>,
     /// The dependency map: per buffer identity, the accesses of tasks that may still order a
     /// later one (a failed task's stay, to poison its consumers).
     map: HashMap<CanonicalIdentity, Vec<TrackedAccess>>,
@@ -272,7 +272,7 @@ pub(super) struct Engine {
     ready_group: VecDeque<u64>,
     busy: Vec<Option<(u64, usize)>>,
     dead: Vec<Option<String>>,
-    run: Option<RunState>,
+    run: Option<RunProgress>,
     /// Per-lane scratch of the dispatch pass (kept to avoid an allocation per pass).
     reserved: Vec<bool>,
     /// Scope intermediates waiting for the scope's last task to retire.
@@ -356,7 +356,7 @@ impl Shared {
             spin: *self.run_spin.lock().unwrap_or_else(|e| e.into_inner()),
             ..RunShared::default()
         });
-        eng.run = Some(RunState {
+        eng.run = Some(RunProgress {
             id,
             outstanding: 0,
             orch_done: false,
@@ -460,7 +460,7 @@ impl Shared {
             }
         }
         let remaining = members.len();
-        eng.tasks.push_back(Task {
+        eng.tasks.push_back(TaskNode {
             id,
             state: TaskState::Pending,
             digest,
@@ -552,7 +552,7 @@ impl Shared {
             }
         }
         let mut freed = false;
-        while eng.tasks.front().is_some_and(Task::terminal) {
+        while eng.tasks.front().is_some_and(TaskNode::terminal) {
             eng.tasks.pop_front();
             eng.base += 1;
             freed = true;
@@ -919,12 +919,12 @@ impl Retire for Vec<(u64, Vec<Buffer>)> {
 }
 
 impl Engine {
-    fn task(&self, id: u64) -> Option<&Task> {
+    fn task(&self, id: u64) -> Option<&TaskNode> {
         let i = id.checked_sub(self.base)?;
         self.tasks.get(i as usize).filter(|t| t.id == id)
     }
 
-    fn task_mut(&mut self, id: u64) -> Option<&mut Task> {
+    fn task_mut(&mut self, id: u64) -> Option<&mut TaskNode> {
         let i = id.checked_sub(self.base)?;
         self.tasks.get_mut(i as usize).filter(|t| t.id == id)
     }

@@ -164,7 +164,7 @@ struct Geometry {
 
 /// The entry tensors, in signature order.
 #[derive(Clone, Copy)]
-struct Entry {
+struct EntryTensors {
     query: TaskTensor,
     key_cache: TaskTensor,
     value_cache: TaskTensor,
@@ -173,7 +173,7 @@ struct Entry {
     out: TaskTensor,
 }
 
-impl Entry {
+impl EntryTensors {
     fn of(tensors: &[TaskTensor]) -> Option<Self> {
         match *tensors {
             [query, key_cache, value_cache, block_table, context_lens, out] => Some(Self {
@@ -254,7 +254,7 @@ fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// The scene's task stream (the module docs list it), on any [`TaskStream`]: [`Rt`] on the
 /// device, a bare orchestrator in the `submit` benchmark.
 pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
-    let entry = Entry::of(s.tensors());
+    let entry = EntryTensors::of(s.tensors());
     let scale = match s.scalars() {
         &[scale] => Some(scale),
         _ => None,
@@ -286,7 +286,7 @@ pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
 /// and heads `h0..h0 + h`.
 fn query_tile<S: TaskStream>(
     s: &mut S,
-    entry: &Entry,
+    entry: &EntryTensors,
     geo: &Geometry,
     scale: u64,
     (b, ctx): (u32, u32),

@@ -23,7 +23,7 @@ pub(super) enum Init {
 }
 
 /// One entry tensor of the signature: rank 4, f32.
-pub(super) struct Entry {
+pub(super) struct EntrySpec {
     /// `[n0, n1, rows, cols]`.
     pub(super) shape: [u32; 4],
     /// In for the inputs, Out for the outputs the golden checks.
@@ -33,8 +33,8 @@ pub(super) struct Entry {
 }
 
 /// An input of `shape`, filled as `init`.
-const fn input(shape: [u32; 4], init: Init) -> Entry {
-    Entry {
+const fn input(shape: [u32; 4], init: Init) -> EntrySpec {
+    EntrySpec {
         shape,
         dir: ArgDirection::In,
         init,
@@ -42,8 +42,8 @@ const fn input(shape: [u32; 4], init: Init) -> Entry {
 }
 
 /// An output of `shape`, zeroed (the golden checks it).
-const fn output(shape: [u32; 4]) -> Entry {
-    Entry {
+const fn output(shape: [u32; 4]) -> EntrySpec {
+    EntrySpec {
         shape,
         dir: ArgDirection::Out,
         init: Init::Zero,
@@ -100,7 +100,7 @@ pub(super) const ZS: usize = 38;
 pub(super) const AGREE: usize = 39;
 
 /// The entry tensors, in signature order (the index constants above).
-pub(super) const ENTRIES: [Entry; 40] = [
+pub(super) const ENTRIES: [EntrySpec; 40] = [
     // ONEHOT: the step's tokens, one-hot over the embedding's vocabulary chunks
     input([1, EMB_CHUNKS, T, VC], Init::OneHot),
     // EMB: the embedding rows of each chunk
@@ -175,7 +175,7 @@ pub(super) const ENTRIES: [Entry; 40] = [
 ];
 
 /// The data of entry `spec`, drawn from `rng` (zero for an output).
-pub(super) fn fill(rng: &mut XorShift, spec: &Entry) -> Vec<f32> {
+pub(super) fn fill(rng: &mut XorShift, spec: &EntrySpec) -> Vec<f32> {
     let [n0, n1, r, c] = spec.shape.map(|x| x as usize);
     let n = n0 * n1 * r * c;
     match spec.init {
