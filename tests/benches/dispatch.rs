@@ -24,6 +24,7 @@ use simpler_core::scope::ScopeMode;
 use simpler_core::{DataType, TaskTensor, TensorArgType};
 use simpler_host::ChipWorker;
 use simpler_sim::{DeviceConfig, Topology};
+use simpler_tests::harness::input;
 use simpler_tests::measure::{report_summary, sized};
 use std::sync::Arc;
 
@@ -41,12 +42,6 @@ fn out() -> TaskArg {
     }
 }
 
-fn input(t: TaskTensor) -> TaskArg {
-    TaskArg {
-        tensor: t,
-        tag: TensorArgType::Input,
-    }
-}
 
 fn fan(rt: &mut Rt<'_, '_>, groups: u32) -> Result<(), RtError> {
     for _ in 0..groups {

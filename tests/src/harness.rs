@@ -104,6 +104,11 @@ pub fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
     TaskArg { tensor, tag }
 }
 
+/// `tensor` as an INPUT argument: the most common argument of the suites' tasks.
+pub fn input(tensor: TaskTensor) -> TaskArg {
+    arg(tensor, TensorArgType::Input)
+}
+
 /// A one-block AIV task over `args`, with no explicit dependency and no predicate: the plain
 /// task the core-level suites submit.
 pub fn aiv_task(args: &mut [TaskArg]) -> Task<'_> {

@@ -27,6 +27,7 @@ use simpler_sim::aicore::{kernels, KernelFn};
 use simpler_sim::aicpu::{Rt, RtError, SchedError};
 use simpler_sim::{DeviceConfig, OrchFn, RunError, Topology};
 use simpler_tests::assert_fails;
+use simpler_tests::harness::input;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,12 +64,6 @@ fn worker(config: DeviceConfig) -> ChipWorker {
     ChipWorker::init(config).expect("the device starts")
 }
 
-fn input(tensor: TaskTensor) -> TaskArg {
-    TaskArg {
-        tensor,
-        tag: TensorArgType::Input,
-    }
-}
 
 fn output(shape: &[u32]) -> TaskArg {
     TaskArg {

@@ -9,7 +9,7 @@ use simpler_core::sched::SchedConfig;
 use simpler_core::scope::ScopeMode;
 use simpler_core::slot::SlotStatus;
 use simpler_core::{DataType, TaskId, TaskTensor, TensorArgType};
-use simpler_tests::harness::{aiv_task, with_runtime, Drain};
+use simpler_tests::harness::{aiv_task, input, with_runtime, Drain};
 
 const HEAP_BASE: u64 = 0x4000_0000;
 
@@ -33,12 +33,6 @@ fn output(kib: u32) -> TaskArg {
     }
 }
 
-fn input(t: TaskTensor) -> TaskArg {
-    TaskArg {
-        tensor: t,
-        tag: TensorArgType::Input,
-    }
-}
 
 #[test]
 fn ten_windows_wrap_with_in_order_reclamation_and_no_live_overlap() {
