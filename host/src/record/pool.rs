@@ -51,7 +51,7 @@ struct RecorderThread {
     /// Running a recording now.
     busy: bool,
     /// Waiting on its condition variable: only then does a wake-up need a notify (each one
-    /// is a system call, and on this VM waking a thread costs the waker ~10 us).
+    /// is a system call, and waking a thread costs the waker microseconds).
     sleeping: bool,
     /// The keys it recorded, oldest first: the last 64 (its capacity), for
     /// [`RecorderPool::recorded_by_thread`].
@@ -69,8 +69,8 @@ struct PoolState {
     /// The thread whose turn it is for the next job (the rotation).
     next: usize,
     /// Recordings running now, and how many may run at once (while the orchestration builds,
-    /// one per CPU it leaves: more threads only take turns on the CPUs it also needs, measured
-    /// in the `bind` benchmark; at the commit, every job waiting).
+    /// one per CPU it leaves: more threads only take turns on the CPUs it also needs; at the
+    /// commit, every job waiting).
     running: usize,
     limit: usize,
     /// Threads notified and not yet back under the lock. Each holds a permit until then: it
@@ -291,9 +291,8 @@ impl RecorderPool {
     /// recorders do not take turns on the orchestration's CPU); afterwards (`false`, when the
     /// commit waits for them) every job waiting may start at once, and each waiting job's
     /// thread is woken now. The threads then share the CPUs, which costs a few context
-    /// switches; a chain in which each finishing recording wakes the next thread costs a
-    /// wake-up delay per link, which measured more (dsv4-shaped graph_commit median ~920 ->
-    /// ~750 us).
+    /// switches; a chain in which each finishing recording wakes the next thread would put a
+    /// wake-up delay on the commit's path for every link, which costs more.
     pub fn orchestrating(&mut self, on: bool) {
         let mut st = self.lock();
         st.limit = if on {

@@ -35,7 +35,8 @@ const RECORD_HEAP: u64 = 1 << 31;
 const DEFINITION_PREWARM: usize = 4 << 20;
 
 /// The private runtime's memory: page-aligned mappings of zero pages, touched only where a
-/// recording writes (an aligned heap allocation would be zeroed eagerly, 20 ms for these 40 MB).
+/// recording writes (an aligned heap allocation would be zeroed eagerly, tens of milliseconds
+/// for these 40 MB).
 struct Regions {
     sched: PrivateMapping,
     orch: PrivateMapping,
