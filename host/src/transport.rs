@@ -118,7 +118,7 @@ mod sim {
         fn from(e: DeviceError) -> Self {
             match e {
                 DeviceError::Stopped => Self::Stopped,
-                other => Self::Start(format!("{other:?}")),
+                other => Self::Start(other.to_string()),
             }
         }
     }

@@ -33,13 +33,13 @@ enum Command {
         /// The case (default: the scene's first).
         #[arg(long)]
         case: Option<String>,
-        /// Rounds to run on the same chip.
+        /// Rounds to run on the same chip (at least 1).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
         /// The simulated platform: a2a3sim or a5sim.
         #[arg(long, default_value = "a2a3sim")]
         platform: String,
-        /// Clusters of 1 AIC + 2 AIV (default 8).
+        /// Clusters of 1 AIC + 2 AIV (default 8; a2a3sim has up to 24, a5sim up to 36).
         #[arg(long)]
         clusters: Option<u32>,
         /// Write the first round's task graph to this file.
@@ -74,13 +74,32 @@ enum Command {
     /// Level 3: vector_example on chips in child processes, chip 0's output feeding chip 1
     /// through a shared buffer, and a SUB worker summing the result.
     L3 {
-        /// Chip children (at least 2).
+        /// Chip children: the scene runs on exactly 2 (chip 0 feeds chip 1).
         #[arg(long, default_value_t = 2)]
         chips: usize,
-        /// Rounds on the same Worker.
+        /// Rounds on the same Worker (at least 1).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+}
+
+const ROUNDS_ZERO: &str = "--rounds 0 runs nothing: give at least 1";
+
+/// The chips `simpler l3` runs: the scene feeds chip 0's output into chip 1, so it runs on
+/// exactly two (a third would be forked and sit idle).
+const L3_CHIPS: usize = 2;
+
+/// Refuses an `l3` command line the scene cannot run as asked, instead of running another.
+fn check_l3(chips: usize, rounds: usize) -> Result<(), String> {
+    if rounds == 0 {
+        return Err(ROUNDS_ZERO.into());
+    }
+    if chips != L3_CHIPS {
+        return Err(format!(
+            "--chips {chips}: l3_vector runs on exactly {L3_CHIPS} chips (chip 0 feeds chip 1)"
+        ));
+    }
+    Ok(())
 }
 
 /// Exit status of a run: 0 when every check passed, 1 when a check failed,
@@ -109,7 +128,10 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Command::L3 { chips, rounds } => exit(run_l3(chips, rounds)),
+        Command::L3 { chips, rounds } => {
+            exit(check_l3(chips, rounds).and_then(|()| run_l3(chips, rounds)))
+        }
+        Command::Run { rounds: 0, .. } => exit(Err(ROUNDS_ZERO.into())),
         Command::Run {
             scene,
             case,
@@ -195,6 +217,9 @@ fn setup<'c>(
     if let Some(c) = clusters {
         config.clusters = c;
     }
+    config
+        .check_clusters()
+        .map_err(|e| format!("--clusters: {e}"))?;
     let entry: u64 = prepared
         .tensors
         .iter()
@@ -306,7 +331,8 @@ fn run_hbg(
             round,
             run.host.as_secs_f64() * 1e3,
             run.outcome.device.as_secs_f64() * 1e3,
-            bind.phase("host_orch").map_or(0.0, |p| p.time.as_secs_f64() * 1e3),
+            bind.phase("host_orch")
+                .map_or(0.0, |p| p.time.as_secs_f64() * 1e3),
             bind.tasks,
             bind.image_bytes as f64 / 1024.0
         );

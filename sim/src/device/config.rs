@@ -100,6 +100,21 @@ impl DeviceConfig {
         }
     }
 
+    /// Whether a device can be built with this configuration's cluster count: 1 to
+    /// [`Topology::max_clusters`], else [`DeviceError::Clusters`] with the range.
+    pub fn check_clusters(&self) -> Result<(), DeviceError> {
+        let max = self.topology.max_clusters();
+        if (1..=max).contains(&self.clusters) {
+            Ok(())
+        } else {
+            Err(DeviceError::Clusters {
+                clusters: self.clusters,
+                max,
+                platform: self.topology.name(),
+            })
+        }
+    }
+
     /// The layouts a device of this configuration uses, with heap addresses in its GM.
     pub fn layouts(&self) -> Result<DeviceLayouts, DeviceError> {
         Ok(DeviceLayouts {
@@ -112,15 +127,40 @@ impl DeviceConfig {
 /// Why a device could not be started, or why a request to it failed.
 #[derive(Debug)]
 pub enum DeviceError {
-    /// The configuration is out of range; the string names the field (today only
-    /// `"clusters"`: 0, or more than the topology has).
-    Config(&'static str),
+    /// [`DeviceConfig::clusters`] is 0 or more than the topology has.
+    Clusters {
+        /// Clusters asked for.
+        clusters: u32,
+        /// The most the topology has ([`Topology::max_clusters`]).
+        max: u32,
+        /// The platform, as `--platform` spells it.
+        platform: &'static str,
+    },
     /// A memory layout the configuration implies was refused: a size out of range (a ring
     /// window that is not a power of two) or more bytes than `usize` counts.
     Layout(LayoutError),
     /// The device thread is gone: it failed to start, or the device is being dropped.
     Stopped,
 }
+
+impl std::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Clusters {
+                clusters,
+                max,
+                platform,
+            } => write!(
+                f,
+                "{clusters} clusters asked for; {platform} has from 1 to {max} clusters"
+            ),
+            Self::Layout(e) => write!(f, "the configuration's memory layout was refused: {e}"),
+            Self::Stopped => f.write_str("the device thread is gone"),
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}
 
 impl From<LayoutError> for DeviceError {
     fn from(e: LayoutError) -> Self {

@@ -77,12 +77,10 @@ pub struct Device {
 
 impl Device {
     /// Builds the device and starts its threads; returns once the device thread has built
-    /// every byte of device state. Refused with [`DeviceError::Config`] for 0 clusters or more
+    /// every byte of device state. Refused with [`DeviceError::Clusters`] for 0 clusters or more
     /// than the topology has, with [`DeviceError::Layout`] for sizes a layout refuses.
     pub fn start(config: DeviceConfig) -> Result<Self, DeviceError> {
-        if config.clusters == 0 || config.clusters > config.topology.max_clusters() {
-            return Err(DeviceError::Config("clusters"));
-        }
+        config.check_clusters()?;
         // Check the layouts here so a bad configuration is reported, not a dead thread.
         let orch_config = orchestrator_config(&config, 0);
         OrchestratorLayout::new(orch_config)?;

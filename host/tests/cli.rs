@@ -1,0 +1,85 @@
+//! The `simpler` command refuses a command line it cannot run as asked, with exit status 2 and
+//! a message that says what is wrong in words, instead of running something else.
+
+use std::process::Command;
+
+/// Runs `simpler` with `args`: its exit status and what it wrote to stderr.
+fn simpler(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_simpler"))
+        .args(args)
+        .output()
+        .expect("the simpler binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[track_caller]
+fn refused(args: &[&str], message: &str) {
+    let (code, stderr) = simpler(args);
+    assert_eq!(code, Some(2), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(message),
+        "{args:?}: expected {message:?} in {stderr:?}"
+    );
+}
+
+#[test]
+fn zero_rounds_are_refused() {
+    let msg = "--rounds 0 runs nothing: give at least 1";
+    refused(&["run", "vector_example", "--rounds", "0"], msg);
+    refused(
+        &["run", "vector_example", "--runtime", "hbg", "--rounds", "0"],
+        msg,
+    );
+    refused(&["l3", "--rounds", "0"], msg);
+}
+
+#[test]
+fn clusters_outside_the_platform_are_refused_with_its_range() {
+    refused(
+        &["run", "vector_example", "--clusters", "25"],
+        "--clusters: 25 clusters asked for; a2a3sim has from 1 to 24 clusters",
+    );
+    refused(
+        &[
+            "run",
+            "vector_example",
+            "--clusters",
+            "0",
+            "--platform",
+            "a5sim",
+        ],
+        "--clusters: 0 clusters asked for; a5sim has from 1 to 36 clusters",
+    );
+    refused(
+        &[
+            "run",
+            "vector_example",
+            "--runtime",
+            "hbg",
+            "--clusters",
+            "37",
+            "--platform",
+            "a5sim",
+        ],
+        "a5sim has from 1 to 36 clusters",
+    );
+}
+
+#[test]
+fn l3_chips_other_than_the_two_it_runs_are_refused() {
+    for chips in ["0", "1", "3"] {
+        refused(
+            &["l3", "--chips", chips],
+            &format!("--chips {chips}: l3_vector runs on exactly 2 chips (chip 0 feeds chip 1)"),
+        );
+    }
+}
+
+#[test]
+fn the_largest_cluster_count_of_a_platform_runs() {
+    let (code, stderr) = simpler(&["run", "vector_example", "--rounds", "1", "--clusters", "24"]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
