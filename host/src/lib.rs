@@ -10,6 +10,7 @@
 //!
 //! ## Running on a chip
 //!
+//! - [`prelude`]: one import for writing kernels and orchestrations and running them.
 //! - [`chip_worker`]: one chip: device start-up, callables, runs with staging and copy-back.
 //! - [`transport`]: how the host reaches a device; the simulator backend behind the `sim` feature.
 //! - [`task_args`]: the tagged task-argument builder and its blob encoding.
@@ -45,6 +46,7 @@ pub mod dag;
 pub mod hbg;
 mod image_payloads;
 pub mod l3;
+pub mod prelude;
 pub(crate) mod os;
 pub mod record;
 pub mod scenes;

@@ -1,0 +1,88 @@
+//! One import for writing kernels and orchestrations and running them:
+//! `use simpler_host::prelude::*;`.
+//!
+//! It gathers what a user of the runtime names, from whichever crate defines it, so that a
+//! program depends on `simpler-host` alone:
+//!
+//! - running: [`ChipWorker`], its argument and report types, [`RunOptions`], and (with the
+//!   default `sim` feature) the simulator's [`DeviceConfig`] and [`Topology`];
+//! - orchestrating: the runtime API [`Rt`], task arguments ([`TaskArg`], [`TensorArgType`],
+//!   [`TaskTensor`], [`DataType`]), scopes ([`ScopeMode`]), explicit dependencies
+//!   ([`ExplicitDep`], [`DepFlags`]), Graph keys ([`graph_key`], [`make_key`]) and dispatch
+//!   predicates ([`Predicate`], [`PredicateOp`]);
+//! - kernels: the kernel context [`KernelCtx`], [`KernelFn`], [`KernelFailure`], device memory
+//!   ([`Gm`]) and the tile moves between it and the local buffer ([`tile`]);
+//! - the errors each of these return.
+//!
+//! A whole program, an own kernel and a two-task orchestration, with this import alone:
+//!
+//! ```
+//! use simpler_host::prelude::*;
+//! use std::sync::Arc;
+//!
+//! /// `out = 2 * in`, one tile (the tensors fit the core's local buffer).
+//! fn double(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+//!     let [input, output] = ctx.args.tensors() else {
+//!         return Err(KernelFailure::BadArguments { index: 0 });
+//!     };
+//!     let n = tile::load(ctx.gm, input, ctx.local)?;
+//!     ctx.local[..n].iter_mut().for_each(|v| *v *= 2.0);
+//!     tile::store(ctx.gm, output, &ctx.local[..n])
+//! }
+//!
+//! const DOUBLE: u32 = 0;
+//!
+//! fn orchestration(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+//!     let [x, y] = *rt.args().tensors() else {
+//!         return Err(rt.report_fatal(1));
+//!     };
+//!     rt.scope(ScopeMode::Auto, |rt| {
+//!         // The intermediate lives in this scope; the runtime allocates it.
+//!         let mid = TaskTensor::create_info(&[64], DataType::Float32).expect("a valid shape");
+//!         let mut first = [
+//!             TaskArg { tensor: x, tag: TensorArgType::Input },
+//!             TaskArg { tensor: mid, tag: TensorArgType::Output },
+//!         ];
+//!         rt.submit_aiv(DOUBLE, &mut first, &[])?;
+//!         let mut second = [
+//!             TaskArg { tensor: first[1].tensor, tag: TensorArgType::Input },
+//!             TaskArg { tensor: y, tag: TensorArgType::OutputExisting },
+//!         ];
+//!         rt.submit_aiv(DOUBLE, &mut second, &[])?;
+//!         Ok(())
+//!     })
+//! }
+//!
+//! let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
+//! let callable = worker.register_callable(
+//!     Arc::new(orchestration),
+//!     vec![double],
+//!     vec![ArgDirection::In, ArgDirection::Out],
+//! );
+//! let input: Vec<f32> = (0..64).map(|i| i as f32).collect();
+//! let mut tensors = [
+//!     HostTensor::f32(&input, &[64], ArgDirection::In),
+//!     HostTensor::f32(&[0.0; 64], &[64], ArgDirection::Out),
+//! ];
+//! let report = worker.run(callable, &mut tensors, &[]).expect("the run succeeds");
+//! assert_eq!(report.outcome.tasks, 2);
+//! let want: Vec<f32> = input.iter().map(|v| 4.0 * v).collect();
+//! assert_eq!(tensors[1].to_f32(), want);
+//! ```
+
+pub use crate::chip_worker::{
+    CallableHandle, ChipArg, ChipWorker, DeviceTensor, HostTensor, RunReport, WorkerError,
+};
+pub use crate::hbg::HbgError;
+pub use crate::transport::RunOptions;
+pub use simpler_aicore::{tile, CoreTaskArgs, Gm, GmFault, KernelCtx, KernelFailure, KernelFn};
+pub use simpler_aicpu::{Rt, RtError, RunError, SchedError};
+pub use simpler_core::deps::{DepFlags, ExplicitDep};
+pub use simpler_core::graph::{graph_key, make_key};
+pub use simpler_core::orchestrator::{SubmitError, TaskArg};
+pub use simpler_core::predicate::{Predicate, PredicateOp};
+pub use simpler_core::scope::ScopeMode;
+pub use simpler_core::{AccessMode, ActiveMask, ArgDirection, Bf16, DataType, TaskId};
+pub use simpler_core::{TaskTensor, TensorArgType};
+#[cfg(feature = "sim")]
+pub use simpler_sim::{DeviceConfig, Topology};
