@@ -3,6 +3,11 @@
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::CoreTaskArgs;
 
+/// The core's local (unified) buffer, in f32 words: what [`KernelCtx::local`] holds on the
+/// simulator's default device (`DeviceConfig::local_words`). A kernel must not assume more; one
+/// whose operands may not fit streams them through it (`kernels::stage`).
+pub const LOCAL_BUFFER_WORDS: usize = 64 * 1024;
+
 /// A kernel's index in the callable's kernel table (`func_id` in the reference).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KernelId(pub u32);

@@ -17,6 +17,6 @@ pub mod kernel;
 pub mod kernels;
 pub mod tile;
 
-pub use kernel::{KernelCtx, KernelFailure, KernelFn, KernelId};
+pub use kernel::{KernelCtx, KernelFailure, KernelFn, KernelId, LOCAL_BUFFER_WORDS};
 pub use simpler_core::gm::{self, Gm, GmFault};
 pub use simpler_core::CoreTaskArgs;

@@ -11,7 +11,9 @@
 //!   ([`ExplicitDep`], [`DepFlags`]), Graph keys ([`graph_key`], [`make_key`]) and dispatch
 //!   predicates ([`Predicate`], [`PredicateOp`]);
 //! - kernels: the kernel context [`KernelCtx`], [`KernelFn`], [`KernelFailure`], device memory
-//!   ([`Gm`]) and the tile moves between it and the local buffer ([`tile`]);
+//!   ([`Gm`]), argument checks ([`kernel_args`]), the tile moves between GM and the local buffer
+//!   ([`tile`]) and the chunked moves that stream a tensor larger than it ([`stage`]), and the
+//!   buffer's size ([`LOCAL_BUFFER_WORDS`]);
 //! - the errors each of these return.
 //!
 //! A whole program, an own kernel and a two-task orchestration, with this import alone:
@@ -20,17 +22,30 @@
 //! use simpler_host::prelude::*;
 //! use std::sync::Arc;
 //!
-//! /// `out = 2 * in`, one tile (the tensors fit the core's local buffer).
+//! /// `out = 2 * in` over tensors of one element count, streamed through the local buffer in
+//! /// chunks so a tensor of any size fits.
 //! fn double(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
-//!     let [input, output] = ctx.args.tensors() else {
-//!         return Err(KernelFailure::BadArguments { index: 0 });
-//!     };
-//!     let n = tile::load(ctx.gm, input, ctx.local)?;
-//!     ctx.local[..n].iter_mut().for_each(|v| *v *= 2.0);
-//!     tile::store(ctx.gm, output, &ctx.local[..n])
+//!     let [input, output] = kernel_args::tensors::<2>(ctx.args)?;
+//!     let n = kernel_args::operand(input, 0)?;
+//!     kernel_args::operand_of(output, 1, n)?;
+//!     let room = ctx.local.len();
+//!     if room == 0 {
+//!         return Err(KernelFailure::TooLarge { elems: n as u64, limit: 0 });
+//!     }
+//!     let mut done = 0;
+//!     while done < n {
+//!         let chunk = &mut ctx.local[..(n - done).min(room)];
+//!         stage::load_range(ctx.gm, input, 0, done, chunk)?;
+//!         chunk.iter_mut().for_each(|v| *v *= 2.0);
+//!         stage::store_range(ctx.gm, output, 1, done, chunk)?;
+//!         done += chunk.len();
+//!     }
+//!     Ok(())
 //! }
 //!
 //! const DOUBLE: u32 = 0;
+//! /// More elements than the local buffer holds, so `double` streams them in two chunks.
+//! const N: u32 = LOCAL_BUFFER_WORDS as u32 + 1000;
 //!
 //! fn orchestration(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 //!     let [x, y] = *rt.args().tensors() else {
@@ -38,7 +53,7 @@
 //!     };
 //!     rt.scope(ScopeMode::Auto, |rt| {
 //!         // The intermediate lives in this scope; the runtime allocates it.
-//!         let mid = TaskTensor::create_info(&[64], DataType::Float32).expect("a valid shape");
+//!         let mid = TaskTensor::create_info(&[N], DataType::Float32).expect("a valid shape");
 //!         let mut first = [
 //!             TaskArg { tensor: x, tag: TensorArgType::Input },
 //!             TaskArg { tensor: mid, tag: TensorArgType::Output },
@@ -59,10 +74,10 @@
 //!     vec![double],
 //!     vec![ArgDirection::In, ArgDirection::Out],
 //! );
-//! let input: Vec<f32> = (0..64).map(|i| i as f32).collect();
+//! let input: Vec<f32> = (0..N).map(|i| (i % 1000) as f32).collect();
 //! let mut tensors = [
-//!     HostTensor::f32(&input, &[64], ArgDirection::In),
-//!     HostTensor::f32(&[0.0; 64], &[64], ArgDirection::Out),
+//!     HostTensor::f32(&input, &[N], ArgDirection::In),
+//!     HostTensor::f32(&vec![0.0; N as usize], &[N], ArgDirection::Out),
 //! ];
 //! let report = worker.run(callable, &mut tensors, &[]).expect("the run succeeds");
 //! assert_eq!(report.outcome.tasks, 2);
@@ -75,7 +90,9 @@ pub use crate::chip_worker::{
 };
 pub use crate::hbg::HbgError;
 pub use crate::transport::RunOptions;
+pub use simpler_aicore::kernels::{args as kernel_args, stage};
 pub use simpler_aicore::{tile, CoreTaskArgs, Gm, GmFault, KernelCtx, KernelFailure, KernelFn};
+pub use simpler_aicore::LOCAL_BUFFER_WORDS;
 pub use simpler_aicpu::{Rt, RtError, RunError, SchedError};
 pub use simpler_core::deps::{DepFlags, ExplicitDep};
 pub use simpler_core::graph::{graph_key, make_key};

@@ -6,14 +6,14 @@ use simpler_core::limits::MAX_TENSOR_DIMS;
 use simpler_core::{CoreTaskArgs, DataType, TaskTensor};
 
 /// `BadArguments` naming argument `index` (saturated to `u32::MAX`).
-pub(crate) fn bad(index: usize) -> KernelFailure {
+pub fn bad(index: usize) -> KernelFailure {
     KernelFailure::BadArguments {
         index: u32::try_from(index).unwrap_or(u32::MAX),
     }
 }
 
 /// The task's tensors, which must be exactly `N`.
-pub(crate) fn tensors<const N: usize>(
+pub fn tensors<const N: usize>(
     args: &CoreTaskArgs,
 ) -> Result<&[TaskTensor; N], KernelFailure> {
     let all = args.tensors();
@@ -21,7 +21,7 @@ pub(crate) fn tensors<const N: usize>(
 }
 
 /// Scalar `i`.
-pub(crate) fn scalar(args: &CoreTaskArgs, i: usize) -> Result<u64, KernelFailure> {
+pub fn scalar(args: &CoreTaskArgs, i: usize) -> Result<u64, KernelFailure> {
     args.scalars()
         .get(i)
         .copied()
@@ -29,12 +29,12 @@ pub(crate) fn scalar(args: &CoreTaskArgs, i: usize) -> Result<u64, KernelFailure
 }
 
 /// Scalar `i` read as an f32 held in its low 32 bits.
-pub(crate) fn scalar_f32(args: &CoreTaskArgs, i: usize) -> Result<f32, KernelFailure> {
+pub fn scalar_f32(args: &CoreTaskArgs, i: usize) -> Result<f32, KernelFailure> {
     Ok(f32::from_bits(scalar(args, i)? as u32))
 }
 
 /// Scalar `i` read as a flag, which must be 0 or 1.
-pub(crate) fn scalar_flag(args: &CoreTaskArgs, i: usize) -> Result<bool, KernelFailure> {
+pub fn scalar_flag(args: &CoreTaskArgs, i: usize) -> Result<bool, KernelFailure> {
     match scalar(args, i)? {
         0 => Ok(false),
         1 => Ok(true),
@@ -49,7 +49,7 @@ pub(crate) fn scalar_flag(args: &CoreTaskArgs, i: usize) -> Result<bool, KernelF
 /// in 64 bits, so the helpers' address arithmetic cannot overflow. A tensor built by
 /// [`TaskTensor::new`] or `adopt` always passes the geometry part; these checks guard against
 /// a tensor whose bytes were written some other way.
-pub(crate) fn operand(t: &TaskTensor, index: usize) -> Result<usize, KernelFailure> {
+pub fn operand(t: &TaskTensor, index: usize) -> Result<usize, KernelFailure> {
     let rank = t.ndims() as usize;
     if rank == 0 || rank > MAX_TENSOR_DIMS {
         return Err(bad(index));
@@ -81,14 +81,14 @@ pub(crate) fn operand(t: &TaskTensor, index: usize) -> Result<usize, KernelFailu
 /// Checks tensor `index` like [`operand`] and reads it as a matrix: `(rows, cols)` with `cols`
 /// its innermost extent and `rows` the product of the others (1 for a rank-1 tensor), so
 /// leading size-1 dimensions (a `[1, H, D]` view of a batch) are transparent.
-pub(crate) fn matrix(t: &TaskTensor, index: usize) -> Result<(usize, usize), KernelFailure> {
+pub fn matrix(t: &TaskTensor, index: usize) -> Result<(usize, usize), KernelFailure> {
     let numel = operand(t, index)?;
     let cols = t.shapes().last().map_or(1, |&c| c as usize);
     Ok((numel / cols.max(1), cols))
 }
 
 /// Checks tensor `index` like [`operand`] and requires exactly `numel` elements.
-pub(crate) fn operand_of(t: &TaskTensor, index: usize, numel: usize) -> Result<(), KernelFailure> {
+pub fn operand_of(t: &TaskTensor, index: usize, numel: usize) -> Result<(), KernelFailure> {
     if operand(t, index)? != numel {
         return Err(bad(index));
     }
@@ -96,6 +96,6 @@ pub(crate) fn operand_of(t: &TaskTensor, index: usize, numel: usize) -> Result<(
 }
 
 /// `a * b`, or `BadArguments` naming `index` when the product does not fit `usize`.
-pub(crate) fn product(a: usize, b: usize, index: usize) -> Result<usize, KernelFailure> {
+pub fn product(a: usize, b: usize, index: usize) -> Result<usize, KernelFailure> {
     a.checked_mul(b).ok_or(bad(index))
 }

@@ -19,19 +19,23 @@
 //! operand; math is f32 whatever the tensors' dtypes (bf16 is widened on load and rounded to
 //! nearest even on store).
 //!
-//! Modules:
+//! The two helper modules are public, for kernels of a user's own:
+//!
+//! - [`args`]: checking tensor counts, tensors and scalars, each failure naming the argument's
+//!   position (`index`: a tensor's position among the tensors; a scalar's, the tensor count plus
+//!   its position);
+//! - [`stage`]: carving the local buffer into one buffer per operand, and moving an element
+//!   range of a tensor through it, so a tensor larger than the buffer streams in chunks.
+//!
+//! The kernels' own modules, `vector`, `matmul` and `attention`, are private; their kernels are
+//! re-exported here.
 
 use crate::kernel::{KernelCtx, KernelFailure, KernelFn};
 
-// Checking tensor counts, tensors and scalars.
-mod args;
-// The paged-attention stages: `pa_qk`, `pa_softmax`, `pa_pv`, `pa_update`.
+pub mod args;
 mod attention;
-// Tiled matrix multiply over batch slices.
 mod matmul;
-// Carving the local buffer and moving element ranges of a tensor through it.
-mod stage;
-// Elementwise kernels: `add`, `mul`, `add_scalar`, `accumulate`.
+pub mod stage;
 mod vector;
 
 pub use attention::{pa_pv, pa_qk, pa_softmax, pa_update};

@@ -3,7 +3,7 @@
 //! so a tensor larger than the buffer streams through it in chunks.
 //!
 //! A range of a tensor's row-major elements is not one strided view in general, but it is a
-//! short sequence of views: [`for_each_view`] covers `[lo, hi)` greedily, each time with the
+//! short sequence of views: `for_each_view` covers `[lo, hi)` greedily, each time with the
 //! outermost dimension whose step the current position is aligned to, so a range of whole
 //! rows is one view and any range needs at most `2 * rank - 1`.
 
@@ -16,7 +16,7 @@ use simpler_core::TaskTensor;
 
 /// Splits the front of `local` into `N` buffers of `sizes`, or reports `TooLarge` with their
 /// total.
-pub(crate) fn carve<const N: usize>(
+pub fn carve<const N: usize>(
     local: &mut [f32],
     sizes: [usize; N],
 ) -> Result<[&mut [f32]; N], KernelFailure> {
@@ -40,7 +40,7 @@ pub(crate) fn carve<const N: usize>(
 }
 
 /// Loads elements `[first, first + dst.len())` of tensor `index` into `dst`.
-pub(crate) fn load_range(
+pub fn load_range(
     gm: &dyn Gm,
     t: &TaskTensor,
     index: usize,
@@ -55,7 +55,7 @@ pub(crate) fn load_range(
 }
 
 /// Stores `src` into elements `[first, first + src.len())` of tensor `index`.
-pub(crate) fn store_range(
+pub fn store_range(
     gm: &dyn Gm,
     t: &TaskTensor,
     index: usize,

@@ -96,7 +96,7 @@ impl DeviceConfig {
             map_entries: 16_384,
             gm_bytes: 256 << 20,
             watchdog: Duration::from_secs(10),
-            local_words: 64 * 1024,
+            local_words: simpler_aicore::LOCAL_BUFFER_WORDS,
         }
     }
 
