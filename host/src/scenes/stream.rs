@@ -2,7 +2,8 @@
 //! task stream serves both the device and a bare orchestrator.
 //!
 //! The `paged_attention` and `bgemm` scenes write their orchestration once, as a function
-//! generic over this trait. On a device it runs on [`Rt`] (the impl below, which forwards to
+//! generic over this trait (`paged_attention_manual_scope` shares paged attention's per-tile
+//! plumbing this way). On a device it runs on [`Rt`] (the impl below, which forwards to
 //! `Rt`'s own methods); the `submit` benchmark of `simpler-tests` runs the same function on a
 //! bare `simpler_core::orchestrator::Orchestrator`, with no kernels and no device, so the stream
 //! it times is the scene's by construction and the two cannot drift apart.
