@@ -16,6 +16,7 @@
 use crate::fixtures;
 use simpler_aicpu::RtError;
 use simpler_core::cores::ActiveMask;
+use simpler_core::deps::ExplicitDep;
 use simpler_core::gm::GmFault;
 use simpler_core::orchestrator::{Orchestrator, Task, TaskArg, Waiter};
 use simpler_core::scope::ScopeMode;
@@ -134,12 +135,17 @@ pub struct Bare<'r, 'a, B> {
 }
 
 impl<B: Backstop> Bare<'_, '_, B> {
-    fn submit(&mut self, mask: ActiveMask, args: &mut [TaskArg]) -> Result<TaskId, RtError> {
+    fn submit(
+        &mut self,
+        mask: ActiveMask,
+        args: &mut [TaskArg],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, RtError> {
         let task = Task {
             mask,
             block_num: 1,
             args,
-            deps: &[],
+            deps,
             predicate: None,
         };
         let id = self.orch.submit(task, &mut *self.backstop)?;
@@ -163,22 +169,24 @@ impl<B: Backstop> TaskStream for Bare<'_, '_, B> {
         RtError::Fatal(code)
     }
 
-    fn submit_aic(
+    fn submit_aic_with_deps(
         &mut self,
         _kernel: u32,
         args: &mut [TaskArg],
         _scalars: &[u64],
+        deps: &[ExplicitDep],
     ) -> Result<TaskId, RtError> {
-        self.submit(ActiveMask::AIC, args)
+        self.submit(ActiveMask::AIC, args, deps)
     }
 
-    fn submit_aiv(
+    fn submit_aiv_with_deps(
         &mut self,
         _kernel: u32,
         args: &mut [TaskArg],
         _scalars: &[u64],
+        deps: &[ExplicitDep],
     ) -> Result<TaskId, RtError> {
-        self.submit(ActiveMask::AIV0, args)
+        self.submit(ActiveMask::AIV0, args, deps)
     }
 
     fn alloc_tensors(&mut self, outputs: &mut [TaskArg]) -> Result<TaskId, RtError> {

@@ -107,3 +107,103 @@ fn the_same_case_gives_the_same_file() {
     assert_eq!(dot.matches(" -> ").count(), 6);
     assert!(dot.starts_with("digraph") && dot.trim_end().ends_with('}'));
 }
+
+/// One paged-attention query tile's edges by submit index, from the scenes' structure: `base`
+/// is its alloc task and KV block `j`'s QK, SF, PV and UP follow at `base + 1 + 4j`. Returns
+/// what `paged_attention_manual_scope` declares (`SF` on `QK`, `PV` on `SF`, `UP` on `PV` and
+/// the previous `UP`, the last `UP` on the alloc task: the reference's whole manual graph) and
+/// the creator edges no task declares (`SF → UP`, alloc → every `UP` but the last).
+fn pa_tile_edges(base: usize, blocks: usize) -> TileEdges {
+    let task = |j: usize, k: usize| base + 1 + 4 * j + k;
+    let (qk, sf, pv, up) = (0, 1, 2, 3);
+    let mut e = TileEdges::default();
+    for j in 0..blocks {
+        e.declared.push((task(j, qk), task(j, sf)));
+        e.declared.push((task(j, sf), task(j, pv)));
+        e.declared.push((task(j, pv), task(j, up)));
+        if j > 0 {
+            e.declared.push((task(j - 1, up), task(j, up)));
+            e.chain.push((task(j - 1, up), task(j, up)));
+        }
+        e.creator_only.push((task(j, sf), task(j, up)));
+        if j + 1 < blocks {
+            e.creator_only.push((base, task(j, up)));
+        }
+    }
+    e.declared.push((base, task(blocks - 1, up)));
+    e
+}
+
+/// [`pa_tile_edges`]' answer, for one tile or several.
+#[derive(Default)]
+struct TileEdges {
+    declared: Vec<(usize, usize)>,
+    creator_only: Vec<(usize, usize)>,
+    /// The declared `UP → UP` edges.
+    chain: Vec<(usize, usize)>,
+}
+
+#[test]
+fn the_manual_scope_graph_has_the_auto_graphs_tasks_and_pairs_and_declares_the_references() {
+    // KV blocks per sequence: ceil(context length / 16); one query tile per sequence.
+    for (case, blocks) in [("CaseSmall1", &[3][..]), ("CaseVarSeq4", &[3, 4, 8, 1][..])] {
+        let auto = record("paged_attention", case);
+        let auto = auto.lock().unwrap();
+        let manual = record("paged_attention_manual_scope", case);
+        let manual = manual.lock().unwrap();
+        check_forward_and_unique(&manual);
+        assert_eq!(manual.tasks(), auto.tasks(), "{case}: the same tasks");
+
+        let mut all = TileEdges::default();
+        let mut base = 0;
+        for &n in blocks {
+            let e = pa_tile_edges(base, n);
+            all.declared.extend(e.declared);
+            all.creator_only.extend(e.creator_only);
+            all.chain.extend(e.chain);
+            base += 1 + 4 * n;
+        }
+        let TileEdges {
+            declared,
+            creator_only,
+            chain,
+        } = all;
+        assert_eq!(base, manual.tasks().len(), "{case}");
+        let pairs = |dag: &DagRecorder| -> Vec<(usize, usize)> {
+            let mut p: Vec<_> = dag.edges().iter().map(|e| (e.from, e.to)).collect();
+            p.sort();
+            p
+        };
+        let mut expected: Vec<_> = declared.iter().chain(&creator_only).copied().collect();
+        expected.sort();
+        assert_eq!(pairs(&manual), expected, "{case}: manual pairs");
+        assert_eq!(pairs(&auto), expected, "{case}: the auto graph's pairs");
+
+        let edge = |dag: &DagRecorder, pair: (usize, usize)| {
+            dag.edges()
+                .iter()
+                .find(|e| (e.from, e.to) == pair)
+                .cloned()
+                .unwrap()
+        };
+        for &pair in &declared {
+            let e = edge(&manual, pair);
+            assert!(e.reasons.contains(&"explicit"), "{case} {pair:?}: {e:?}");
+            assert!(e.wait && e.retain, "{case} {pair:?}");
+        }
+        for &pair in &creator_only {
+            assert_eq!(edge(&manual, pair).reasons, ["creator"], "{case} {pair:?}");
+        }
+        assert!(auto
+            .edges()
+            .iter()
+            .all(|e| !e.reasons.contains(&"explicit")));
+        // UP → UP: declared, it retains as well as waits; found in the TensorMap, it waits.
+        assert_eq!(chain.len(), blocks.iter().map(|n| n - 1).sum::<usize>());
+        for pair in chain {
+            assert!(edge(&manual, pair).retain, "{case} {pair:?}");
+            let e = edge(&auto, pair);
+            assert!(e.wait && !e.retain, "{case} {pair:?}: {e:?}");
+        }
+    }
+}

@@ -58,6 +58,15 @@ fn paged_attention_on_hbg() {
 }
 
 #[test]
+fn paged_attention_manual_scope_on_hbg() {
+    let mut w = worker();
+    // CaseVarSeq4 has a one-block sequence, whose only UP declares both PV and the alloc task.
+    for case in ["CaseSmall1", "CaseVarSeq4"] {
+        run_scene(&mut w, "paged_attention_manual_scope", case, 2);
+    }
+}
+
+#[test]
 fn a_graph_that_does_not_fit_is_a_typed_error_not_a_wait() {
     let mut config = DeviceConfig::new(Topology::A2a3);
     config.ring.window = 16; // bgemm Case1 has 128 tasks

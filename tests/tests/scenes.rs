@@ -1,5 +1,7 @@
 //! Every scene case small enough for the debug profile on both simulated topologies, several
-//! rounds on one worker, against its golden and the reference's task and edge counts. bgemm's
+//! rounds on one worker, against its golden and the reference's task and edge counts (for
+//! `paged_attention_manual_scope`, the counts of its graph here, which keeps the creator edges
+//! the reference's MANUAL scope drops; that scene's docs count both). bgemm's
 //! Case0, Case2 and Case3 and paged attention's Bench16704 are left to `simpler run`.
 
 use simpler_host::scenes::{self, Prepared, Scene};
@@ -69,6 +71,21 @@ fn paged_attention_sim_cases_on_both_topologies_over_three_rounds() {
     for topology in [Topology::A2a3, Topology::A5] {
         let mut worker = ChipWorker::init(DeviceConfig::new(topology)).unwrap();
         for case in ["CaseSmall1", "CaseSmall2", "CaseVarSeq2", "CaseVarSeq4"] {
+            run_case(&mut worker, scene, case, 3);
+        }
+    }
+}
+
+#[test]
+fn paged_attention_manual_scope_sim_cases_on_both_topologies_over_three_rounds() {
+    let scene = scenes::find("paged_attention_manual_scope").unwrap();
+    assert_eq!(
+        scene.cases(),
+        ["CaseSmall1", "CaseSmall2", "CaseVarSeq2", "CaseVarSeq4"]
+    );
+    for topology in [Topology::A2a3, Topology::A5] {
+        let mut worker = ChipWorker::init(DeviceConfig::new(topology)).unwrap();
+        for case in scene.cases() {
             run_case(&mut worker, scene, case, 3);
         }
     }

@@ -119,13 +119,15 @@ fn main() -> ExitCode {
     env_logger::init();
     match Cli::parse().command {
         Command::List => {
+            let l3 = "l3_vector";
+            let width = scenes::all()
+                .iter()
+                .map(|s| s.name().len())
+                .fold(l3.len(), usize::max);
             for s in scenes::all() {
-                println!("{:<18} {}", s.name(), s.cases().join(" "));
+                println!("{:<width$} {}", s.name(), s.cases().join(" "));
             }
-            println!(
-                "{:<18} (simpler l3) two chips + a SUB worker in child processes",
-                "l3_vector"
-            );
+            println!("{l3:<width$} (simpler l3) two chips + a SUB worker in child processes");
             ExitCode::SUCCESS
         }
         Command::L3 { chips, rounds } => {

@@ -7,6 +7,8 @@
 //! - [`vector`]: `vector_example`, five elementwise tasks over 16,384 fp32 elements;
 //! - [`bgemm`]: the tiled batched matmul benchmark (`Case0`..`Case4`, `Bgemm64`);
 //! - [`paged_attention`]: decode-style paged attention with online softmax;
+//! - [`paged_attention_manual_scope`]: the same, each query tile in a MANUAL scope with
+//!   explicit dependencies;
 //! - [`graph`]: `graph_vector`, one body submitted as a Graph eight times;
 //! - [`dsv4`]: `dsv4_shaped`, a synthetic decode step shaped like the reference's DeepSeek-V4;
 //! - [`l3`]: `l3_vector`, vector_example on two chips in child processes and a SUB worker;
@@ -23,6 +25,7 @@ pub mod dsv4;
 pub mod graph;
 pub mod l3;
 pub mod paged_attention;
+pub mod paged_attention_manual_scope;
 pub mod stream;
 pub mod vector;
 
@@ -73,6 +76,7 @@ pub fn all() -> &'static [&'static dyn Scene] {
     &[
         &vector::VectorExample,
         &paged_attention::PagedAttention,
+        &paged_attention_manual_scope::PagedAttentionManualScope,
         &bgemm::Bgemm,
         &graph::GraphVector,
         &dsv4::Dsv4Shaped,

@@ -13,6 +13,9 @@
 //! and the block table and context lengths off the tensors (`TaskStream::read_element`); the
 //! kernels see only the tiles. It is written once, as [`stream`], generic over
 //! [`TaskStream`]: the device runs it on `Rt`, the `submit` benchmark on a bare orchestrator.
+//! [`paged_attention_manual_scope`](super::paged_attention_manual_scope) submits the same
+//! tasks in MANUAL scopes with explicit dependencies; the cases, the entry checks, the
+//! per-tile tensors and argument lists, the inputs and the golden here serve both.
 //!
 //! Per sequence `b` and query tile of at most 128 heads (one tile in every case here), in its
 //! own AUTO scope: one `alloc_tensors` task for the running `oi` `[H, D]`, `li` `[H]` and `mi`
@@ -48,6 +51,7 @@
 use super::stream::{StreamEntry, StreamTensor, TaskStream};
 use super::{compare, Prepared, Scene};
 use crate::chip_worker::HostTensor;
+use crate::transport::OrchFn;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
 use simpler_core::orchestrator::TaskArg;
@@ -58,10 +62,14 @@ use std::sync::Arc;
 /// The scene.
 pub struct PagedAttention;
 
-const PA_QK: u32 = 0;
-const PA_SOFTMAX: u32 = 1;
-const PA_PV: u32 = 2;
-const PA_UPDATE: u32 = 3;
+/// Kernel index of `QK` (`pa_qk`) in the scene's kernel table.
+pub(crate) const PA_QK: u32 = 0;
+/// Kernel index of `SF` (`pa_softmax`).
+pub(crate) const PA_SOFTMAX: u32 = 1;
+/// Kernel index of `PV` (`pa_pv`).
+pub(crate) const PA_PV: u32 = 2;
+/// Kernel index of `UP` (`pa_update`).
+pub(crate) const PA_UPDATE: u32 = 3;
 
 /// The fatal code of an entry whose tensors or scalars do not have the scene's layout.
 const BAD_ENTRY: u32 = 1;
@@ -86,13 +94,14 @@ const CASE_NAMES: &[&str] = &[
 ];
 
 /// One case: each sequence's context length, and the block table's width.
-struct Case {
+pub(crate) struct Case {
     context_lens: &'static [u32],
     max_blocks: u32,
 }
 
 impl Case {
-    fn named(name: &str) -> Option<Self> {
+    /// The case called `name` (any of [`CASE_NAMES`]).
+    pub(crate) fn named(name: &str) -> Option<Self> {
         let (context_lens, max_model_len): (&'static [u32], u32) = match name {
             "CaseSmall1" => (&[33], 256),
             "CaseSmall2" => (&[128], 256),
@@ -132,20 +141,23 @@ impl Case {
     }
 
     /// KV blocks per sequence.
-    fn blocks(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn blocks(&self) -> impl Iterator<Item = u64> + '_ {
         self.context_lens
             .iter()
             .map(|&ctx| ctx.div_ceil(BLOCK_SIZE) as u64)
     }
 
-    fn tiles_per_sequence(&self) -> u64 {
+    /// Query tiles per sequence.
+    pub(crate) fn tiles_per_sequence(&self) -> u64 {
         HEADS.div_ceil(Q_TILE) as u64
     }
 
-    fn tasks(&self) -> u64 {
+    /// Tasks one run submits: per tile, the alloc task and four per KV block.
+    pub(crate) fn tasks(&self) -> u64 {
         self.tiles_per_sequence() * self.blocks().map(|n| 1 + 4 * n).sum::<u64>()
     }
 
+    /// Edges the AUTO graph has (the module docs count them).
     fn edges(&self) -> u64 {
         self.tiles_per_sequence() * self.blocks().map(|n| 6 * n - 1).sum::<u64>()
     }
@@ -254,6 +266,17 @@ fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// The scene's task stream (the module docs list it), on any [`TaskStream`]: [`Rt`] on the
 /// device, a bare orchestrator in the `submit` benchmark.
 pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
+    each_query_tile(s, ScopeMode::Auto, query_tile)
+}
+
+/// Checks the entry, then opens one scope of `mode` per sequence and query tile (sequence
+/// order, then head order) and runs `tile` in it. What the scene's two orchestrations share:
+/// they differ only in the scope mode and in what each tile's tasks declare.
+pub(crate) fn each_query_tile<S: TaskStream>(
+    s: &mut S,
+    mode: ScopeMode,
+    mut tile: impl FnMut(&mut S, &Tile<'_>) -> Result<(), S::Error>,
+) -> Result<(), S::Error> {
     let entry = EntryTensors::of(s.tensors());
     let scale = match s.scalars() {
         &[scale] => Some(scale),
@@ -274,82 +297,200 @@ pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
         let ctx = ctx as u32;
         for h0 in (0..geo.heads).step_by(Q_TILE as usize) {
             let h = Q_TILE.min(geo.heads - h0);
-            s.scope(ScopeMode::Auto, |s| {
-                query_tile(s, &entry, &geo, scale, (b, ctx), (h0, h))
-            })?;
+            let t = Tile {
+                entry: &entry,
+                geo,
+                scale,
+                b,
+                ctx,
+                h0,
+                h,
+            };
+            s.scope(mode, |s| tile(s, &t))?;
         }
     }
     Ok(())
 }
 
-/// Submits the alloc task and the four tasks per KV block of sequence `b` (of `ctx` tokens)
-/// and heads `h0..h0 + h`.
-fn query_tile<S: TaskStream>(
-    s: &mut S,
-    entry: &EntryTensors,
-    geo: &Geometry,
-    scale: u64,
-    (b, ctx): (u32, u32),
-    (h0, h): (u32, u32),
-) -> Result<(), S::Error> {
-    use TensorArgType::{InOut, Input, Output, OutputExisting};
-    let (d, bs) = (geo.head_dim, geo.block_size);
-    let qi = view(s, &entry.query, &[1, h, d], &[b, h0, 0])?;
-    let out_rows = view(s, &entry.out, &[1, h, d], &[b, h0, 0])?;
-    let tile_f32 = info(s, &[h, d], DataType::Float32)?;
-    let scores = info(s, &[h, bs], DataType::Float32)?;
-    let probs = info(s, &[h, bs], DataType::Bfloat16)?;
-    let row_f32 = info(s, &[h], DataType::Float32)?;
+/// One query tile's work: heads `h0..h0 + h` of sequence `b`, of `ctx` tokens.
+pub(crate) struct Tile<'e> {
+    entry: &'e EntryTensors,
+    geo: Geometry,
+    /// `QK`'s scalar, the entry's `scale` as passed.
+    pub(crate) scale: u64,
+    b: u32,
+    ctx: u32,
+    h0: u32,
+    h: u32,
+}
 
-    let mut acc = [
-        arg(tile_f32, Output),
-        arg(row_f32, Output),
-        arg(row_f32, Output),
-    ];
-    s.alloc_tensors(&mut acc)?;
-    let [oi, li, mi] = acc.map(|a| a.tensor);
+/// One KV block of a tile: its key and value views and what `SF` and `UP` are told of it.
+pub(crate) struct KvBlock {
+    /// The key block's view.
+    pub(crate) kj: TaskTensor,
+    /// The value block's view.
+    pub(crate) vj: TaskTensor,
+    /// `SF`'s scalar: the block's valid tokens.
+    pub(crate) valid: u32,
+    /// Whether it is the tile's first block.
+    pub(crate) is_first: bool,
+    /// Whether it is the tile's last block (its `UP` writes the tile's rows of `out`).
+    pub(crate) is_last: bool,
+}
 
-    let blocks = ctx.div_ceil(bs);
-    for j in 0..blocks {
-        let index = b as u64 * geo.max_blocks as u64 + j as u64;
-        let block = read_i32(s, &entry.block_table, index)?;
+impl KvBlock {
+    /// `UP`'s scalars, `is_first` and `is_last`.
+    pub(crate) fn up_scalars(&self) -> [u64; 2] {
+        [self.is_first as u64, self.is_last as u64]
+    }
+
+    /// How many of [`TileTensors::up`]'s arguments `UP` takes: the rows of `out` only on the
+    /// last block.
+    pub(crate) fn up_len(&self) -> usize {
+        if self.is_last {
+            7
+        } else {
+            6
+        }
+    }
+}
+
+impl Tile<'_> {
+    /// The tile's KV blocks, `ceil(ctx / block_size)`.
+    pub(crate) fn blocks(&self) -> u32 {
+        self.ctx.div_ceil(self.geo.block_size)
+    }
+
+    /// The tile's query and output views and its intermediates' descriptions.
+    pub(crate) fn tensors<S: TaskStream>(&self, s: &mut S) -> Result<TileTensors, S::Error> {
+        let (b, h0, h, d, bs) = (
+            self.b,
+            self.h0,
+            self.h,
+            self.geo.head_dim,
+            self.geo.block_size,
+        );
+        Ok(TileTensors {
+            qi: view(s, &self.entry.query, &[1, h, d], &[b, h0, 0])?,
+            out_rows: view(s, &self.entry.out, &[1, h, d], &[b, h0, 0])?,
+            tile_f32: info(s, &[h, d], DataType::Float32)?,
+            scores: info(s, &[h, bs], DataType::Float32)?,
+            probs: info(s, &[h, bs], DataType::Bfloat16)?,
+            row_f32: info(s, &[h], DataType::Float32)?,
+        })
+    }
+
+    /// KV block `j`: its physical block read off the block table (the run's end with
+    /// [`BAD_BLOCK`] past the cache), and its views.
+    pub(crate) fn block<S: TaskStream>(&self, s: &mut S, j: u32) -> Result<KvBlock, S::Error> {
+        let (geo, bs) = (&self.geo, self.geo.block_size);
+        let index = self.b as u64 * geo.max_blocks as u64 + j as u64;
+        let block = read_i32(s, &self.entry.block_table, index)?;
         if block < 0 || block as u32 >= geo.total_blocks {
             return Err(s.fatal(BAD_BLOCK));
         }
         let block = block as u32;
-        let kj = view(s, &entry.key_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
-        let vj = view(s, &entry.value_cache, &[1, bs, 1, d], &[block, 0, 0, 0])?;
+        let shapes = [1, bs, 1, geo.head_dim];
+        let kj = view(s, &self.entry.key_cache, &shapes, &[block, 0, 0, 0])?;
+        let vj = view(s, &self.entry.value_cache, &shapes, &[block, 0, 0, 0])?;
+        Ok(KvBlock {
+            kj,
+            vj,
+            valid: (self.ctx - j * bs).min(bs),
+            is_first: j == 0,
+            is_last: j + 1 == self.blocks(),
+        })
+    }
+}
 
-        let mut qk = [arg(qi, Input), arg(kj, Input), arg(scores, Output)];
-        s.submit_aic(PA_QK, &mut qk, &[scale])?;
-        let sij = qk[2].tensor;
+/// A tile's tensors, and the argument list of each of its tasks (the module docs give them).
+pub(crate) struct TileTensors {
+    qi: TaskTensor,
+    out_rows: TaskTensor,
+    tile_f32: TaskTensor,
+    scores: TaskTensor,
+    probs: TaskTensor,
+    row_f32: TaskTensor,
+}
 
-        let valid = (ctx - j * bs).min(bs);
-        let mut sf = [
+impl TileTensors {
+    /// The alloc task's outputs: `oi`, `li`, `mi`.
+    pub(crate) fn alloc(&self) -> [TaskArg; 3] {
+        use TensorArgType::Output;
+        [
+            arg(self.tile_f32, Output),
+            arg(self.row_f32, Output),
+            arg(self.row_f32, Output),
+        ]
+    }
+
+    /// `QK`'s: the query tile and key block in, `sij` out.
+    pub(crate) fn qk(&self, kj: TaskTensor) -> [TaskArg; 3] {
+        use TensorArgType::{Input, Output};
+        [
+            arg(self.qi, Input),
+            arg(kj, Input),
+            arg(self.scores, Output),
+        ]
+    }
+
+    /// `SF`'s: `sij` in; `pij`, `mij`, `lij` out.
+    pub(crate) fn sf(&self, sij: TaskTensor) -> [TaskArg; 4] {
+        use TensorArgType::{Input, Output};
+        [
             arg(sij, Input),
-            arg(probs, Output),
-            arg(row_f32, Output),
-            arg(row_f32, Output),
-        ];
-        s.submit_aiv(PA_SOFTMAX, &mut sf, &[valid as u64])?;
-        let (pij, mij, lij) = (sf[1].tensor, sf[2].tensor, sf[3].tensor);
+            arg(self.probs, Output),
+            arg(self.row_f32, Output),
+            arg(self.row_f32, Output),
+        ]
+    }
 
-        let mut pv = [arg(pij, Input), arg(vj, Input), arg(tile_f32, Output)];
-        s.submit_aic(PA_PV, &mut pv, &[])?;
-        let oi_tmp = pv[2].tensor;
+    /// `PV`'s: `pij` and the value block in, `oi_tmp` out.
+    pub(crate) fn pv(&self, pij: TaskTensor, vj: TaskTensor) -> [TaskArg; 3] {
+        use TensorArgType::{Input, Output};
+        [arg(pij, Input), arg(vj, Input), arg(self.tile_f32, Output)]
+    }
 
-        let (is_first, is_last) = (j == 0, j + 1 == blocks);
-        let mut up = [
-            arg(mij, Input),
-            arg(lij, Input),
+    /// `UP`'s: `SF`'s `mij` and `lij` (`sf`, as submitted) and `oi_tmp` in; the accumulators
+    /// `[oi, li, mi]` (as [`Self::alloc`] orders them) INOUT as `mi`, `li`, `oi`; then the
+    /// tile's rows of `out`, OUTPUT_EXISTING, which only the last block passes
+    /// ([`KvBlock::up_len`]).
+    pub(crate) fn up(
+        &self,
+        sf: &[TaskArg; 4],
+        oi_tmp: TaskTensor,
+        [oi, li, mi]: [TaskTensor; 3],
+    ) -> [TaskArg; 7] {
+        use TensorArgType::{InOut, Input, OutputExisting};
+        [
+            arg(sf[2].tensor, Input),
+            arg(sf[3].tensor, Input),
             arg(oi_tmp, Input),
             arg(mi, InOut),
             arg(li, InOut),
             arg(oi, InOut),
-            arg(out_rows, OutputExisting),
-        ];
-        let n = if is_last { 7 } else { 6 };
-        s.submit_aiv(PA_UPDATE, &mut up[..n], &[is_first as u64, is_last as u64])?;
+            arg(self.out_rows, OutputExisting),
+        ]
+    }
+}
+
+/// Submits the alloc task and the four tasks per KV block of one tile, in the tile's AUTO
+/// scope: every edge is inferred from the tensors.
+fn query_tile<S: TaskStream>(s: &mut S, tile: &Tile<'_>) -> Result<(), S::Error> {
+    let t = tile.tensors(s)?;
+    let mut acc = t.alloc();
+    s.alloc_tensors(&mut acc)?;
+    let acc = acc.map(|a| a.tensor);
+    for j in 0..tile.blocks() {
+        let kv = tile.block(s, j)?;
+        let mut qk = t.qk(kv.kj);
+        s.submit_aic(PA_QK, &mut qk, &[tile.scale])?;
+        let mut sf = t.sf(qk[2].tensor);
+        s.submit_aiv(PA_SOFTMAX, &mut sf, &[kv.valid as u64])?;
+        let mut pv = t.pv(sf[1].tensor, kv.vj);
+        s.submit_aic(PA_PV, &mut pv, &[])?;
+        let mut up = t.up(&sf, pv[2].tensor, acc);
+        s.submit_aiv(PA_UPDATE, &mut up[..kv.up_len()], &kv.up_scalars())?;
     }
     Ok(())
 }
@@ -491,48 +632,55 @@ impl Scene for PagedAttention {
 
     fn prepare(&self, case: &str) -> Option<Prepared> {
         let c = Case::named(case)?;
-        let x = Drawn::of(&c);
-        let scale = 1.0f32;
-        let wide = |v: &[Bf16]| -> Vec<f64> { v.iter().map(|x| x.to_f32() as f64).collect() };
-        let golden = golden(&Inputs {
-            query: &wide(&x.query),
-            key_cache: &wide(&x.key_cache),
-            value_cache: &wide(&x.value_cache),
-            block_table: &x.block_table,
-            context_lens: c.context_lens,
-            max_blocks: c.max_blocks as usize,
-            scale: scale as f64,
-        });
-        let out = vec![0.0f32; golden.len()];
-        Some(Prepared {
-            orch: Arc::new(orchestrate),
-            kernels: vec![
-                kernels::pa_qk,
-                kernels::pa_softmax,
-                kernels::pa_pv,
-                kernels::pa_update,
-            ],
-            signature: vec![
-                ArgDirection::In,
-                ArgDirection::In,
-                ArgDirection::In,
-                ArgDirection::In,
-                ArgDirection::In,
-                ArgDirection::Out,
-            ],
-            tensors: vec![
-                bf16_tensor(&x.query, &c.q_shape()),
-                bf16_tensor(&x.key_cache, &c.kv_shape()),
-                bf16_tensor(&x.value_cache, &c.kv_shape()),
-                c.block_table_tensor(&x.block_table),
-                c.context_lens_tensor(),
-                HostTensor::f32(&out, &c.q_shape(), ArgDirection::Out),
-            ],
-            scalars: vec![scale.to_bits() as u64],
-            check: Box::new(move |t| compare(&t[5].to_f32(), &golden, 1e-3, 1e-3)),
-            tasks: c.tasks(),
-            edges: c.edges(),
-        })
+        Some(prepare_case(&c, Arc::new(orchestrate), c.edges()))
+    }
+}
+
+/// Case `c` ready to run with orchestration `orch`, whose graph has `edges` edges: the seeded
+/// entry, the golden, the kernel table and signature; both of the scene's orchestrations run
+/// on it.
+pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
+    let x = Drawn::of(c);
+    let scale = 1.0f32;
+    let wide = |v: &[Bf16]| -> Vec<f64> { v.iter().map(|x| x.to_f32() as f64).collect() };
+    let golden = golden(&Inputs {
+        query: &wide(&x.query),
+        key_cache: &wide(&x.key_cache),
+        value_cache: &wide(&x.value_cache),
+        block_table: &x.block_table,
+        context_lens: c.context_lens,
+        max_blocks: c.max_blocks as usize,
+        scale: scale as f64,
+    });
+    let out = vec![0.0f32; golden.len()];
+    Prepared {
+        orch,
+        kernels: vec![
+            kernels::pa_qk,
+            kernels::pa_softmax,
+            kernels::pa_pv,
+            kernels::pa_update,
+        ],
+        signature: vec![
+            ArgDirection::In,
+            ArgDirection::In,
+            ArgDirection::In,
+            ArgDirection::In,
+            ArgDirection::In,
+            ArgDirection::Out,
+        ],
+        tensors: vec![
+            bf16_tensor(&x.query, &c.q_shape()),
+            bf16_tensor(&x.key_cache, &c.kv_shape()),
+            bf16_tensor(&x.value_cache, &c.kv_shape()),
+            c.block_table_tensor(&x.block_table),
+            c.context_lens_tensor(),
+            HostTensor::f32(&out, &c.q_shape(), ArgDirection::Out),
+        ],
+        scalars: vec![scale.to_bits() as u64],
+        check: Box::new(move |t| compare(&t[5].to_f32(), &golden, 1e-3, 1e-3)),
+        tasks: c.tasks(),
+        edges,
     }
 }
 

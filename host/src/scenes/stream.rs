@@ -2,7 +2,8 @@
 //! task stream serves both the device and a bare orchestrator.
 //!
 //! The `paged_attention` and `bgemm` scenes write their orchestration once, as a function
-//! generic over this trait. On a device it runs on [`Rt`] (the impl below, which forwards to
+//! generic over this trait (`paged_attention_manual_scope` shares paged attention's per-tile
+//! plumbing this way). On a device it runs on [`Rt`] (the impl below, which forwards to
 //! `Rt`'s own methods); the `submit` benchmark of `simpler-tests` runs the same function on a
 //! bare `simpler_core::orchestrator::Orchestrator`, with no kernels and no device, so the stream
 //! it times is the scene's by construction and the two cannot drift apart.
@@ -16,7 +17,9 @@
 //! It is its own file because both scenes use it and neither owns it.
 
 use crate::chip_worker::HostTensor;
-use simpler_aicpu::{Rt, RtError};
+use simpler_aicpu::scheduler::single;
+use simpler_aicpu::{CoreSlot, Rt, RtError};
+use simpler_core::deps::ExplicitDep;
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::scope::ScopeMode;
 use simpler_core::{DataType, TaskId, TaskTensor};
@@ -67,8 +70,9 @@ pub struct StreamEntry {
     pub edges: u64,
 }
 
-/// What a scene's task stream asks of the runtime: its entry arguments, single-core submits,
-/// allocation tasks, scopes, reading an entry tensor's element, and ending the run.
+/// What a scene's task stream asks of the runtime: its entry arguments, single-core submits
+/// (with or without explicit dependencies), allocation tasks, scopes, reading an entry
+/// tensor's element, and ending the run.
 ///
 /// The method names and contracts are [`Rt`]'s; another implementation must keep them (the
 /// first error ends the stream, a scope closes even when its body fails).
@@ -86,22 +90,44 @@ pub trait TaskStream {
     fn fatal(&mut self, code: u32) -> Self::Error;
 
     /// Submits a task running kernel `kernel` (an index into the callable's kernel table) on
-    /// one cube core, with `args` (OUTPUT descriptions are replaced by their allocated tensors)
-    /// and `scalars`.
+    /// one cube core, with `args` (OUTPUT descriptions are replaced by their allocated tensors),
+    /// `scalars` and the explicit dependencies `deps` (beyond what its tensors imply).
+    fn submit_aic_with_deps(
+        &mut self,
+        kernel: u32,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, Self::Error>;
+
+    /// [`Self::submit_aic_with_deps`] for one vector core.
+    fn submit_aiv_with_deps(
+        &mut self,
+        kernel: u32,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, Self::Error>;
+
+    /// [`Self::submit_aic_with_deps`] with no explicit dependencies.
     fn submit_aic(
         &mut self,
         kernel: u32,
         args: &mut [TaskArg],
         scalars: &[u64],
-    ) -> Result<TaskId, Self::Error>;
+    ) -> Result<TaskId, Self::Error> {
+        self.submit_aic_with_deps(kernel, args, scalars, &[])
+    }
 
-    /// [`Self::submit_aic`] for one vector core.
+    /// [`Self::submit_aiv_with_deps`] with no explicit dependencies.
     fn submit_aiv(
         &mut self,
         kernel: u32,
         args: &mut [TaskArg],
         scalars: &[u64],
-    ) -> Result<TaskId, Self::Error>;
+    ) -> Result<TaskId, Self::Error> {
+        self.submit_aiv_with_deps(kernel, args, scalars, &[])
+    }
 
     /// Gives `outputs` (descriptions made by `TaskTensor::create_info`) their buffers in an
     /// allocation task, complete at once.
@@ -132,6 +158,26 @@ impl TaskStream for Rt<'_, '_> {
 
     fn fatal(&mut self, code: u32) -> RtError {
         self.report_fatal(code)
+    }
+
+    fn submit_aic_with_deps(
+        &mut self,
+        kernel: u32,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, RtError> {
+        Rt::submit(self, single(CoreSlot::Aic, kernel), 1, args, scalars, deps)
+    }
+
+    fn submit_aiv_with_deps(
+        &mut self,
+        kernel: u32,
+        args: &mut [TaskArg],
+        scalars: &[u64],
+        deps: &[ExplicitDep],
+    ) -> Result<TaskId, RtError> {
+        Rt::submit(self, single(CoreSlot::Aiv0, kernel), 1, args, scalars, deps)
     }
 
     fn submit_aic(
