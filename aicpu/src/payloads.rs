@@ -10,13 +10,13 @@
 //! [`PayloadSink`] is what the orchestration API writes through: these records on a device,
 //! the live image directly on a host build.
 
-use simpler_core::sync::{AtomicU64, AtomicUsize, Ordering};
 use simpler_core::image::{export_words, import_words, ImageError, Reader, Writer};
 use simpler_core::layout::{Carver, Layout, LayoutError, Span};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::predicate::DispatchPredicate;
 use simpler_core::ring::MAX_RINGS;
+use simpler_core::sync::{AtomicU64, AtomicUsize, Ordering};
 use simpler_core::{CoreTaskArgs, TaskId, TaskTensor};
 
 /// A kernel slot with no kernel.

@@ -91,8 +91,8 @@ pub use crate::chip_worker::{
 pub use crate::hbg::HbgError;
 pub use crate::transport::RunOptions;
 pub use simpler_aicore::kernels::{args as kernel_args, stage};
-pub use simpler_aicore::{tile, CoreTaskArgs, Gm, GmFault, KernelCtx, KernelFailure, KernelFn};
 pub use simpler_aicore::LOCAL_BUFFER_WORDS;
+pub use simpler_aicore::{tile, CoreTaskArgs, Gm, GmFault, KernelCtx, KernelFailure, KernelFn};
 pub use simpler_aicpu::{Rt, RtError, RunError, SchedError};
 pub use simpler_core::deps::{DepFlags, ExplicitDep};
 pub use simpler_core::graph::{graph_key, make_key};

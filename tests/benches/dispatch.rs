@@ -42,7 +42,6 @@ fn out() -> TaskArg {
     }
 }
 
-
 fn fan(rt: &mut Rt<'_, '_>, groups: u32) -> Result<(), RtError> {
     for _ in 0..groups {
         rt.scope(ScopeMode::Auto, |rt| {

@@ -64,7 +64,6 @@ fn worker(config: DeviceConfig) -> ChipWorker {
     ChipWorker::init(config).expect("the device starts")
 }
 
-
 fn output(shape: &[u32]) -> TaskArg {
     TaskArg {
         tensor: TaskTensor::create_info(shape, DataType::Float32).expect("a valid shape"),

@@ -33,7 +33,6 @@ fn output(kib: u32) -> TaskArg {
     }
 }
 
-
 #[test]
 fn ten_windows_wrap_with_in_order_reclamation_and_no_live_overlap() {
     // Window 16, heap 12 KiB; each task consumes the previous task's 1-3 KiB output and makes

@@ -13,9 +13,7 @@ pub fn bad(index: usize) -> KernelFailure {
 }
 
 /// The task's tensors, which must be exactly `N`.
-pub fn tensors<const N: usize>(
-    args: &CoreTaskArgs,
-) -> Result<&[TaskTensor; N], KernelFailure> {
+pub fn tensors<const N: usize>(args: &CoreTaskArgs) -> Result<&[TaskTensor; N], KernelFailure> {
     let all = args.tensors();
     <&[TaskTensor; N]>::try_from(all).map_err(|_| bad(all.len().min(N)))
 }
