@@ -199,17 +199,27 @@ pub enum HbgError {
 impl fmt::Display for HbgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::GraphTooLarge(e) => write!(
-                f,
-                "the graph does not fit the host mirror ({e:?}); enlarge the rings or the heap"
+            Self::GraphTooLarge(_) => f.write_str(
+                "the graph does not fit the host mirror, where no task retires while it is \
+                 built; enlarge the rings or the heap",
             ),
-            Self::Orchestration(e) => write!(f, "host orchestration failed: {e:?}"),
-            Self::Image(e) => write!(f, "live image: {e:?}"),
-            Self::Mirror(e) => write!(f, "host mirror: {e}"),
+            Self::Orchestration(_) => f.write_str("the orchestration failed"),
+            Self::Image(_) => f.write_str("the live image could not be measured or written"),
+            Self::Mirror(e) => write!(f, "the host mirror could not be mapped: {e}"),
             Self::GraphFailed { key, reason } => write!(
                 f,
                 "invalid arguments: the recording of graph {key:#x} failed after its outer task was submitted: {reason}"
             ),
+        }
+    }
+}
+
+impl std::error::Error for HbgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::GraphTooLarge(e) | Self::Orchestration(e) => Some(e),
+            Self::Image(e) => Some(e),
+            Self::Mirror(_) | Self::GraphFailed { .. } => None,
         }
     }
 }
@@ -911,7 +921,7 @@ fn commit(
                 reason: inner
                     .error
                     .as_ref()
-                    .map_or_else(String::new, ToString::to_string),
+                    .map_or_else(String::new, |e| crate::ErrorChain(e).to_string()),
             });
         }
     }
@@ -1000,7 +1010,7 @@ impl ImageBuffer {
 }
 
 fn layout_error(e: simpler_core::layout::LayoutError) -> WorkerError {
-    WorkerError::Hbg(HbgError::Mirror(format!("layout: {e:?}")))
+    WorkerError::Hbg(HbgError::Mirror(format!("layout: {e}")))
 }
 
 impl From<HbgError> for RunError {

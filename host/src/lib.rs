@@ -25,6 +25,10 @@
 //!
 //! - [`l3`]: chips and sub-workers in forked children, shared buffers, the import registry.
 //!
+//! ## Errors
+//!
+//! - [`error`]: [`ErrorChain`], an error printed with its causes.
+//!
 //! ## Output and measurement
 //!
 //! - [`dag`]: a run's task graph, recorded at submit and written as JSON or Graphviz.
@@ -42,6 +46,7 @@
 pub mod alloc_count;
 pub mod chip_worker;
 pub mod dag;
+pub mod error;
 pub mod hbg;
 mod image_payloads;
 pub mod record;
@@ -55,5 +60,6 @@ pub mod transport;
 pub use chip_worker::{
     CallableHandle, ChipArg, ChipWorker, DeviceTensor, HostTensor, RunReport, WorkerError,
 };
+pub use error::ErrorChain;
 pub use task_args::{TaskArgs, TaskArgsError};
 pub use transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TraceSink, TransportError};
