@@ -48,6 +48,12 @@ pub enum RtError {
     Aborted(u32),
     /// A dispatch predicate was refused.
     Predicate(PredicateError),
+    /// The waiter gave up while the orchestration waited for a tensor's producer to complete
+    /// (to read or write one of its elements), and the run was not aborted.
+    NotProduced {
+        /// The producer waited for.
+        task: TaskId,
+    },
 }
 
 impl fmt::Display for RtError {
@@ -75,6 +81,9 @@ impl fmt::Display for RtError {
                 write!(f, "the run was aborted from outside (abort code {code})")
             }
             Self::Predicate(_) => f.write_str("the dispatch predicate was refused"),
+            Self::NotProduced { task } => {
+                write!(f, "gave up waiting for {task} to complete")
+            }
         }
     }
 }
@@ -89,7 +98,8 @@ impl core::error::Error for RtError {
             Self::TooManyScalars { .. }
             | Self::Index { .. }
             | Self::Fatal(_)
-            | Self::Aborted(_) => None,
+            | Self::Aborted(_)
+            | Self::NotProduced { .. } => None,
         }
     }
 }
@@ -624,11 +634,12 @@ impl<'r, 'a> Rt<'r, 'a> {
             if produced(self.orch.shared(), owner) {
                 return Ok(());
             }
-            let on = simpler_core::orchestrator::Blocked::TaskRing {
-                ring: owner.ring() as usize,
-            };
+            let on = simpler_core::orchestrator::Blocked::Producer { task: owner };
             if self.waiter.wait(on).is_err() {
-                return Err(self.fail(RtError::Aborted(u32::MAX)));
+                // A waiter gives up when the run is aborted (that abort is the error), or when
+                // nothing can complete the producer (a host build, where nothing runs).
+                self.check()?;
+                return Err(self.fail(RtError::NotProduced { task: owner }));
             }
         }
     }

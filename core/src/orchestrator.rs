@@ -96,6 +96,12 @@ pub enum Blocked {
         /// Free entries the task's inserts need.
         needed: u32,
     },
+    /// Not a full resource: the orchestration reads or writes an element of a tensor whose
+    /// producer has not completed yet (`Rt::read_element`, `Rt::write_element`).
+    Producer {
+        /// The task whose completion is awaited.
+        task: TaskId,
+    },
 }
 
 impl fmt::Display for Blocked {
@@ -109,6 +115,7 @@ impl fmt::Display for Blocked {
             Self::TensorMap { needed } => {
                 write!(f, "the TensorMap has no room for {needed} more entries")
             }
+            Self::Producer { task } => write!(f, "{task} has not completed"),
         }
     }
 }

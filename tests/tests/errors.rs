@@ -305,6 +305,13 @@ fn deadlocks_name_the_ring_and_the_task_holding_it() {
         .to_string(),
         "ring 3's heap cannot hold 2048 more bytes yet"
     );
+    assert_eq!(
+        Blocked::Producer {
+            task: TaskId::new(0, 4)
+        }
+        .to_string(),
+        "task 4 of ring 0 has not completed"
+    );
     assert_eq!(TaskId::INVALID.to_string(), "no task");
 }
 
