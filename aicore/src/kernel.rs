@@ -34,6 +34,32 @@ pub enum KernelFailure {
     Code(u32),
 }
 
+impl core::fmt::Display for KernelFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::BadArguments { index } => write!(
+                f,
+                "the kernel refused its arguments at tensor {index} (the tensor count, when too few)"
+            ),
+            Self::TooLarge { elems, limit } => write!(
+                f,
+                "data of {elems} elements does not fit the local buffer of {limit}"
+            ),
+            Self::Memory(_) => f.write_str("a tensor names memory outside GM"),
+            Self::Code(code) => write!(f, "the kernel failed with code {code}"),
+        }
+    }
+}
+
+impl core::error::Error for KernelFailure {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Memory(fault) => Some(fault),
+            _ => None,
+        }
+    }
+}
+
 impl From<GmFault> for KernelFailure {
     fn from(f: GmFault) -> Self {
         Self::Memory(f)

@@ -51,6 +51,24 @@ pub enum GraphExecError {
     Capacity,
 }
 
+impl core::fmt::Display for GraphExecError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::Submission => f.write_str("the outer task's scalars are not a GRAPH submission"),
+            Self::Definition { what } => write!(f, "the Definition image is out of bounds or contradicts its header ({what})"),
+            Self::Memory => {
+                f.write_str("device memory refused a read of the Definition or the boundary")
+            }
+            Self::Capacity => write!(
+                f,
+                "more Graphs are ready at once than the {MAX_EXPANSIONS} one scheduler thread expands"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for GraphExecError {}
+
 /// What an outer task's payload names.
 #[derive(Clone, Copy, Debug)]
 pub struct Submission {

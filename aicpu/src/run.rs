@@ -17,6 +17,28 @@ pub enum RunError {
     Image(simpler_core::image::ImageError),
 }
 
+impl core::fmt::Display for RunError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::Orchestration(_) => "the orchestration failed",
+            Self::Scheduler(_) => "a scheduler stopped the run",
+            Self::Timeout => "the run made no progress for the watchdog period",
+            Self::Image(_) => "the host-built image did not fit or did not parse",
+        })
+    }
+}
+
+impl core::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Orchestration(e) => Some(e),
+            Self::Scheduler(e) => Some(e),
+            Self::Timeout => None,
+            Self::Image(e) => Some(e),
+        }
+    }
+}
+
 /// The outcome of one run.
 #[derive(Clone, Copy, Debug)]
 pub struct RunOutcome {

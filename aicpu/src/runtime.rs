@@ -7,6 +7,7 @@
 
 use crate::payloads::{MixedKernels, PayloadSink};
 use crate::scheduler::{single, CoreSlot};
+use core::fmt;
 use simpler_core::cores::ActiveMask;
 use simpler_core::deps::ExplicitDep;
 use simpler_core::gm::{Gm, GmFault};
@@ -47,6 +48,60 @@ pub enum RtError {
     Aborted(u32),
     /// A dispatch predicate was refused.
     Predicate(PredicateError),
+    /// The waiter gave up while the orchestration waited for a tensor's producer to complete
+    /// (to read or write one of its elements), and the run was not aborted.
+    NotProduced {
+        /// The producer waited for.
+        task: TaskId,
+    },
+}
+
+impl fmt::Display for RtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Submit(_) => f.write_str("the submit was refused"),
+            Self::TooManyScalars { count, limit } => write!(
+                f,
+                "task has {count} scalars; a task carries at most {limit}"
+            ),
+            Self::Scope(_) => f.write_str("the scope call was refused"),
+            Self::Index { index, numel } => write!(
+                f,
+                "element {index} is past the end of a tensor of {numel} elements"
+            ),
+            Self::Memory(_) => f.write_str("device memory refused a tensor element access"),
+            Self::Fatal(GRAPH_BOUNDARY_TOO_WIDE) => write!(
+                f,
+                "a Graph boundary is wider than an entry (at most {} tensors, {} scalars)",
+                OrchArgs::MAX_TENSORS,
+                OrchArgs::MAX_SCALARS
+            ),
+            Self::Fatal(code) => write!(f, "the orchestration reported fatal error {code:#x}"),
+            Self::Aborted(code) => {
+                write!(f, "the run was aborted from outside (abort code {code})")
+            }
+            Self::Predicate(_) => f.write_str("the dispatch predicate was refused"),
+            Self::NotProduced { task } => {
+                write!(f, "gave up waiting for {task} to complete")
+            }
+        }
+    }
+}
+
+impl core::error::Error for RtError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Submit(e) => Some(e),
+            Self::Scope(e) => Some(e),
+            Self::Memory(e) => Some(e),
+            Self::Predicate(e) => Some(e),
+            Self::TooManyScalars { .. }
+            | Self::Index { .. }
+            | Self::Fatal(_)
+            | Self::Aborted(_)
+            | Self::NotProduced { .. } => None,
+        }
+    }
 }
 
 impl From<PredicateError> for RtError {
@@ -579,11 +634,12 @@ impl<'r, 'a> Rt<'r, 'a> {
             if produced(self.orch.shared(), owner) {
                 return Ok(());
             }
-            let on = simpler_core::orchestrator::Blocked::TaskRing {
-                ring: owner.ring() as usize,
-            };
+            let on = simpler_core::orchestrator::Blocked::Producer { task: owner };
             if self.waiter.wait(on).is_err() {
-                return Err(self.fail(RtError::Aborted(u32::MAX)));
+                // A waiter gives up when the run is aborted (that abort is the error), or when
+                // nothing can complete the producer (a host build, where nothing runs).
+                self.check()?;
+                return Err(self.fail(RtError::NotProduced { task: owner }));
             }
         }
     }

@@ -105,6 +105,55 @@ pub enum SchedError {
     },
 }
 
+/// `kernel 3 on core 5 failed on task 7 of ring 0: bad arguments (detail 2: the tensor at
+/// fault, or the tensor count when too few)`: the failure code by its name
+/// ([`simpler_core::handshake::error_name`]) and what its detail word means.
+impl core::fmt::Display for SchedError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        use simpler_core::handshake::{error_detail, error_name, ERR_MEMORY};
+        match *self {
+            Self::KernelFailed {
+                task,
+                core,
+                kernel,
+                code,
+                detail,
+            } => {
+                write!(f, "kernel {kernel} on core {core} failed on {task}: ")?;
+                match (error_name(code), error_detail(code)) {
+                    // The detail is an address: hex.
+                    (Some(name), Some(meaning)) if code == ERR_MEMORY => {
+                        write!(f, "{name} (detail {detail:#x}: {meaning})")
+                    }
+                    (Some(name), Some(meaning)) => {
+                        write!(f, "{name} (detail {detail}: {meaning})")
+                    }
+                    _ => write!(f, "unknown error code {code} (detail {detail})"),
+                }
+            }
+            Self::MissingKernel { task } => {
+                write!(f, "{task} occupies a core slot it names no kernel for")
+            }
+            Self::Graph { task, .. } => {
+                write!(f, "the Graph of outer {task} could not be expanded")
+            }
+            Self::Predicate { task, .. } => {
+                write!(f, "the dispatch predicate of {task} could not be evaluated")
+            }
+        }
+    }
+}
+
+impl core::error::Error for SchedError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::KernelFailed { .. } | Self::MissingKernel { .. } => None,
+            Self::Graph { error, .. } => Some(error),
+            Self::Predicate { error, .. } => Some(error),
+        }
+    }
+}
+
 /// When a timed pass started, finished handling completions, and ended (platform cycles).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PassTimes {

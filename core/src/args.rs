@@ -58,6 +58,8 @@ impl fmt::Display for ArgsError {
     }
 }
 
+impl core::error::Error for ArgsError {}
+
 /// Why a chip entry could not be built or adopted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryError {
@@ -100,6 +102,17 @@ impl fmt::Display for EntryError {
             Self::Materialize { index, error } => write!(f, "tensor {index}: {error}"),
             Self::Adopt { index, error } => write!(f, "tensor {index}: {error}"),
             Self::Args(e) => e.fmt(f),
+        }
+    }
+}
+
+impl core::error::Error for EntryError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Decode(e) => Some(e),
+            Self::Materialize { error, .. } => Some(error),
+            Self::Adopt { error, .. } => Some(error),
+            Self::Args(e) => Some(e),
         }
     }
 }

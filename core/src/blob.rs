@@ -125,6 +125,15 @@ impl fmt::Display for BlobError {
     }
 }
 
+impl core::error::Error for BlobError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Tensor { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// Bytes a blob of `tensors` tensors and `scalars` scalars occupies; `None` if not representable.
 pub const fn blob_size(tensors: usize, scalars: usize) -> Option<usize> {
     let t = match tensors.checked_mul(TENSOR_BYTES) {

@@ -360,6 +360,8 @@ impl fmt::Display for DescriptorError {
     }
 }
 
+impl core::error::Error for DescriptorError {}
+
 impl BufferDescriptor {
     /// Builds and validates a descriptor with clean padding.
     pub fn new(

@@ -104,6 +104,8 @@ impl fmt::Display for MaterializeError {
     }
 }
 
+impl core::error::Error for MaterializeError {}
+
 impl ChipTensor {
     /// Resolves a validated wire tensor against the local base of its backing.
     ///

@@ -69,6 +69,8 @@ impl fmt::Display for GeometryError {
     }
 }
 
+impl core::error::Error for GeometryError {}
+
 /// What a successful [`check`] learned about a geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checked {

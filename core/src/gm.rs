@@ -13,6 +13,18 @@ pub struct GmFault {
     pub len: u64,
 }
 
+impl core::fmt::Display for GmFault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "access of {} bytes at {:#x} is outside device memory",
+            self.len, self.addr
+        )
+    }
+}
+
+impl core::error::Error for GmFault {}
+
 /// Device global memory.
 pub trait Gm: Sync {
     /// Copies `dst.len()` bytes at `addr` into `dst`.

@@ -73,3 +73,28 @@ pub const ERR_TOO_LARGE: u32 = 3;
 pub const ERR_MEMORY: u32 = 4;
 /// Error word: a kernel-specific code follows in the detail word.
 pub const ERR_KERNEL_CODE: u32 = 5;
+
+/// The name of error word `code`, as messages print it; `None` for [`NO_ERROR`] and for a
+/// code this ABI does not define.
+pub const fn error_name(code: u32) -> Option<&'static str> {
+    match code {
+        ERR_UNKNOWN_KERNEL => Some("unknown kernel id"),
+        ERR_BAD_ARGUMENTS => Some("bad arguments"),
+        ERR_TOO_LARGE => Some("data too large for the local buffer"),
+        ERR_MEMORY => Some("memory access outside GM"),
+        ERR_KERNEL_CODE => Some("kernel-specific failure"),
+        _ => None,
+    }
+}
+
+/// What the detail word holds next to error word `code`; `None` where [`error_name`] is.
+pub const fn error_detail(code: u32) -> Option<&'static str> {
+    match code {
+        ERR_UNKNOWN_KERNEL => Some("the kernel id the payload named"),
+        ERR_BAD_ARGUMENTS => Some("the tensor at fault, or the tensor count when too few"),
+        ERR_TOO_LARGE => Some("elements needed"),
+        ERR_MEMORY => Some("low 32 bits of the address"),
+        ERR_KERNEL_CODE => Some("the kernel's own code"),
+        _ => None,
+    }
+}

@@ -47,6 +47,24 @@ pub enum ImageError {
     },
 }
 
+impl core::fmt::Display for ImageError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::Short { needed, got } => write!(
+                f,
+                "buffer of {got} bytes is too short: the image needs at least {needed}"
+            ),
+            Self::Usage { field, value } => write!(
+                f,
+                "image usage {field} = {value} is past the state's capacity, or the state \
+                 retired tasks or popped a queue while it was built"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for ImageError {}
+
 /// Sequential little-endian word writer over a caller's buffer.
 pub struct Writer<'b> {
     buf: &'b mut [u8],

@@ -127,6 +127,8 @@ impl fmt::Display for LayoutError {
     }
 }
 
+impl core::error::Error for LayoutError {}
+
 /// One cache line of bytes: the unit nested regions are reserved in.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]

@@ -230,6 +230,8 @@ impl fmt::Display for SkippedTransition {
     }
 }
 
+impl core::error::Error for SkippedTransition {}
+
 /// A frame's state and error words: the handshake between the parent and a child (see the
 /// module's diagram and memory-ordering sections). Both words are written by the side whose
 /// turn it is and read by the other.
@@ -404,6 +406,8 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl core::error::Error for ConfigError {}
+
 impl CallConfig {
     /// Every check of the reference's `validate()`.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -471,6 +475,22 @@ pub enum LeaseError {
     },
 }
 
+impl fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Reserved { value } => {
+                write!(f, "lease reserved word is {value:#x}; it must be 0")
+            }
+            Self::Slot { slot, frames } => write!(
+                f,
+                "lease names pipeline slot {slot}; the child has {frames} task frames"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for LeaseError {}
+
 impl PipelineSlotLease {
     /// Checks the lease against a child with `frames` task frames.
     pub fn validate(&self, frames: u32) -> Result<(), LeaseError> {
@@ -515,6 +535,29 @@ pub enum CopyRequestError {
     Dst(DescriptorError),
     /// The source descriptor is invalid.
     Src(DescriptorError),
+}
+
+impl fmt::Display for CopyRequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Truncated { len } => write!(
+                f,
+                "copy request region is {len} bytes; a request takes {}",
+                size_of::<ControlCopyRequest>()
+            ),
+            Self::Dst(_) => f.write_str("copy request's destination descriptor is invalid"),
+            Self::Src(_) => f.write_str("copy request's source descriptor is invalid"),
+        }
+    }
+}
+
+impl core::error::Error for CopyRequestError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Truncated { .. } => None,
+            Self::Dst(e) | Self::Src(e) => Some(e),
+        }
+    }
 }
 
 impl ControlCopyRequest {

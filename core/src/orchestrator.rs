@@ -96,6 +96,28 @@ pub enum Blocked {
         /// Free entries the task's inserts need.
         needed: u32,
     },
+    /// Not a full resource: the orchestration reads or writes an element of a tensor whose
+    /// producer has not completed yet (`Rt::read_element`, `Rt::write_element`).
+    Producer {
+        /// The task whose completion is awaited.
+        task: TaskId,
+    },
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::TaskRing { ring } => write!(f, "ring {ring}'s task window is full"),
+            Self::Heap { ring, bytes } => {
+                write!(f, "ring {ring}'s heap cannot hold {bytes} more bytes yet")
+            }
+            Self::EdgePool { ring } => write!(f, "ring {ring}'s dependency pool is full"),
+            Self::TensorMap { needed } => {
+                write!(f, "the TensorMap has no room for {needed} more entries")
+            }
+            Self::Producer { task } => write!(f, "{task} has not completed"),
+        }
+    }
 }
 
 /// The caller's waiting policy for a full resource. Return `Ok` to try again (after spinning,
@@ -115,6 +137,14 @@ impl<W: Waiter + ?Sized> Waiter for &mut W {
 /// A [`Waiter`] gave up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GaveUp;
+
+impl fmt::Display for GaveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the waiter gave up")
+    }
+}
+
+impl core::error::Error for GaveUp {}
 
 /// A waiter that never waits: every full resource fails the submit at once.
 #[derive(Clone, Copy, Debug, Default)]
@@ -207,16 +237,18 @@ impl fmt::Display for SubmitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::Scope(e) => e.fmt(f),
-            Self::TooManyTensors { count, limit } => {
-                write!(f, "{count} tensor arguments exceed the per-task cap of {limit}")
-            }
-            Self::TooManyDeps { count, limit } => {
-                write!(f, "{count} explicit dependencies exceed the cap of {limit}")
-            }
-            Self::ZeroBlocks => f.write_str("block_num must be at least 1"),
+            Self::TooManyTensors { count, limit } => write!(
+                f,
+                "task has {count} tensor arguments; a task carries at most {limit}"
+            ),
+            Self::TooManyDeps { count, limit } => write!(
+                f,
+                "submit has {count} explicit dependencies; a submit carries at most {limit}"
+            ),
+            Self::ZeroBlocks => f.write_str("block_num is 0; a task runs at least 1 block"),
             Self::OutputsTooLarge { ring, bytes, heap } => write!(
                 f,
-                "outputs of {bytes} bytes exceed ring {ring}'s {heap}-byte heap"
+                "task outputs need {bytes} bytes; ring {ring}'s whole heap is {heap} bytes"
             ),
             Self::ScopeDeadlock {
                 ring,
@@ -226,17 +258,38 @@ impl fmt::Display for SubmitError {
                 f,
                 "scope holds {tasks} tasks on ring {ring} whose window is {window}: enlarge the window or split the scope"
             ),
-            Self::HeapRingDeadlock { ring, head } => {
-                write!(f, "ring {ring} heap cannot drain (head task {head:?})")
-            }
-            Self::FlowControlDeadlock { ring, head } => {
-                write!(f, "ring {ring} task window cannot drain (head task {head:?})")
-            }
-            Self::DepPoolOverflow { ring } => write!(f, "ring {ring} dependency pool overflow"),
-            Self::TensorMapOverflow { needed, free } => {
-                write!(f, "TensorMap needs {needed} entries, {free} free")
-            }
+            Self::HeapRingDeadlock { ring, head } => match head {
+                Some(head) => write!(
+                    f,
+                    "ring {ring}'s heap cannot drain: its oldest task ({head}) is held by an open scope"
+                ),
+                None => write!(f, "ring {ring}'s heap is full and the waiter gave up"),
+            },
+            Self::FlowControlDeadlock { ring, head } => match head {
+                Some(head) => write!(
+                    f,
+                    "ring {ring}'s task window cannot drain: its oldest task ({head}) is held by an open scope"
+                ),
+                None => write!(f, "ring {ring}'s task window is full and the waiter gave up"),
+            },
+            Self::DepPoolOverflow { ring } => write!(
+                f,
+                "ring {ring}'s dependency pool cannot hold this task's edges"
+            ),
+            Self::TensorMapOverflow { needed, free } => write!(
+                f,
+                "the TensorMap needs {needed} free entries for this task's writers; {free} are free"
+            ),
             Self::Fatal => f.write_str("an earlier submit failed; the run must end"),
+        }
+    }
+}
+
+impl core::error::Error for SubmitError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Scope(e) => Some(e),
+            _ => None,
         }
     }
 }

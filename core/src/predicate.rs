@@ -122,11 +122,18 @@ impl fmt::Display for PredicateError {
                 write!(f, "a predicate cannot compare {bytes}-byte elements")
             }
             Self::Op { raw } => write!(f, "unknown predicate operator {raw}"),
-            Self::Memory(fault) => write!(
-                f,
-                "the predicate's element at {:#x} ({} bytes) is outside device memory",
-                fault.addr, fault.len
-            ),
+            Self::Memory(_) => {
+                f.write_str("device memory refused the read of the predicate's element")
+            }
+        }
+    }
+}
+
+impl core::error::Error for PredicateError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Memory(fault) => Some(fault),
+            _ => None,
         }
     }
 }

@@ -168,6 +168,8 @@ impl fmt::Display for Full {
     }
 }
 
+impl core::error::Error for Full {}
+
 /// Where a [`ReadyQueue`] of a given capacity lives in its region.
 #[derive(Clone, Copy)]
 pub struct ReadyQueueLayout {

@@ -106,6 +106,17 @@ pub enum HeapClaim {
     TooLarge,
 }
 
+impl core::fmt::Display for HeapClaim {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::WouldBlock => "the heap is full until older tasks retire",
+            Self::TooLarge => "the claim is larger than the whole heap",
+        })
+    }
+}
+
+impl core::error::Error for HeapClaim {}
+
 /// The orchestrator's cursor over one ring's heap. Offsets are relative to the heap's base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeapRing {

@@ -55,6 +55,8 @@ impl fmt::Display for ScopeError {
     }
 }
 
+impl core::error::Error for ScopeError {}
+
 /// The open scopes and the tasks each holds.
 pub struct ScopeStack<'a> {
     tasks: &'a mut [u64],

@@ -65,6 +65,17 @@ impl TaskId {
     }
 }
 
+/// `task <local> of ring <ring>`, or `no task` for [`TaskId::INVALID`].
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_valid() {
+            write!(f, "task {} of ring {}", self.local(), self.ring())
+        } else {
+            f.write_str("no task")
+        }
+    }
+}
+
 /// The runtime's working tensor. See the module table for its layout.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
@@ -190,6 +201,17 @@ impl fmt::Display for ViewError {
         }
     }
 }
+
+impl core::error::Error for AdoptError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Geometry(e) => Some(e),
+            Self::AddressSpace { .. } | Self::OutOfBuffer { .. } => None,
+        }
+    }
+}
+
+impl core::error::Error for ViewError {}
 
 impl TaskTensor {
     /// Adopts a chip entry argument: checks its geometry and containment, computes the caches,

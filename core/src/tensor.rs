@@ -117,6 +117,16 @@ impl fmt::Display for TensorError {
     }
 }
 
+impl core::error::Error for TensorError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Descriptor(e) => Some(e),
+            Self::Geometry(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl Tensor {
     /// Builds a strided view over `buffer` and validates it. Returns the validated form: a wire
     /// tensor is only ever built through the gate.

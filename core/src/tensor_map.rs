@@ -294,6 +294,18 @@ pub struct MapFull {
     pub free: u32,
 }
 
+impl core::fmt::Display for MapFull {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "the TensorMap needs {} free entries; {} are free after freeing every retired task's",
+            self.needed, self.free
+        )
+    }
+}
+
+impl core::error::Error for MapFull {}
+
 /// A TensorMap over a caller-provided region. Written by one thread (the orchestrator).
 pub struct TensorMap<'a> {
     header: &'a mut Header,

@@ -225,13 +225,29 @@ impl fmt::Display for WorkerError {
                 "{len} bytes at {addr:#x} are not inside one live device allocation"
             ),
             Self::Entry(e) => write!(f, "chip entry: {e}"),
-            Self::Run(e) => write!(f, "run failed: {e:?}"),
+            Self::Run(_) => f.write_str("run failed"),
             Self::Hbg(e) => write!(f, "host-built run: {e}"),
         }
     }
 }
 
-impl std::error::Error for WorkerError {}
+impl std::error::Error for WorkerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Transport(e) => Some(e),
+            Self::Entry(e) => Some(e),
+            Self::Run(e) => Some(e),
+            Self::Hbg(e) => Some(e),
+            Self::UnknownCallable
+            | Self::Signature { .. }
+            | Self::Direction { .. }
+            | Self::TensorSize { .. }
+            | Self::OutOfDeviceMemory { .. }
+            | Self::UnknownDeviceAddress { .. }
+            | Self::DeviceRange { .. } => None,
+        }
+    }
+}
 
 impl From<TransportError> for WorkerError {
     fn from(e: TransportError) -> Self {

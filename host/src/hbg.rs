@@ -53,7 +53,7 @@ use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt, RtError, RunError};
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::graph::GraphDefinitionHeader;
 use simpler_core::image::ImageError;
-use simpler_core::orchestrator::TaskArg;
+use simpler_core::orchestrator::{Blocked, TaskArg};
 use simpler_core::orchestrator::{Orchestrator, OrchestratorLayout};
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
@@ -179,6 +179,15 @@ pub enum HbgError {
     /// The graph does not fit the mirror (a ring, the heap or the dependency pool is full);
     /// nothing is retired while building, so this never waits.
     GraphTooLarge(RtError),
+    /// The orchestration waited for a task to complete (to read or write an element of its
+    /// output, `Rt::read_element` / `Rt::write_element`): no task runs while the host builds
+    /// the graph, so the wait could never end. Not a graph too large for the mirror.
+    TaskNotRun {
+        /// The task waited for.
+        task: TaskId,
+        /// The error the orchestration ended with.
+        error: RtError,
+    },
     /// The orchestration function, or the runtime under it, returned this error (one that is
     /// not a full mirror).
     Orchestration(RtError),
@@ -199,17 +208,34 @@ pub enum HbgError {
 impl fmt::Display for HbgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::GraphTooLarge(e) => write!(
-                f,
-                "the graph does not fit the host mirror ({e:?}); enlarge the rings or the heap"
+            Self::GraphTooLarge(_) => f.write_str(
+                "the graph does not fit the host mirror, where no task retires while it is \
+                 built; enlarge the rings or the heap",
             ),
-            Self::Orchestration(e) => write!(f, "host orchestration failed: {e:?}"),
-            Self::Image(e) => write!(f, "live image: {e:?}"),
-            Self::Mirror(e) => write!(f, "host mirror: {e}"),
+            Self::TaskNotRun { task, .. } => write!(
+                f,
+                "the orchestration waited for {task} to complete, but no task runs until the \
+                 host has built the whole graph; read or write that element on the device \
+                 runtime (tmr) instead"
+            ),
+            Self::Orchestration(_) => f.write_str("the orchestration failed"),
+            Self::Image(_) => f.write_str("the live image could not be measured or written"),
+            Self::Mirror(e) => write!(f, "the host mirror could not be mapped: {e}"),
             Self::GraphFailed { key, reason } => write!(
                 f,
                 "invalid arguments: the recording of graph {key:#x} failed after its outer task was submitted: {reason}"
             ),
+        }
+    }
+}
+
+impl std::error::Error for HbgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::GraphTooLarge(e) | Self::Orchestration(e) => Some(e),
+            Self::TaskNotRun { error, .. } => Some(error),
+            Self::Image(e) => Some(e),
+            Self::Mirror(_) | Self::GraphFailed { .. } => None,
         }
     }
 }
@@ -721,10 +747,10 @@ impl ChipWorker {
         );
         report.phases[3] = clock.stop();
         if let Err(e) = result {
-            return Err(WorkerError::Hbg(if waiter.blocked.is_some() {
-                HbgError::GraphTooLarge(e)
-            } else {
-                HbgError::Orchestration(e)
+            return Err(WorkerError::Hbg(match waiter.blocked {
+                Some(Blocked::Producer { task }) => HbgError::TaskNotRun { task, error: e },
+                Some(_) => HbgError::GraphTooLarge(e),
+                None => HbgError::Orchestration(e),
             }));
         }
         committed?;
@@ -911,7 +937,7 @@ fn commit(
                 reason: inner
                     .error
                     .as_ref()
-                    .map_or_else(String::new, ToString::to_string),
+                    .map_or_else(String::new, |e| crate::ErrorChain(e).to_string()),
             });
         }
     }
@@ -1000,13 +1026,15 @@ impl ImageBuffer {
 }
 
 fn layout_error(e: simpler_core::layout::LayoutError) -> WorkerError {
-    WorkerError::Hbg(HbgError::Mirror(format!("layout: {e:?}")))
+    WorkerError::Hbg(HbgError::Mirror(format!("layout: {e}")))
 }
 
 impl From<HbgError> for RunError {
     fn from(e: HbgError) -> Self {
         match e {
-            HbgError::GraphTooLarge(e) | HbgError::Orchestration(e) => RunError::Orchestration(e),
+            HbgError::GraphTooLarge(e)
+            | HbgError::Orchestration(e)
+            | HbgError::TaskNotRun { error: e, .. } => RunError::Orchestration(e),
             HbgError::Image(e) => RunError::Image(e),
             HbgError::Mirror(_) => RunError::Orchestration(RtError::Fatal(5)),
             HbgError::GraphFailed { .. } => RunError::Orchestration(RtError::Fatal(5)),

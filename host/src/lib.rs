@@ -26,6 +26,10 @@
 //!
 //! - [`l3`]: chips and sub-workers in forked children, shared buffers, the import registry.
 //!
+//! ## Errors
+//!
+//! - [`error`]: [`ErrorChain`], an error printed with its causes.
+//!
 //! ## Output and measurement
 //!
 //! - [`dag`]: a run's task graph, recorded at submit and written as JSON or Graphviz.
@@ -43,6 +47,7 @@
 pub mod alloc_count;
 pub mod chip_worker;
 pub mod dag;
+pub mod error;
 pub mod hbg;
 mod image_payloads;
 pub mod l3;
@@ -57,5 +62,6 @@ pub mod transport;
 pub use chip_worker::{
     CallableHandle, ChipArg, ChipWorker, DeviceTensor, HostTensor, RunReport, WorkerError,
 };
+pub use error::ErrorChain;
 pub use task_args::{TaskArgs, TaskArgsError};
 pub use transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TraceSink, TransportError};

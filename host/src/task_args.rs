@@ -62,7 +62,14 @@ impl fmt::Display for TaskArgsError {
     }
 }
 
-impl std::error::Error for TaskArgsError {}
+impl std::error::Error for TaskArgsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Blob(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Tagged tensors, then scalars, for one task.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

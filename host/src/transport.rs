@@ -62,6 +62,8 @@ impl fmt::Display for TransportError {
     }
 }
 
+impl std::error::Error for TransportError {}
+
 /// A device as the host drives it.
 pub trait DeviceTransport: Send {
     /// The platform's name (`a2a3sim`, `a5sim`, ...).

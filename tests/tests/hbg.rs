@@ -79,11 +79,115 @@ fn a_graph_that_does_not_fit_is_a_typed_error_not_a_wait() {
         matches!(err, WorkerError::Hbg(HbgError::GraphTooLarge(_))),
         "{err}"
     );
+    // The chain says what filled up: the 16-slot task window of ring 1 (bgemm's tasks are
+    // submitted one scope deep).
+    assert_eq!(
+        simpler_host::ErrorChain(&err).to_string(),
+        "host-built run: the graph does not fit the host mirror, where no task retires while \
+         it is built; enlarge the rings or the heap: the submit was refused: ring 1's task \
+         window is full and the waiter gave up"
+    );
     // The same graph fits the tmr runtime, which retires tasks while it submits.
     let mut tensors = p.tensors.clone();
     w.run(h, &mut tensors, &p.scalars).expect("tmr runs it");
     assert!((p.check)(&tensors).pass);
     let _ = ArgDirection::In;
+}
+
+/// On hbg nothing runs while the host builds the graph, so an orchestration that reads an
+/// element of a task's output (`Rt::read_element` waits for the producer) can never be served:
+/// that is its own error, naming the task waited for, not a graph too large for the mirror.
+/// The same callable runs on tmr, where the producer completes while the orchestration waits.
+#[test]
+fn reading_an_element_nothing_has_produced_is_task_not_run_not_graph_too_large() {
+    use simpler_aicore::kernels;
+    use simpler_aicpu::RtError;
+    use simpler_core::orchestrator::TaskArg;
+    use simpler_core::{DataType, TaskTensor, TensorArgType};
+    use simpler_host::{ChipArg, HostTensor, OrchFn};
+    use simpler_tests::harness::input;
+    use std::error::Error;
+    use std::sync::{Arc, Mutex};
+
+    const SHAPE: [u32; 2] = [16, 16];
+    let produced = Arc::new(Mutex::new(None));
+    let seen = produced.clone();
+    // c = a + 1; read c[0]; f = c + 1.
+    let orch: OrchFn = Arc::new(move |rt| {
+        let [a, f] = rt.args().tensors() else {
+            return Err(rt.report_fatal(1));
+        };
+        let (a, f) = (*a, *f);
+        let mut t0 = [
+            input(a),
+            TaskArg {
+                tensor: TaskTensor::create_info(&SHAPE, DataType::Float32).expect("shape"),
+                tag: TensorArgType::Output,
+            },
+        ];
+        let task = rt.submit_aiv(0, &mut t0, &[1.0f32.to_bits() as u64])?;
+        *seen.lock().unwrap() = Some(task);
+        let c0 = rt.read_element(&t0[1].tensor, 0)?;
+        assert_eq!(f32::from_bits(c0 as u32), 1.0, "c[0] = a[0] + 1");
+        let mut t1 = [
+            input(t0[1].tensor),
+            TaskArg {
+                tensor: f,
+                tag: TensorArgType::OutputExisting,
+            },
+        ];
+        rt.submit_aiv(0, &mut t1, &[1.0f32.to_bits() as u64])?;
+        Ok(())
+    });
+    let mut w = worker();
+    let h = w.register_callable(
+        orch,
+        vec![kernels::add_scalar],
+        vec![ArgDirection::In, ArgDirection::Out],
+    );
+    let n = SHAPE.iter().product::<u32>() as usize;
+    let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let tensors = vec![
+        HostTensor::f32(&a, &SHAPE, ArgDirection::In),
+        HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
+    ];
+
+    let mut args: Vec<ChipArg> = tensors.iter().cloned().map(ChipArg::Host).collect();
+    let err = w.run_hbg(h, &mut args, &[]).expect_err("unservable on hbg");
+    let task = produced
+        .lock()
+        .unwrap()
+        .expect("the producer was submitted");
+    assert!(
+        matches!(
+            &err,
+            WorkerError::Hbg(HbgError::TaskNotRun {
+                task: t,
+                error: RtError::NotProduced { task: e },
+            }) if *t == task && *e == task
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "host-built run: the orchestration waited for task 0 of ring 0 to complete, but no task \
+         runs until the host has built the whole graph; read or write that element on the \
+         device runtime (tmr) instead"
+    );
+    let cause = err
+        .source()
+        .and_then(Error::source)
+        .expect("the orchestration's error");
+    assert_eq!(
+        cause.to_string(),
+        "gave up waiting for task 0 of ring 0 to complete"
+    );
+
+    // On tmr the producer runs while the orchestration waits: f = a + 2.
+    let mut tensors = tensors;
+    w.run(h, &mut tensors, &[]).expect("tmr serves the wait");
+    let want: Vec<f32> = a.iter().map(|v| v + 2.0).collect();
+    assert_eq!(tensors[1].to_f32(), want);
 }
 
 #[test]

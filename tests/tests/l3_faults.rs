@@ -847,8 +847,8 @@ fn failing_kernel_fails_the_task_and_the_chip_serves_on() {
             L3Error::TaskFailed { task, endpoint, message }
                 if *task == id
                     && endpoint == "chip 0"
-                    && message.contains("KernelFailed")
-                    && message.contains(&kernels::FAIL_CODE.to_string()),
+                    && message.contains("kernel-specific failure")
+                    && message.contains(&format!("detail {}", kernels::FAIL_CODE)),
         );
         assert_eq!(
             read_bytes(&case.f),

@@ -543,6 +543,8 @@ impl Waiter for SpinWaiter<'_, '_> {
             Blocked::Heap { .. } => 1,
             Blocked::EdgePool { .. } => 2,
             Blocked::TensorMap { .. } => 3,
+            // Only `Rt` waits for a producer; these submits go to the orchestrator directly.
+            Blocked::Producer { .. } => unreachable!("a submit never waits for a producer"),
         }] += 1;
         if self.board.stopped() {
             self.gave_up = Some(on);

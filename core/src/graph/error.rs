@@ -47,6 +47,28 @@ pub enum FlatArray {
     Fanins,
 }
 
+impl fmt::Display for TensorRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Node { node, arg } => write!(f, "node {node}'s tensor {arg}"),
+            Self::Boundary { index } => write!(f, "boundary tensor {index}"),
+            Self::Predicate { node } => write!(f, "node {node}'s predicate operand"),
+        }
+    }
+}
+
+impl fmt::Display for FlatArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Tensors => "tensors",
+            Self::TensorSources => "tensor_sources",
+            Self::Scalars => "scalars",
+            Self::ScalarSources => "scalar_sources",
+            Self::Fanins => "fanins",
+        })
+    }
+}
+
 /// Why a Definition could not be built, or an image was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DefinitionError {
@@ -261,7 +283,7 @@ impl fmt::Display for DefinitionError {
                 write!(f, "{tensors} boundary tensors but {tags} tags")
             }
             Self::Rank { tensor, ndims } => {
-                write!(f, "{tensor:?}: rank {ndims} is outside 1..={MAX_TENSOR_DIMS}")
+                write!(f, "{tensor}: rank {ndims} is outside 1..={MAX_TENSOR_DIMS}")
             }
             Self::NodeArgs {
                 node,
@@ -280,7 +302,7 @@ impl fmt::Display for DefinitionError {
                 len,
             } => write!(
                 f,
-                "node {node}: {array:?}[{offset}..+{count}] exceeds its {len} entries"
+                "node {node}: {array}[{offset}..+{count}] exceeds its {len} entries"
             ),
             Self::ForwardFanin { node, producer } => {
                 write!(f, "node {node}: producer {producer} does not precede it")
@@ -339,3 +361,5 @@ impl fmt::Display for DefinitionError {
         }
     }
 }
+
+impl core::error::Error for DefinitionError {}

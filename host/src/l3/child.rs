@@ -18,6 +18,7 @@ use super::mailbox::{
     Bells, Mailbox, CONTROL_FRAME, CTRL_OFF_ARG0, CTRL_OFF_RESULT, SCHEDULER_BELL, TASK_FRAME,
 };
 use crate::os;
+use crate::ErrorChain;
 use simpler_core::blob::read_blob;
 #[cfg(feature = "sim")]
 use simpler_core::mailbox::ControlCopyRequest;
@@ -72,8 +73,8 @@ fn start(setup: &ChildSetup<'_>) -> Result<Role, String> {
         LaneKind::Sub(_) => Ok(Role::Sub),
         #[cfg(feature = "sim")]
         LaneKind::Chip(_) => {
-            let mut worker =
-                crate::ChipWorker::init(*setup.device).map_err(|e| format!("device start: {e}"))?;
+            let mut worker = crate::ChipWorker::init(*setup.device)
+                .map_err(|e| format!("device start: {}", ErrorChain(&e)))?;
             let handles = setup
                 .chip_callables
                 .iter()
@@ -200,11 +201,13 @@ fn task(
     // TASK_DONE, so the task frame is this child's; `view` (and everything decoded from it)
     // is dropped when this function returns, before that publication.
     let blob = unsafe { mb.blob() };
-    let view = read_blob(blob).map_err(|e| format!("task arguments: {e}"))?;
+    let view = read_blob(blob).map_err(|e| format!("task arguments: {}", ErrorChain(&e)))?;
     match role {
         Role::Sub => {
             let (_, c) = lookup(setup.sub_callables, &digest, 2, |c| &c.name)?;
-            let mut args = registry.mapped_args(&view).map_err(|e| e.to_string())?;
+            let mut args = registry
+                .mapped_args(&view)
+                .map_err(|e| ErrorChain(&e).to_string())?;
             (c.f)(&mut args)
         }
         #[cfg(feature = "sim")]
@@ -213,7 +216,7 @@ fn task(
             let tensors = view
                 .tensors()
                 .collect::<Result<Vec<ValidTensor>, _>>()
-                .map_err(|e| format!("task arguments: {e}"))?;
+                .map_err(|e| format!("task arguments: {}", ErrorChain(&e)))?;
             if tensors.len() != c.signature.len() {
                 return Err(format!(
                     "the callable takes {} tensors, got {}",
@@ -223,7 +226,7 @@ fn task(
             }
             let views = registry
                 .materialize_args(&tensors)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ErrorChain(&e).to_string())?;
             let mut args = Vec::with_capacity(views.len());
             for (i, ((t, v), &dir)) in views.iter().zip(&c.signature).enumerate() {
                 args.push(chip_arg(i, t, v, dir)?);
@@ -231,7 +234,7 @@ fn task(
             let scalars: Vec<u64> = view.scalars().collect();
             worker
                 .run_args(handles[index], &mut args, &scalars, Default::default())
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ErrorChain(&e).to_string())?;
             for ((t, v), arg) in views.iter().zip(&args) {
                 if let crate::ChipArg::Host(h) = arg {
                     if h.dir != ArgDirection::In {
@@ -337,9 +340,12 @@ fn control(
         #[cfg(feature = "sim")]
         Role::Chip { worker, .. } => {
             if command == ControlCommand::Malloc as u64 {
-                worker.malloc(arg0).map_err(|e| e.to_string())
+                worker.malloc(arg0).map_err(|e| ErrorChain(&e).to_string())
             } else if command == ControlCommand::Free as u64 {
-                worker.free(arg0).map(|_| 0).map_err(|e| e.to_string())
+                worker
+                    .free(arg0)
+                    .map(|_| 0)
+                    .map_err(|e| ErrorChain(&e).to_string())
             } else if command == ControlCommand::CopyTo as u64
                 || command == ControlCommand::CopyFrom as u64
             {
@@ -386,7 +392,7 @@ fn copy(
     }
     ImportContext::device(setup.nonce)
         .check(dev)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ErrorChain(&e).to_string())?;
     let dev_ok = match dev.access_mode() {
         Some(AccessMode::ReadWrite) => true,
         Some(AccessMode::Write) => to_device,
@@ -412,7 +418,9 @@ fn copy(
         ));
     }
     let addr = dev.body_address().unwrap_or(0);
-    let imp = registry.materialize(host).map_err(|e| e.to_string())?;
+    let imp = registry
+        .materialize(host)
+        .map_err(|e| ErrorChain(&e).to_string())?;
     let region = imp
         .region()
         .and_then(|r| r.sub(0, req.nbytes as usize))
@@ -424,12 +432,12 @@ fn copy(
             // parent's to keep unwritten while it waits for this copy (a control copy is
             // ordered by its caller, not by the engine).
             .copy_to_device(addr, region.bytes())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ErrorChain(&e).to_string())?;
     } else {
         let mut out = vec![0u8; req.nbytes as usize];
         worker
             .copy_from_device(addr, &mut out)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ErrorChain(&e).to_string())?;
         region.write(0, &out);
     }
     Ok(0)

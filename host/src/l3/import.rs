@@ -191,7 +191,14 @@ impl fmt::Display for ImportError {
     }
 }
 
-impl std::error::Error for ImportError {}
+impl std::error::Error for ImportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Blob(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// One imported backing.
 #[derive(Debug)]

@@ -430,7 +430,7 @@ impl fmt::Display for L3Error {
             Self::CopyDevice { reason } => write!(f, "copy refused (device side): {reason}"),
             Self::CopyHost { reason } => write!(f, "copy refused (host side): {reason}"),
             Self::Control { endpoint, message } => write!(f, "{endpoint} refused: {message}"),
-            Self::CopyRequest(e) => write!(f, "copy request refused: {e:?}"),
+            Self::CopyRequest(_) => f.write_str("copy request refused"),
             Self::TaskFailed {
                 task,
                 endpoint,
@@ -450,4 +450,15 @@ impl fmt::Display for L3Error {
     }
 }
 
-impl std::error::Error for L3Error {}
+impl std::error::Error for L3Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Descriptor(e) => Some(e),
+            Self::Tensor(e) => Some(e),
+            Self::Args(e) => Some(e),
+            Self::Config(e) => Some(e),
+            Self::CopyRequest(e) => Some(e),
+            _ => None,
+        }
+    }
+}

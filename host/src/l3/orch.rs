@@ -67,7 +67,7 @@ impl Worker {
         }
         let error = outcome.err().map(|e| match e {
             e @ L3Error::Orchestration(_) => e,
-            other => L3Error::Orchestration(other.to_string()),
+            other => L3Error::Orchestration(crate::ErrorChain(&other).to_string()),
         });
         shared.end_orchestration(error);
         if let Some(p) = panic {

@@ -32,6 +32,28 @@ pub enum Uncacheable {
     Mismatch,
 }
 
+impl std::fmt::Display for Uncacheable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::TensorCount(n) => write!(
+                f,
+                "the boundary has {n} tensors; a Graph boundary has 1 to {GRAPH_MAX_TENSOR_ARGS}"
+            ),
+            Self::ScalarCount(n) => write!(
+                f,
+                "the boundary has {n} scalars; a Graph boundary has at most {GRAPH_MAX_SCALAR_ARGS}"
+            ),
+            Self::OutputTag(i) => write!(
+                f,
+                "boundary tensor {i} is tagged OUTPUT; a Graph boundary holds no runtime-allocated tensor"
+            ),
+            Self::Mismatch => f.write_str("the boundary's tensor and tag lists differ in length"),
+        }
+    }
+}
+
+impl std::error::Error for Uncacheable {}
+
 impl GraphBoundary {
     /// Makes this a copy of `tensors` (with their tags) and `scalars`, keeping its storage (no
     /// allocation once it has held as many).

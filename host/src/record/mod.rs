@@ -91,20 +91,38 @@ pub enum RecordError {
     Definition(DefinitionError),
 }
 
+impl fmt::Display for StandUpPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::HazardMap => "the hazard map",
+            Self::PackedRegion => "the packed tensor region",
+        })
+    }
+}
+
 impl fmt::Display for RecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoBoundary => f.write_str("the recording has no boundary"),
-            Self::Uncacheable(u) => write!(f, "boundary not cacheable: {u:?}"),
-            Self::StandUp(p) => write!(f, "recording storage could not be stood up ({p:?})"),
-            Self::Body(e) => write!(f, "the body failed: {e:?}"),
+            Self::Uncacheable(_) => f.write_str("the boundary cannot be recorded"),
+            Self::StandUp(p) => write!(f, "recording storage could not be stood up ({p})"),
+            Self::Body(_) => f.write_str("the body failed"),
             Self::Unsupported(why) => write!(f, "recording unsupported: {why}"),
-            Self::Definition(e) => write!(f, "definition refused: {e:?}"),
+            Self::Definition(_) => f.write_str("the Definition image was refused"),
         }
     }
 }
 
-impl std::error::Error for RecordError {}
+impl std::error::Error for RecordError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Uncacheable(e) => Some(e),
+            Self::Body(e) => Some(e),
+            Self::Definition(e) => Some(e),
+            Self::NoBoundary | Self::StandUp(_) | Self::Unsupported(_) => None,
+        }
+    }
+}
 
 /// The [`Waiter`] of a host build, where nothing retires while the orchestration runs (the hbg
 /// mirror, a recording's private ring): it refuses every wait at once, as

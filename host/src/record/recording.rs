@@ -16,7 +16,9 @@ use simpler_core::graph::{
     RecordedNode, RecordedPredicate, RecordedScalarSource, RecordedTensorSource, GRAPH_MAX_NODES,
 };
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
-use simpler_core::orchestrator::{Orchestrator, OrchestratorConfig, OrchestratorLayout, TaskArg};
+use simpler_core::orchestrator::{
+    Blocked, Orchestrator, OrchestratorConfig, OrchestratorLayout, TaskArg,
+};
 use simpler_core::ring::{RingConfig, MAX_RINGS};
 use simpler_core::sched::{SchedConfig, SchedState};
 use simpler_core::scope::ScopeMode;
@@ -356,10 +358,12 @@ impl Recording {
             return Err(RecordError::Unsupported(why));
         }
         if let Err(e) = result {
-            return Err(if waiter.blocked.is_some() {
-                RecordError::Unsupported("the body does not fit the recording ring")
-            } else {
-                RecordError::Body(e)
+            return Err(match waiter.blocked {
+                Some(Blocked::Producer { .. }) => RecordError::Unsupported(
+                    "the body reads or writes an element of a tensor its own tasks produce",
+                ),
+                Some(_) => RecordError::Unsupported("the body does not fit the recording ring"),
+                None => RecordError::Body(e),
             });
         }
         let a = &self.arrays;
