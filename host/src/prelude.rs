@@ -14,7 +14,7 @@
 //!   ([`Gm`]), argument checks ([`kernel_args`]), the tile moves between GM and the local buffer
 //!   ([`tile`]) and the chunked moves that stream a tensor larger than it ([`stage`]), and the
 //!   buffer's size ([`LOCAL_BUFFER_WORDS`]);
-//! - the errors each of these return.
+//! - the errors each of these return, and [`ErrorChain`] to print one with its causes.
 //!
 //! A whole program, an own kernel and a two-task orchestration, with this import alone:
 //!
@@ -88,6 +88,7 @@
 pub use crate::chip_worker::{
     CallableHandle, ChipArg, ChipWorker, DeviceTensor, HostTensor, RunReport, WorkerError,
 };
+pub use crate::error::ErrorChain;
 pub use crate::hbg::HbgError;
 pub use crate::transport::RunOptions;
 pub use simpler_aicore::kernels::{args as kernel_args, stage};

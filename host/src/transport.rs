@@ -120,7 +120,7 @@ mod sim {
         fn from(e: DeviceError) -> Self {
             match e {
                 DeviceError::Stopped => Self::Stopped,
-                other => Self::Start(other.to_string()),
+                other => Self::Start(crate::ErrorChain(&other).to_string()),
             }
         }
     }

@@ -7,7 +7,7 @@
 use clap::{Parser, Subcommand};
 use simpler_host::dag::DagRecorder;
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::{ChipWorker, RunOptions, SharedHook, TraceSink};
+use simpler_host::{ChipWorker, ErrorChain, RunOptions, SharedHook, TraceSink};
 use simpler_sim::{DeviceConfig, Topology};
 use std::process::ExitCode;
 
@@ -221,7 +221,7 @@ fn setup<'c>(
     }
     config
         .check_clusters()
-        .map_err(|e| format!("--clusters: {e}"))?;
+        .map_err(|e| format!("--clusters: {}", ErrorChain(&e)))?;
     let entry: u64 = prepared
         .tensors
         .iter()
@@ -265,7 +265,7 @@ fn run_hbg(
     // Nothing retires while the host builds: each ring's heap must hold the whole graph's
     // intermediates (the reference runs dsv4 with a 2 GiB heap).
     config.ring.heap_bytes = HBG_HEAP_BYTES;
-    let mut worker = ChipWorker::init(config).map_err(|e| e.to_string())?;
+    let mut worker = ChipWorker::init(config).map_err(|e| ErrorChain(&e).to_string())?;
     let handle = worker.register_callable(
         prepared.orch.clone(),
         prepared.kernels.clone(),
@@ -303,7 +303,7 @@ fn run_hbg(
                 !host_only,
                 sink.clone(),
             )
-            .map_err(|e| format!("round {round}: {e}"))?;
+            .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
         if let (Some(sink), Some(path)) = (&sink, &trace) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
             let text = simpler_host::trace::to_chrome_json(&events, None);
@@ -401,7 +401,7 @@ fn run_hbg(
 fn run_l3(chips: usize, rounds: usize) -> Result<bool, String> {
     use scenes::l3::L3Vector;
     let setup = std::time::Instant::now();
-    let mut scene = L3Vector::new(chips).map_err(|e| e.to_string())?;
+    let mut scene = L3Vector::new(chips).map_err(|e| ErrorChain(&e).to_string())?;
     println!(
         "l3_vector: {} chip children + 1 SUB child forked in {:.1} ms",
         scene.worker().chips(),
@@ -413,7 +413,7 @@ fn run_l3(chips: usize, rounds: usize) -> Result<bool, String> {
     );
     let mut all = true;
     for round in 0..rounds {
-        let r = scene.round(round).map_err(|e| e.to_string())?;
+        let r = scene.round(round).map_err(|e| ErrorChain(&e).to_string())?;
         all &= r.pass();
         println!(
             "{:>5} {:>6} {:>10.3} {:>12.3e} {:>12.3e} {:>6}",
@@ -428,7 +428,7 @@ fn run_l3(chips: usize, rounds: usize) -> Result<bool, String> {
     scene
         .worker_mut()
         .close(std::time::Duration::from_secs(30))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ErrorChain(&e).to_string())?;
     println!("{}", if all { "PASS" } else { "FAIL" });
     Ok(all)
 }
@@ -463,7 +463,7 @@ fn run(
     let (case, prepared, config) = setup(scene, case, platform, clusters)?;
     let topology = config.topology;
     log::info!("{scene} {case} on {platform}: {} clusters", config.clusters);
-    let mut worker = ChipWorker::init(config).map_err(|e| e.to_string())?;
+    let mut worker = ChipWorker::init(config).map_err(|e| ErrorChain(&e).to_string())?;
     let handle = worker.register_callable(
         prepared.orch.clone(),
         prepared.kernels.clone(),
@@ -490,7 +490,7 @@ fn run(
         };
         let report = worker
             .run_with(handle, &mut tensors, &prepared.scalars, options)
-            .map_err(|e| format!("round {round}: {e}"))?;
+            .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
         if let (Some(sink), Some(recorder)) = (&sink, &recorder) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
             let graph = recorder

@@ -154,13 +154,20 @@ impl std::fmt::Display for DeviceError {
                 f,
                 "{clusters} clusters asked for; {platform} has from 1 to {max} clusters"
             ),
-            Self::Layout(e) => write!(f, "the configuration's memory layout was refused: {e}"),
+            Self::Layout(_) => f.write_str("the configuration's memory layout was refused"),
             Self::Stopped => f.write_str("the device thread is gone"),
         }
     }
 }
 
-impl std::error::Error for DeviceError {}
+impl std::error::Error for DeviceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Layout(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<LayoutError> for DeviceError {
     fn from(e: LayoutError) -> Self {
