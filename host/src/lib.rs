@@ -13,6 +13,7 @@
 //! - [`prelude`]: one import for writing kernels and orchestrations and running them.
 //! - [`chip_worker`]: one chip: device start-up, callables, runs with staging and copy-back.
 //! - [`transport`]: how the host reaches a device; the simulator backend behind the `sim` feature.
+//! - [`task`]: kernels with identities (typed by core) and task arguments by builder.
 //! - [`task_args`]: the tagged task-argument builder and its blob encoding.
 //!
 //! ## The host-built graph (hbg)
@@ -55,6 +56,7 @@ pub(crate) mod os;
 pub mod prelude;
 pub mod record;
 pub mod scenes;
+pub mod task;
 pub mod task_args;
 pub mod trace;
 pub mod transport;

@@ -6,7 +6,8 @@
 //!
 //! - running: [`ChipWorker`], its argument and report types, [`RunOptions`], and (with the
 //!   default `sim` feature) the simulator's [`DeviceConfig`] and [`Topology`];
-//! - orchestrating: the runtime API [`Rt`], task arguments ([`TaskArg`], [`TensorArgType`],
+//! - orchestrating: the runtime API [`Rt`], typed kernel handles from a [`KernelTable`] and the
+//!   task builder ([`TaskBuilderExt::task`]), task arguments ([`TaskArg`], [`TensorArgType`],
 //!   [`TaskTensor`], [`DataType`]), scopes ([`ScopeMode`]), explicit dependencies
 //!   ([`ExplicitDep`], [`DepFlags`]), Graph keys ([`graph_key`], [`make_key`]) and dispatch
 //!   predicates ([`Predicate`], [`PredicateOp`]);
@@ -90,6 +91,10 @@ pub use crate::chip_worker::{
 };
 pub use crate::error::ErrorChain;
 pub use crate::hbg::HbgError;
+pub use crate::task::{
+    AicKernel, AivKernel, KernelTable, Mix, TaskBuilder, TaskBuilderExt, TaskKernels, TaskOutputs,
+    TaskScalar,
+};
 pub use crate::transport::RunOptions;
 pub use simpler_aicore::kernels::{args as kernel_args, stage};
 pub use simpler_aicore::LOCAL_BUFFER_WORDS;

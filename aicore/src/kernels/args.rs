@@ -31,6 +31,17 @@ pub fn scalar_f32(args: &CoreTaskArgs, i: usize) -> Result<f32, KernelFailure> {
     Ok(f32::from_bits(scalar(args, i)? as u32))
 }
 
+/// Scalar `i` read as an i32 held sign-extended (its low 32 bits, as `simpler_host`'s task
+/// builder packs an `i32`).
+pub fn scalar_i32(args: &CoreTaskArgs, i: usize) -> Result<i32, KernelFailure> {
+    Ok(scalar(args, i)? as u32 as i32)
+}
+
+/// Scalar `i` read as a u32, which must fit in 32 bits.
+pub fn scalar_u32(args: &CoreTaskArgs, i: usize) -> Result<u32, KernelFailure> {
+    u32::try_from(scalar(args, i)?).map_err(|_| bad(args.tensors().len().saturating_add(i)))
+}
+
 /// Scalar `i` read as a flag, which must be 0 or 1.
 pub fn scalar_flag(args: &CoreTaskArgs, i: usize) -> Result<bool, KernelFailure> {
     match scalar(args, i)? {

@@ -1,0 +1,378 @@
+//! Kernels with identities and task arguments by builder: the typed front of [`Rt`]'s submits.
+//!
+//! A [`KernelTable`] hands out one handle per kernel it holds, typed by the core the kernel
+//! runs on: an [`AicKernel`] for the cube core, an [`AivKernel`] for a vector core. A handle can
+//! only come from a table, so it always names a kernel that exists, and the core type is part of
+//! the type: a MIX task ([`Mix`]) takes its cube part as an `AicKernel` and its vector parts as
+//! `AivKernel`s, so a kernel cannot be put on the wrong core.
+//!
+//! ```
+//! use simpler_host::prelude::*;
+//! fn noop(_: &mut KernelCtx<'_>) -> Result<(), KernelFailure> { Ok(()) }
+//! let mut table = KernelTable::new();
+//! let (cube, vector) = (table.aic(noop), table.aiv(noop));
+//! let mix = Mix::new().aic(cube).aiv0(vector).aiv1(vector);
+//! # let _ = mix;
+//! ```
+//!
+//! ```compile_fail,E0308
+//! use simpler_host::prelude::*;
+//! fn noop(_: &mut KernelCtx<'_>) -> Result<(), KernelFailure> { Ok(()) }
+//! let mut table = KernelTable::new();
+//! let cube = table.aic(noop);
+//! let mix = Mix::new().aiv0(cube); // an AIC kernel on a vector core: does not compile
+//! ```
+//!
+//! A task is built the way the reference's `add_input` / `add_output` / `add_inout` /
+//! `add_scalar` read, and its runtime-allocated outputs come back as a value
+//! ([`TaskOutputs`]):
+//!
+//! ```
+//! use simpler_host::prelude::*;
+//! fn add_then_scale(
+//!     rt: &mut Rt<'_, '_>,
+//!     add: AivKernel,
+//!     scale: AivKernel,
+//!     a: TaskTensor,
+//!     b: TaskTensor,
+//! ) -> Result<TaskTensor, RtError> {
+//!     let info = TaskTensor::create_info(&[64], DataType::Float32).expect("a valid shape");
+//!     let sum = rt.task(add).input(a).input(b).output(info).submit()?;
+//!     let scaled = rt.task(scale).input(sum.output(0)).output(info).scalar(0.5f32).submit()?;
+//!     Ok(scaled.output(0)) // the tensor the runtime allocated for the second `info`
+//! }
+//! ```
+//!
+//! Scalars are typed at the call ([`TaskScalar`]); a kernel reads them back with the matching
+//! accessor of `simpler_aicore::kernels::args`. The packing, once: a scalar travels as one
+//! 64-bit word; an `f32` is its IEEE bits in the low 32 bits (high bits 0), an `i32` is
+//! sign-extended, a `u32` zero-extended, a `bool` is 0 or 1, 64-bit values are as they are.
+//!
+//! ```compile_fail,E0277
+//! use simpler_host::prelude::*;
+//! fn orch(rt: &mut Rt<'_, '_>, k: AivKernel) -> Result<(), RtError> {
+//!     rt.task(k).scalar("0.5").submit().map(drop) // a string is no scalar: does not compile
+//! }
+//! ```
+
+use simpler_aicore::KernelFn;
+pub use simpler_aicpu::NO_KERNEL;
+use simpler_aicpu::{MixedKernels, Rt, RtError};
+use simpler_core::deps::ExplicitDep;
+use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
+use simpler_core::orchestrator::{SubmitError, TaskArg, MAX_EXPLICIT_DEPS};
+use simpler_core::{TaskId, TaskTensor, TensorArgType};
+
+/// A callable's kernels, indexed in the order they were added; each `aic` / `aiv` call returns
+/// the handle a task names the kernel by.
+#[derive(Default)]
+pub struct KernelTable {
+    kernels: Vec<KernelFn>,
+}
+
+/// A kernel for the cube core, from a [`KernelTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AicKernel(u32);
+
+/// A kernel for a vector core, from a [`KernelTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AivKernel(u32);
+
+impl KernelTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn add(&mut self, kernel: KernelFn) -> u32 {
+        self.kernels.push(kernel);
+        u32::try_from(self.kernels.len() - 1).expect("fewer than 2^32 kernels")
+    }
+
+    /// Adds a kernel that runs on the cube core.
+    pub fn aic(&mut self, kernel: KernelFn) -> AicKernel {
+        AicKernel(self.add(kernel))
+    }
+
+    /// Adds a kernel that runs on a vector core.
+    pub fn aiv(&mut self, kernel: KernelFn) -> AivKernel {
+        AivKernel(self.add(kernel))
+    }
+
+    /// The kernels in id order, for [`crate::ChipWorker::register_callable`].
+    pub fn into_kernels(self) -> Vec<KernelFn> {
+        self.kernels
+    }
+}
+
+impl AicKernel {
+    /// The kernel's id in its table (`func_id` in the reference).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+
+impl AivKernel {
+    /// The kernel's id in its table (`func_id` in the reference).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// A MIX task's parts: a cube kernel and one or two vector kernels, run together on one
+/// cluster. Each part is optional; at least two make it a MIX task.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mix {
+    aic: Option<AicKernel>,
+    aiv0: Option<AivKernel>,
+    aiv1: Option<AivKernel>,
+}
+
+impl Mix {
+    /// No parts yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The cube core's part.
+    pub fn aic(mut self, kernel: AicKernel) -> Self {
+        self.aic = Some(kernel);
+        self
+    }
+
+    /// The left vector core's part.
+    pub fn aiv0(mut self, kernel: AivKernel) -> Self {
+        self.aiv0 = Some(kernel);
+        self
+    }
+
+    /// The right vector core's part.
+    pub fn aiv1(mut self, kernel: AivKernel) -> Self {
+        self.aiv1 = Some(kernel);
+        self
+    }
+}
+
+/// What a task runs: one cube kernel, one vector kernel, or a [`Mix`].
+pub trait TaskKernels: sealed::Sealed {
+    /// The kernel of each core slot, [`NO_KERNEL`] where the task has none.
+    fn kernels(self) -> MixedKernels;
+}
+
+mod sealed {
+    /// Only this module's kernel handles name what a task runs.
+    pub trait Sealed {}
+    impl Sealed for super::AicKernel {}
+    impl Sealed for super::AivKernel {}
+    impl Sealed for super::Mix {}
+}
+
+impl TaskKernels for AicKernel {
+    fn kernels(self) -> MixedKernels {
+        MixedKernels {
+            aic: self.0,
+            ..MixedKernels::NONE
+        }
+    }
+}
+
+impl TaskKernels for AivKernel {
+    fn kernels(self) -> MixedKernels {
+        MixedKernels {
+            aiv0: self.0,
+            ..MixedKernels::NONE
+        }
+    }
+}
+
+impl TaskKernels for Mix {
+    fn kernels(self) -> MixedKernels {
+        MixedKernels {
+            aic: self.aic.map_or(NO_KERNEL, AicKernel::id),
+            aiv0: self.aiv0.map_or(NO_KERNEL, AivKernel::id),
+            aiv1: self.aiv1.map_or(NO_KERNEL, AivKernel::id),
+        }
+    }
+}
+
+/// A value a task carries as a scalar, packed into one 64-bit word as the module docs say.
+pub trait TaskScalar: Copy {
+    /// The word the kernel receives.
+    fn to_word(self) -> u64;
+}
+
+impl TaskScalar for f32 {
+    fn to_word(self) -> u64 {
+        u64::from(self.to_bits())
+    }
+}
+
+impl TaskScalar for i32 {
+    fn to_word(self) -> u64 {
+        i64::from(self) as u64
+    }
+}
+
+impl TaskScalar for u32 {
+    fn to_word(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl TaskScalar for i64 {
+    fn to_word(self) -> u64 {
+        self as u64
+    }
+}
+
+impl TaskScalar for u64 {
+    fn to_word(self) -> u64 {
+        self
+    }
+}
+
+impl TaskScalar for bool {
+    fn to_word(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+/// Submits through typed kernel handles and a task builder: `rt.task(kernel)...submit()`.
+pub trait TaskBuilderExt<'r, 'g> {
+    /// Starts a task that runs `kernels`, with no arguments yet.
+    fn task<K: TaskKernels>(&mut self, kernels: K) -> TaskBuilder<'_, 'r, 'g>;
+}
+
+impl<'r, 'g> TaskBuilderExt<'r, 'g> for Rt<'r, 'g> {
+    fn task<K: TaskKernels>(&mut self, kernels: K) -> TaskBuilder<'_, 'r, 'g> {
+        TaskBuilder {
+            rt: self,
+            kernels: kernels.kernels(),
+            block_num: 1,
+            args: Vec::new(),
+            scalars: Vec::new(),
+            deps: Vec::new(),
+        }
+    }
+}
+
+/// One task's arguments, in the order they are added; see the module docs.
+pub struct TaskBuilder<'t, 'r, 'g> {
+    rt: &'t mut Rt<'r, 'g>,
+    kernels: MixedKernels,
+    block_num: u16,
+    args: Vec<TaskArg>,
+    scalars: Vec<u64>,
+    deps: Vec<ExplicitDep>,
+}
+
+impl TaskBuilder<'_, '_, '_> {
+    fn arg(mut self, tensor: TaskTensor, tag: TensorArgType) -> Self {
+        self.args.push(TaskArg { tensor, tag });
+        self
+    }
+
+    /// A tensor the task reads.
+    pub fn input(self, tensor: TaskTensor) -> Self {
+        self.arg(tensor, TensorArgType::Input)
+    }
+
+    /// A tensor the runtime allocates for the task to write, described by `info`
+    /// (`TaskTensor::create_info`); [`TaskOutputs::output`] returns it.
+    pub fn output(self, info: TaskTensor) -> Self {
+        self.arg(info, TensorArgType::Output)
+    }
+
+    /// A tensor the task reads and writes in place.
+    pub fn inout(self, tensor: TaskTensor) -> Self {
+        self.arg(tensor, TensorArgType::InOut)
+    }
+
+    /// An existing tensor the task writes without reading.
+    pub fn output_existing(self, tensor: TaskTensor) -> Self {
+        self.arg(tensor, TensorArgType::OutputExisting)
+    }
+
+    /// A scalar, packed as the module docs say.
+    pub fn scalar(mut self, value: impl TaskScalar) -> Self {
+        self.scalars.push(value.to_word());
+        self
+    }
+
+    /// An explicit dependency on `dep`'s task, besides the ones the tensors imply.
+    pub fn dep(mut self, dep: ExplicitDep) -> Self {
+        self.deps.push(dep);
+        self
+    }
+
+    /// SPMD blocks (1 unless set).
+    pub fn blocks(mut self, block_num: u16) -> Self {
+        self.block_num = block_num;
+        self
+    }
+
+    /// Submits the task. Every cap is checked here, so a task built past one is refused with
+    /// the error a plain submit gives.
+    pub fn submit(mut self) -> Result<TaskOutputs, RtError> {
+        let too_many = |count, limit| RtError::Submit(SubmitError::TooManyTensors { count, limit });
+        if self.args.len() > CORE_MAX_TENSOR_ARGS {
+            return Err(too_many(self.args.len(), CORE_MAX_TENSOR_ARGS));
+        }
+        if self.scalars.len() > CORE_MAX_SCALAR_ARGS {
+            return Err(RtError::TooManyScalars {
+                count: self.scalars.len(),
+                limit: CORE_MAX_SCALAR_ARGS,
+            });
+        }
+        if self.deps.len() > MAX_EXPLICIT_DEPS {
+            return Err(RtError::Submit(SubmitError::TooManyDeps {
+                count: self.deps.len(),
+                limit: MAX_EXPLICIT_DEPS,
+            }));
+        }
+        let task = self.rt.submit(
+            self.kernels,
+            self.block_num,
+            &mut self.args,
+            &self.scalars,
+            &self.deps,
+        )?;
+        let outputs = self
+            .args
+            .iter()
+            .filter(|a| a.tag == TensorArgType::Output)
+            .map(|a| a.tensor)
+            .collect();
+        Ok(TaskOutputs { task, outputs })
+    }
+}
+
+/// What a submitted task gives back: its id and the tensors the runtime allocated for its
+/// outputs, in the order they were added (the reference's `TaskOutputTensors`).
+#[derive(Clone, Debug)]
+pub struct TaskOutputs {
+    task: TaskId,
+    outputs: Vec<TaskTensor>,
+}
+
+impl TaskOutputs {
+    /// The task, for an explicit dependency of a later one ([`ExplicitDep::on`]).
+    pub fn task(&self) -> TaskId {
+        self.task
+    }
+
+    /// Output `i` (counting only [`TaskBuilder::output`] arguments).
+    ///
+    /// # Panics
+    ///
+    /// If the task has fewer outputs: the builder that added them is in the same function, so
+    /// this is a programming error, not a runtime condition.
+    pub fn output(&self, i: usize) -> TaskTensor {
+        self.outputs[i]
+    }
+
+    /// Every output, in order.
+    pub fn outputs(&self) -> &[TaskTensor] {
+        &self.outputs
+    }
+}
