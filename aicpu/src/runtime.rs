@@ -645,18 +645,10 @@ impl<'r, 'a> Rt<'r, 'a> {
     }
 
     fn element_addr(&self, tensor: &TaskTensor, index: u64) -> Result<u64, RtError> {
-        let numel = tensor.numel();
-        if index >= numel {
-            return Err(RtError::Index { index, numel });
-        }
-        // Row-major index to the strided element offset.
-        let mut rest = index;
-        let mut offset = tensor.start_offset();
-        for (&shape, &stride) in tensor.shapes().iter().zip(tensor.strides()).rev() {
-            offset += (rest % shape as u64) * stride as u64;
-            rest /= shape as u64;
-        }
-        Ok(tensor.buffer().addr + offset * tensor.dtype().elem_size() as u64)
+        tensor.element_addr(index).ok_or(RtError::Index {
+            index,
+            numel: tensor.numel(),
+        })
     }
 
     /// Reads element `index` (row-major) of `tensor` as raw little-endian bytes widened to a

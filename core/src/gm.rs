@@ -32,3 +32,24 @@ pub trait Gm: Sync {
     /// Copies `src` to `addr`.
     fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault>;
 }
+
+/// A GM with no memory: every access is a [`GmFault`]. What host code that must never touch
+/// device memory runs against (a recording's private runtime, a test's stand-in).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoGm;
+
+impl Gm for NoGm {
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
+        Err(GmFault {
+            addr,
+            len: dst.len() as u64,
+        })
+    }
+
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
+        Err(GmFault {
+            addr,
+            len: src.len() as u64,
+        })
+    }
+}

@@ -484,6 +484,24 @@ impl TaskTensor {
     pub fn numel(&self) -> u64 {
         geometry::numel(self.ndims, &self.shapes)
     }
+    /// Device address of element `index` of the view, counted in row-major order over its
+    /// shape; `None` past the last element. Wrapping, like [`Self::data_addr`].
+    pub fn element_addr(&self, index: u64) -> Option<u64> {
+        if index >= self.numel() {
+            return None;
+        }
+        let mut rest = index;
+        let mut offset = self.start_offset;
+        for (&shape, &stride) in self.shapes().iter().zip(self.strides()).rev() {
+            offset = offset.wrapping_add((rest % shape as u64).wrapping_mul(stride as u64));
+            rest /= shape as u64;
+        }
+        Some(
+            self.buffer
+                .addr
+                .wrapping_add(offset.wrapping_mul(self.dtype().elem_size() as u64)),
+        )
+    }
     /// Address of the view's first element.
     pub fn data_addr(&self) -> u64 {
         // Wrapping: an address is opaque here; only the device dereferences it.
@@ -509,6 +527,18 @@ mod tests {
             AddressSpace::Device,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn element_addresses_follow_the_views_strides_in_row_major_order() {
+        // Rows 2..4, columns 3..6 of a 6 x 10 f32 matrix at 0x1000.
+        let v = matrix(6, 10).view(&[2, 3], &[2, 3]).unwrap();
+        let at = |row: u64, col: u64| 0x1000 + ((2 + row) * 10 + 3 + col) * 4;
+        let got: std::vec::Vec<u64> = (0..6).map(|i| v.element_addr(i).unwrap()).collect();
+        let want = [at(0, 0), at(0, 1), at(0, 2), at(1, 0), at(1, 1), at(1, 2)];
+        assert_eq!(got, want);
+        assert_eq!(v.element_addr(6), None, "past the last element");
+        assert_eq!(v.element_addr(0), Some(v.data_addr()));
     }
 
     #[test]

@@ -211,19 +211,12 @@ impl<B: Backstop> TaskStream for Bare<'_, '_, B> {
     }
 
     fn read_element(&mut self, tensor: &TaskTensor, index: u64) -> Result<u64, RtError> {
-        let numel = tensor.numel();
-        if index >= numel {
-            return Err(RtError::Index { index, numel });
-        }
-        // Row-major index to the strided element offset, as the device runtime computes it.
-        let mut rest = index;
-        let mut offset = tensor.start_offset();
-        for (&shape, &stride) in tensor.shapes().iter().zip(tensor.strides()).rev() {
-            offset += (rest % shape as u64) * stride as u64;
-            rest /= shape as u64;
-        }
+        // The element's address as the device runtime computes it.
+        let addr = tensor.element_addr(index).ok_or(RtError::Index {
+            index,
+            numel: tensor.numel(),
+        })?;
         let size = tensor.dtype().elem_size() as u64;
-        let addr = tensor.buffer().addr + offset * size;
         let fault = RtError::Memory(GmFault { addr, len: size });
         // Only an entry tensor the stream reads has bytes here.
         let (base, bytes) = self

@@ -7,7 +7,8 @@
 //! what was wrong with which value and what the limit was; a wrapping variant says what failed
 //! at its own level and returns the error it wraps from `source()`.
 
-use simpler_aicore::{kernels, CoreTaskArgs, Gm, GmFault, KernelCtx, KernelFailure};
+use simpler_aicore::gm::NoGm;
+use simpler_aicore::{kernels, CoreTaskArgs, Gm, KernelCtx, KernelFailure};
 use simpler_aicpu::graph_exec::GraphExecError;
 use simpler_aicpu::{Rt, RtError, RunError, SchedError};
 use simpler_core::buffer::DescriptorError;
@@ -319,23 +320,6 @@ fn deadlocks_name_the_ring_and_the_task_holding_it() {
 // Kernels, device memory, Graph expansion
 // ------------------------------------------------------------------------------------------------
 
-/// A GM that refuses every access.
-struct NoGm;
-
-impl Gm for NoGm {
-    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
-        Err(GmFault {
-            addr,
-            len: dst.len() as u64,
-        })
-    }
-    fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
-        Err(GmFault {
-            addr,
-            len: src.len() as u64,
-        })
-    }
-}
 
 #[test]
 fn kernel_failures_and_gm_faults_say_what_was_refused() {

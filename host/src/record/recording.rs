@@ -10,7 +10,7 @@ use super::{RecordError, RefusingWaiter, StandUpPart, GRAPH_RECORD_VIRTUAL_BASE}
 use crate::os::PrivateMapping;
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt};
-use simpler_core::gm::{Gm, GmFault};
+use simpler_core::gm::NoGm;
 use simpler_core::graph::{
     build_definition, definition_size, DefinitionBoundary, DefinitionInput, ExecutionStorageShape,
     RecordedNode, RecordedPredicate, RecordedScalarSource, RecordedTensorSource, GRAPH_MAX_NODES,
@@ -424,19 +424,3 @@ impl GraphSink for Nested {
     fn submitted(&mut self, _: TaskId) {}
 }
 
-struct NoGm;
-
-impl Gm for NoGm {
-    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
-        Err(GmFault {
-            addr,
-            len: dst.len() as u64,
-        })
-    }
-    fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
-        Err(GmFault {
-            addr,
-            len: src.len() as u64,
-        })
-    }
-}
