@@ -570,42 +570,17 @@ impl ChipWorker {
             .unwrap_or_default()
     }
 
-    /// Runs `handle` on the hbg runtime: the orchestration runs here, on the host, into the
-    /// retained mirror; the device receives the compact live image and only schedules.
-    /// OUT and INOUT tensors receive the results, as with [`ChipWorker::run_args`].
-    pub fn run_hbg(
+    /// The hbg run of [`ChipWorker::run`]: the bind, phase by phase; with
+    /// [`RunOptions::host_only`] it stops after building the image.
+    pub(crate) fn run_hbg(
         &mut self,
         handle: CallableHandle,
         args: &mut [ChipArg],
         scalars: &[u64],
-    ) -> Result<(RunReport, BindReport), WorkerError> {
-        self.run_hbg_with(handle, args, scalars, true)
-    }
-
-    /// [`Self::run_hbg`]; with `run_device` false the bind stops after building the image
-    /// (host-only mode: nothing runs, no output is written, the report's outcome counts the
-    /// tasks built).
-    pub fn run_hbg_with(
-        &mut self,
-        handle: CallableHandle,
-        args: &mut [ChipArg],
-        scalars: &[u64],
-        run_device: bool,
-    ) -> Result<(RunReport, BindReport), WorkerError> {
-        self.run_hbg_traced(handle, args, scalars, run_device, None)
-    }
-
-    /// [`Self::run_hbg_with`], recording into `trace` (when given) the device's events and
-    /// one span per bind phase on the host track (`crate::trace::to_chrome_json` names them);
-    /// the device's events are placed from the start of the device call.
-    pub fn run_hbg_traced(
-        &mut self,
-        handle: CallableHandle,
-        args: &mut [ChipArg],
-        scalars: &[u64],
-        run_device: bool,
-        trace: Option<crate::transport::TraceSink>,
-    ) -> Result<(RunReport, BindReport), WorkerError> {
+        options: RunOptions,
+    ) -> Result<RunReport, WorkerError> {
+        let run_device = !options.host_only;
+        let trace = options.trace;
         let start = Instant::now();
         let mut report = BindReport::default();
         let clock = Clock::start(start);
@@ -641,7 +616,7 @@ impl ChipWorker {
             if let Some(sink) = &trace {
                 record_bind_phases(sink, &report, Duration::ZERO);
             }
-            return Ok((run, report));
+            return Ok(run);
         }
         let outcome = self.run_image(handle, &built, start, trace.clone(), &mut report)?;
 
@@ -652,11 +627,11 @@ impl ChipWorker {
         if let Some(sink) = &trace {
             record_bind_phases(sink, &report, report.phases[7].at);
         }
-        let run = RunReport {
+        Ok(RunReport {
             outcome,
             host: start.elapsed(),
-        };
-        Ok((run, report))
+            bind: Some(report),
+        })
     }
 
     /// Phases `arena_build` to `shared_mem`: formats (or attaches to) the mirror, runs the
@@ -823,7 +798,10 @@ impl ChipWorker {
         let outcome = self.device.run_prebuilt(
             self.callables[handle.0].kernels.clone(),
             image,
-            RunOptions { hook: None, trace },
+            RunOptions {
+                trace,
+                ..RunOptions::default()
+            },
         )?;
         let whole = clock.stop();
         report.phases[7] = Phase {
@@ -889,6 +867,7 @@ fn host_only_run(start: Instant, report: &BindReport, edges: u64) -> RunReport {
     RunReport {
         outcome,
         host: start.elapsed(),
+        bind: Some(*report),
     }
 }
 

@@ -40,6 +40,7 @@
 use simpler_host::hbg::{BindReport, Phase, CONTROL_PLANE};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
 use simpler_tests::measure::{process_minor_faults, report, report_summary, sized};
@@ -99,12 +100,28 @@ fn main() {
         // as it was), as a model served again binds its staged inputs; `entry_restaging`
         // compares this with staging the entry afresh before every bind.
         let mut a = args();
-        w.run_hbg_with(h, &mut a, &p.scalars, false)
-            .expect("cold bind");
+        w.run(
+            h,
+            &mut a,
+            &p.scalars,
+            RunOptions {
+                host_only: true,
+                ..RunOptions::on(Runtime::Hbg)
+            },
+        )
+        .expect("cold bind");
         let (settle, warm) = (sized(10, 1), sized(20, 2));
         for _ in 0..settle {
-            w.run_hbg_with(h, &mut a, &p.scalars, false)
-                .expect("settling bind");
+            w.run(
+                h,
+                &mut a,
+                &p.scalars,
+                RunOptions {
+                    host_only: true,
+                    ..RunOptions::on(Runtime::Hbg)
+                },
+            )
+            .expect("settling bind");
         }
         // `args` and the control plane's phases, by name.
         let shown: Vec<&str> = ["args"].into_iter().chain(CONTROL_PLANE).collect();
@@ -129,7 +146,19 @@ fn main() {
         for _ in 0..warm {
             let faults_before = process_minor_faults();
             let before = counter::process();
-            let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
+            let bind = w
+                .run(
+                    h,
+                    &mut a,
+                    &p.scalars,
+                    RunOptions {
+                        host_only: true,
+                        ..RunOptions::on(Runtime::Hbg)
+                    },
+                )
+                .expect("bind")
+                .bind
+                .expect("an hbg run reports its bind");
             allocs.push((counter::process() - before) as f64);
             faults.push((process_minor_faults() - faults_before) as f64);
             thread_allocs.push(bind.phases.iter().map(|ph| ph.allocs).sum::<u64>() as f64);
@@ -277,7 +306,9 @@ fn main() {
         // Full binds: the device runs the shipped image; the golden must hold.
         for _ in 0..sized(3, 1) {
             let mut a = args();
-            let (run, _) = w.run_hbg(h, &mut a, &p.scalars).expect("full bind");
+            let run = w
+                .run(h, &mut a, &p.scalars, RunOptions::on(Runtime::Hbg))
+                .expect("full bind");
             let tensors: Vec<HostTensor> = a
                 .into_iter()
                 .filter_map(|x| match x {
@@ -314,7 +345,19 @@ fn recording_policy() {
     for round in 0..settle + binds {
         for (arm, &(_, n)) in arms.iter().enumerate() {
             w.set_recordings_while_building(n);
-            let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
+            let bind = w
+                .run(
+                    h,
+                    &mut a,
+                    &p.scalars,
+                    RunOptions {
+                        host_only: true,
+                        ..RunOptions::on(Runtime::Hbg)
+                    },
+                )
+                .expect("bind")
+                .bind
+                .expect("an hbg run reports its bind");
             if round >= settle {
                 let f = &mut figures[arm];
                 let (orch, commit) = (phase(&bind, "host_orch"), phase(&bind, "graph_commit"));
@@ -363,7 +406,19 @@ fn entry_restaging() {
                     fresh = stage();
                     &mut fresh
                 };
-                let (_, bind) = w.run_hbg_with(h, a, &p.scalars, false).expect("bind");
+                let bind = w
+                    .run(
+                        h,
+                        a,
+                        &p.scalars,
+                        RunOptions {
+                            host_only: true,
+                            ..RunOptions::on(Runtime::Hbg)
+                        },
+                    )
+                    .expect("bind")
+                    .bind
+                    .expect("an hbg run reports its bind");
                 if round >= settle {
                     let orch = phase(&bind, "host_orch");
                     f[0].push(us(orch.time));

@@ -12,6 +12,7 @@
 
 use simpler_host::hbg::{BindReport, PHASES};
 use simpler_host::{alloc_count, scenes, ChipArg, ChipWorker};
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
 
@@ -35,9 +36,19 @@ fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
     let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
     let mut binds = Vec::with_capacity(10);
     for round in 0..12 {
-        let (_, bind) = w
-            .run_hbg_with(h, &mut args, &p.scalars, false)
-            .expect("bind");
+        let bind = w
+            .run(
+                h,
+                &mut args,
+                &p.scalars,
+                RunOptions {
+                    host_only: true,
+                    ..RunOptions::on(Runtime::Hbg)
+                },
+            )
+            .expect("bind")
+            .bind
+            .expect("an hbg run reports its bind");
         if round >= 2 {
             binds.push(bind);
         }

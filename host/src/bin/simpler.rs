@@ -7,7 +7,7 @@
 use clap::{Parser, Subcommand};
 use simpler_host::dag::DagRecorder;
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::{ChipWorker, ErrorChain, RunOptions, SharedHook, TraceSink};
+use simpler_host::{ChipWorker, ErrorChain, RunOptions, Runtime, SharedHook, TraceSink};
 use simpler_sim::{DeviceConfig, Topology};
 use std::process::ExitCode;
 
@@ -295,15 +295,16 @@ fn run_hbg(
         let mut args = staged.take().unwrap_or_else(stage);
         let sink = (round == 0 && trace.is_some())
             .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
-        let (run, bind) = worker
-            .run_hbg_traced(
-                handle,
-                &mut args,
-                &prepared.scalars,
-                !host_only,
-                sink.clone(),
-            )
+        let options = RunOptions {
+            runtime: Runtime::Hbg,
+            host_only,
+            trace: sink.clone(),
+            ..RunOptions::default()
+        };
+        let run = worker
+            .run(handle, &mut args, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
+        let bind = run.bind.expect("an hbg run reports its bind");
         if let (Some(sink), Some(path)) = (&sink, &trace) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
             let text = simpler_host::trace::to_chrome_json(&events, None);
@@ -313,13 +314,7 @@ fn run_hbg(
             staged = Some(args);
             "built".to_string()
         } else {
-            let tensors: Vec<_> = args
-                .into_iter()
-                .filter_map(|a| match a {
-                    ChipArg::Host(t) => Some(t),
-                    ChipArg::Device(_) => None,
-                })
-                .collect();
+            let tensors: Vec<_> = args.into_iter().filter_map(ChipArg::into_host).collect();
             let check = (prepared.check)(&tensors);
             all_pass &= check.pass;
             format!(
@@ -487,9 +482,10 @@ fn run(
         let options = RunOptions {
             hook: recorder.clone().map(|r| r as SharedHook),
             trace: sink.clone(),
+            ..RunOptions::default()
         };
         let report = worker
-            .run_with(handle, &mut tensors, &prepared.scalars, options)
+            .run(handle, &mut tensors, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
         if let (Some(sink), Some(recorder)) = (&sink, &recorder) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
