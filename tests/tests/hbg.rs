@@ -2,7 +2,7 @@
 //! the shared state, the compact live image is shipped once, the device only schedules.
 
 use simpler_core::ArgDirection;
-use simpler_host::hbg::{HbgError, PHASES};
+use simpler_host::hbg::{BindPhase, HbgError};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{ChipWorker, WorkerError};
 use simpler_host::{RunOptions, Runtime};
@@ -37,8 +37,9 @@ fn run_scene(w: &mut ChipWorker, scene: &str, case: &str, rounds: usize) {
         assert_eq!(bind.tasks, p.tasks);
         assert!(bind.image_bytes > 0);
         assert!(
-            bind.phases.iter().all(|ph| ph.time.as_nanos() > 0),
-            "{PHASES:?}"
+            bind.phases().all(|(_, ph)| ph.time.as_nanos() > 0),
+            "{:?}",
+            BindPhase::ALL
         );
     }
 }
@@ -268,7 +269,7 @@ fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_it
         .filter(|e| e.kind == EventKind::Host)
         .collect();
     let kinds: Vec<u32> = host.iter().map(|e| e.kernel - TRACE_PHASE_BASE).collect();
-    assert_eq!(kinds, (0..PHASES.len() as u32).collect::<Vec<_>>());
+    assert_eq!(kinds, (0..BindPhase::ALL.len() as u32).collect::<Vec<_>>());
     for pair in host.windows(2) {
         assert!(pair[0].start_ns <= pair[0].end_ns);
         assert!(pair[0].end_ns <= pair[1].start_ns, "{pair:?}");

@@ -259,7 +259,7 @@ fn run_hbg(
         host_only,
         trace,
     } = out;
-    use simpler_host::hbg::PHASES;
+    use simpler_host::hbg::BindPhase;
     use simpler_host::ChipArg;
     let (case, prepared, mut config) = setup(scene, case, platform, clusters)?;
     // Nothing retires while the host builds: each ring's heap must hold the whole graph's
@@ -328,8 +328,7 @@ fn run_hbg(
             round,
             run.host.as_secs_f64() * 1e3,
             run.outcome.device.as_secs_f64() * 1e3,
-            bind.phase("host_orch")
-                .map_or(0.0, |p| p.time.as_secs_f64() * 1e3),
+            bind.phase(BindPhase::HostOrch).time.as_secs_f64() * 1e3,
             bind.tasks,
             bind.image_bytes as f64 / 1024.0
         );
@@ -347,22 +346,22 @@ fn run_hbg(
             "{:<12} {:>10} {:>10} {:>10} {:>12} {:>10}",
             "phase", "min us", "median us", "max us", "cpu med us", "minflt med"
         );
-        for (i, name) in PHASES.iter().enumerate() {
+        for phase in BindPhase::ALL {
             let mut t: Vec<f64> = binds[1..]
                 .iter()
-                .map(|b| b.phases[i].time.as_secs_f64() * 1e6)
+                .map(|b| b.phase(phase).time.as_secs_f64() * 1e6)
                 .collect();
             let mut c: Vec<f64> = binds[1..]
                 .iter()
-                .map(|b| b.phases[i].cpu.as_secs_f64() * 1e6)
+                .map(|b| b.phase(phase).cpu.as_secs_f64() * 1e6)
                 .collect();
-            let mut f: Vec<u64> = binds[1..].iter().map(|b| b.phases[i].minflt).collect();
+            let mut f: Vec<u64> = binds[1..].iter().map(|b| b.phase(phase).minflt).collect();
             t.sort_by(f64::total_cmp);
             c.sort_by(f64::total_cmp);
             f.sort_unstable();
             println!(
                 "{:<12} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>10}",
-                name,
+                phase.name(),
                 t[0],
                 t[t.len() / 2],
                 t[t.len() - 1],
