@@ -8,10 +8,10 @@
 //!
 //! Persistent device memory (`DEVICE_MALLOC`): `malloc` / `free` manage GM that survives
 //! across runs, `copy_to_device` / `copy_from_device` move bytes in and out of it, and
-//! `run_args` takes entry tensors that already live there ([`ChipArg::Device`]) next to
+//! `run` takes entry tensors that already live there ([`ChipArg::Device`]) next to
 //! staged host tensors ([`ChipArg::Host`]).
 
-use crate::transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TransportError};
+use crate::transport::{DeviceTransport, OrchFn, RunOptions, Runtime, TransportError};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::{RunError, RunOutcome};
 use simpler_core::limits::MAX_TENSOR_DIMS;
@@ -93,7 +93,7 @@ impl DeviceTensor {
     }
 }
 
-/// An entry tensor of [`ChipWorker::run_args`].
+/// An entry tensor of [`ChipWorker::run`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ChipArg {
     /// Host bytes, staged into per-run GM (IN and INOUT copied in, OUT and INOUT copied back).
@@ -109,6 +109,70 @@ impl ChipArg {
             Self::Host(t) => t.dir,
             Self::Device(t) => t.dir,
         }
+    }
+}
+
+impl ChipArg {
+    /// The host tensor, if it is one (after a run, with its outputs).
+    pub fn host(&self) -> Option<&HostTensor> {
+        match self {
+            Self::Host(t) => Some(t),
+            Self::Device(_) => None,
+        }
+    }
+
+    /// The host tensor, if it is one.
+    pub fn into_host(self) -> Option<HostTensor> {
+        match self {
+            Self::Host(t) => Some(t),
+            Self::Device(_) => None,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::HostTensor {}
+    impl Sealed for super::ChipArg {}
+}
+
+/// What [`ChipWorker::run`] takes as entry tensors: a slice of [`ChipArg`] (host or device
+/// tensors), or of [`HostTensor`] when every tensor is staged host bytes.
+pub trait EntryArg: sealed::Sealed + Sized {
+    /// Runs `f` on `args` as [`ChipArg`]s; whatever `f` does to them is seen in `args` after.
+    #[doc(hidden)]
+    fn as_chip_args<R>(args: &mut [Self], f: impl FnOnce(&mut [ChipArg]) -> R) -> R;
+}
+
+impl EntryArg for ChipArg {
+    fn as_chip_args<R>(args: &mut [Self], f: impl FnOnce(&mut [ChipArg]) -> R) -> R {
+        f(args)
+    }
+}
+
+impl EntryArg for HostTensor {
+    fn as_chip_args<R>(args: &mut [Self], f: impl FnOnce(&mut [ChipArg]) -> R) -> R {
+        // Move the tensors into host arguments and back again, whatever the result: a failed
+        // run leaves them as they were, a good one with its outputs.
+        let mut chip: Vec<ChipArg> = args
+            .iter_mut()
+            .map(|t| {
+                let empty = HostTensor {
+                    data: Vec::new(),
+                    shapes: Vec::new(),
+                    dtype: t.dtype,
+                    dir: t.dir,
+                };
+                ChipArg::Host(std::mem::replace(t, empty))
+            })
+            .collect();
+        let result = f(&mut chip);
+        for (t, arg) in args.iter_mut().zip(chip) {
+            if let ChipArg::Host(h) = arg {
+                *t = h;
+            }
+        }
+        result
     }
 }
 
@@ -190,6 +254,8 @@ pub enum WorkerError {
     Run(RunError),
     /// A host-built run (hbg) failed before reaching the device.
     Hbg(crate::hbg::HbgError),
+    /// [`RunOptions::host_only`] on a tmr run: only hbg builds a graph on the host.
+    HostOnlyNeedsHbg,
 }
 
 impl fmt::Display for WorkerError {
@@ -227,6 +293,9 @@ impl fmt::Display for WorkerError {
             Self::Entry(e) => write!(f, "chip entry: {e}"),
             Self::Run(_) => f.write_str("run failed"),
             Self::Hbg(e) => write!(f, "host-built run: {e}"),
+            Self::HostOnlyNeedsHbg => {
+                f.write_str("host-only mode builds the graph on the host: it needs the hbg runtime")
+            }
         }
     }
 }
@@ -244,7 +313,8 @@ impl std::error::Error for WorkerError {
             | Self::TensorSize { .. }
             | Self::OutOfDeviceMemory { .. }
             | Self::UnknownDeviceAddress { .. }
-            | Self::DeviceRange { .. } => None,
+            | Self::DeviceRange { .. }
+            | Self::HostOnlyNeedsHbg => None,
         }
     }
 }
@@ -262,6 +332,8 @@ pub struct RunReport {
     pub outcome: RunOutcome,
     /// Host time: staging, the run, copying back.
     pub host: Duration,
+    /// The bind's account, phase by phase: `Some` on hbg, `None` on tmr.
+    pub bind: Option<crate::hbg::BindReport>,
 }
 
 /// One chip, its callables and its persistent device memory.
@@ -410,67 +482,44 @@ impl ChipWorker {
         CallableHandle(self.callables.len() - 1)
     }
 
-    /// Runs `handle` with `tensors` and `scalars`; OUT and INOUT tensors receive the results.
-    pub fn run(
-        &mut self,
-        handle: CallableHandle,
-        tensors: &mut [HostTensor],
-        scalars: &[u64],
-    ) -> Result<RunReport, WorkerError> {
-        self.run_with(handle, tensors, scalars, RunOptions::default())
-    }
-
-    /// [`Self::run`], showing every submitted task to `hook` (for example a
-    /// [`crate::dag::DagRecorder`]).
-    pub fn run_with_hook(
-        &mut self,
-        handle: CallableHandle,
-        tensors: &mut [HostTensor],
-        scalars: &[u64],
-        hook: Option<SharedHook>,
-    ) -> Result<RunReport, WorkerError> {
-        let options = RunOptions { hook, trace: None };
-        self.run_with(handle, tensors, scalars, options)
-    }
-
-    /// [`Self::run`], recording what `options` ask for (a submit hook, a trace).
-    pub fn run_with(
-        &mut self,
-        handle: CallableHandle,
-        tensors: &mut [HostTensor],
-        scalars: &[u64],
-        options: RunOptions,
-    ) -> Result<RunReport, WorkerError> {
-        // Move the tensors into host arguments and back again, whatever the result: a failed
-        // run leaves them as they were, a good one with its outputs.
-        let mut args: Vec<ChipArg> = tensors
-            .iter_mut()
-            .map(|t| {
-                let empty = HostTensor {
-                    data: Vec::new(),
-                    shapes: Vec::new(),
-                    dtype: t.dtype,
-                    dir: t.dir,
-                };
-                ChipArg::Host(std::mem::replace(t, empty))
-            })
-            .collect();
-        let result = self.run_args(handle, &mut args, scalars, options);
-        for (t, arg) in tensors.iter_mut().zip(args) {
-            if let ChipArg::Host(h) = arg {
-                *t = h;
-            }
-        }
-        result
-    }
-
-    /// Runs `handle` with entry tensors that are staged host bytes or views of persistent
-    /// device memory, and `scalars`. Host tensors are handled as in [`Self::run_with`]; a
+    /// Runs `handle` with entry tensors `args` and `scalars`; OUT and INOUT tensors receive
+    /// the results. A failed run leaves the worker usable and the host tensors as they were.
+    ///
+    /// `args` are [`ChipArg`]s, or [`HostTensor`]s when all of them are host bytes. A host
+    /// tensor is staged in per-run GM (IN and INOUT copied in, OUT and INOUT copied back); a
     /// device tensor is used in place, and its whole view must lie inside one live persistent
     /// allocation ([`WorkerError::DeviceRange`] otherwise). A device tensor with no dimensions,
     /// more than the chip allows, or strides not matching its shape is refused as an adoption
     /// error of its rank.
-    pub fn run_args(
+    ///
+    /// `options` choose the runtime and what is recorded ([`RunOptions`]):
+    /// - [`Runtime::Tmr`] (the default): the device runs the orchestration function beside its
+    ///   schedulers; the hook sees every submitted task (for example a
+    ///   [`crate::dag::DagRecorder`]); a trace gets the device's events and three host spans
+    ///   (staging, the run, copying back). The report's `bind` is `None`.
+    ///   [`RunOptions::host_only`] is refused ([`WorkerError::HostOnlyNeedsHbg`]).
+    /// - [`Runtime::Hbg`]: the orchestration runs here, on the host, into the retained mirror;
+    ///   the device receives the compact live image and only schedules ([`crate::hbg`] lists
+    ///   the phases). The report's `bind` is `Some`. With `host_only` the bind stops after
+    ///   building the image: nothing runs, no output is written, the outcome counts the tasks
+    ///   built. A trace gets the device's events (placed from the start of the device call)
+    ///   and one span per bind phase on the host track.
+    pub fn run<A: EntryArg>(
+        &mut self,
+        handle: CallableHandle,
+        args: &mut [A],
+        scalars: &[u64],
+        options: RunOptions,
+    ) -> Result<RunReport, WorkerError> {
+        A::as_chip_args(args, |args| match options.runtime {
+            Runtime::Tmr if options.host_only => Err(WorkerError::HostOnlyNeedsHbg),
+            Runtime::Tmr => self.run_tmr(handle, args, scalars, options),
+            Runtime::Hbg => self.run_hbg(handle, args, scalars, options),
+        })
+    }
+
+    /// The tmr run of [`Self::run`].
+    fn run_tmr(
         &mut self,
         handle: CallableHandle,
         args: &mut [ChipArg],
@@ -507,7 +556,11 @@ impl ChipWorker {
                 (0..3).map(|k| (k as u32, marks[k], marks[k + 1])),
             );
         }
-        Ok(RunReport { outcome, host })
+        Ok(RunReport {
+            outcome,
+            host,
+            bind: None,
+        })
     }
 
     /// Checks `args` against `handle`'s signature, stages every host tensor in per-run GM,

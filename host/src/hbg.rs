@@ -63,31 +63,109 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The named phases of a bind.
-pub const PHASES: [&str; 10] = [
-    "args",
-    "arena_build",
-    "host_orch",
-    "graph_commit",
-    "shared_mem",
-    "graph_upload",
-    "arena_h2d",
-    "runtime_init",
-    "device_run",
-    "copy_back",
-];
+/// A phase of a bind, in the order a bind runs them (the module's table says what each does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BindPhase {
+    /// `args`: place the entry tensors in GM (addresses only), adopt the chip entry.
+    Args,
+    /// `arena_build`: format the mirror.
+    ArenaBuild,
+    /// `host_orch`: run the orchestration function into the mirror.
+    HostOrch,
+    /// `graph_commit`: wait for the recordings, place the Definitions, patch the outer tasks.
+    GraphCommit,
+    /// `shared_mem`: measure the live prefix and export it into the image buffers.
+    SharedMem,
+    /// `graph_upload`: copy the bind's Definitions and Graph boundaries to the device.
+    GraphUpload,
+    /// `arena_h2d`: copy the IN and INOUT entry tensors to the device.
+    ArenaH2d,
+    /// `runtime_init`: on the device, reset its shared state and import the images.
+    RuntimeInit,
+    /// `device_run`: ship the images and run the schedulers.
+    DeviceRun,
+    /// `copy_back`: copy OUT and INOUT tensors back.
+    CopyBack,
+}
+
+impl BindPhase {
+    /// Every phase, in the order a bind runs them.
+    pub const ALL: [Self; 10] = [
+        Self::Args,
+        Self::ArenaBuild,
+        Self::HostOrch,
+        Self::GraphCommit,
+        Self::SharedMem,
+        Self::GraphUpload,
+        Self::ArenaH2d,
+        Self::RuntimeInit,
+        Self::DeviceRun,
+        Self::CopyBack,
+    ];
+
+    /// The phase's name, as the module's table, the `--phases` table and traces show it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Args => "args",
+            Self::ArenaBuild => "arena_build",
+            Self::HostOrch => "host_orch",
+            Self::GraphCommit => "graph_commit",
+            Self::SharedMem => "shared_mem",
+            Self::GraphUpload => "graph_upload",
+            Self::ArenaH2d => "arena_h2d",
+            Self::RuntimeInit => "runtime_init",
+            Self::DeviceRun => "device_run",
+            Self::CopyBack => "copy_back",
+        }
+    }
+
+    /// The phase's place in [`Self::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for BindPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// A name that is not one of [`BindPhase::ALL`]'s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownBindPhase(pub String);
+
+impl fmt::Display for UnknownBindPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no bind phase is named {:?}", self.0)
+    }
+}
+
+impl std::error::Error for UnknownBindPhase {}
+
+impl std::str::FromStr for BindPhase {
+    type Err = UnknownBindPhase;
+
+    /// The phase [`BindPhase::name`] names.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| UnknownBindPhase(name.to_string()))
+    }
+}
 
 /// The control plane: the host's phases that turn one orchestration into a graph on the
 /// device, a cost per bind whatever the inputs' size. The reference's is its `host_orch` (which
 /// holds the recording wait and the commit), `graph_upload` and the image's copy (here inside
 /// `device_run`). Not the entry staging (`args`, `arena_h2d`: per byte of input) nor the
 /// device's phases.
-pub const CONTROL_PLANE: [&str; 5] = [
-    "arena_build",
-    "host_orch",
-    "graph_commit",
-    "shared_mem",
-    "graph_upload",
+pub const CONTROL_PLANE: &[BindPhase] = &[
+    BindPhase::ArenaBuild,
+    BindPhase::HostOrch,
+    BindPhase::GraphCommit,
+    BindPhase::SharedMem,
+    BindPhase::GraphUpload,
 ];
 
 /// One phase's cost.
@@ -127,11 +205,11 @@ pub struct GraphPhases {
     pub host_orch_wakes: u64,
 }
 
-/// What one bind cost, by phase (in [`PHASES`] order), and what it shipped.
+/// What one bind cost, by phase, and what it shipped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BindReport {
-    /// Each phase's cost, in [`PHASES`] order.
-    pub phases: [Phase; 10],
+    /// Each phase's cost, in [`BindPhase::ALL`] order.
+    phases: [Phase; 10],
     /// Graph submissions that recorded a Definition, replayed one, or ran inline.
     pub graphs: [u64; 3],
     /// Inside `host_orch` and `graph_commit`: the orchestration thread's time accepting Graph
@@ -146,22 +224,25 @@ pub struct BindReport {
 }
 
 impl BindReport {
-    /// Bind phase `name` (one of [`PHASES`]).
-    pub fn phase(&self, name: &str) -> Option<&Phase> {
-        PHASES
-            .iter()
-            .position(|p| *p == name)
-            .map(|i| &self.phases[i])
+    /// What bind phase `phase` cost.
+    pub fn phase(&self, phase: BindPhase) -> &Phase {
+        &self.phases[phase.index()]
+    }
+
+    /// Every phase with its cost, in [`BindPhase::ALL`] order.
+    pub fn phases(&self) -> impl Iterator<Item = (BindPhase, &Phase)> {
+        BindPhase::ALL.into_iter().zip(&self.phases)
+    }
+
+    /// Where the bind records phase `phase`'s cost.
+    fn phase_mut(&mut self, phase: BindPhase) -> &mut Phase {
+        &mut self.phases[phase.index()]
     }
 
     /// The [`CONTROL_PLANE`] phases summed: wall and CPU time, faults, allocations; `at` is
     /// the first one's.
     pub fn control_plane(&self) -> Phase {
-        let mut phases = PHASES
-            .iter()
-            .zip(&self.phases)
-            .filter(|(name, _)| CONTROL_PLANE.contains(*name))
-            .map(|(_, ph)| ph);
+        let mut phases = CONTROL_PLANE.iter().map(|&p| self.phase(p));
         let first = phases.next().copied().unwrap_or_default();
         phases.fold(first, |sum, ph| Phase {
             time: sum.time + ph.time,
@@ -570,42 +651,17 @@ impl ChipWorker {
             .unwrap_or_default()
     }
 
-    /// Runs `handle` on the hbg runtime: the orchestration runs here, on the host, into the
-    /// retained mirror; the device receives the compact live image and only schedules.
-    /// OUT and INOUT tensors receive the results, as with [`ChipWorker::run_args`].
-    pub fn run_hbg(
+    /// The hbg run of [`ChipWorker::run`]: the bind, phase by phase; with
+    /// [`RunOptions::host_only`] it stops after building the image.
+    pub(crate) fn run_hbg(
         &mut self,
         handle: CallableHandle,
         args: &mut [ChipArg],
         scalars: &[u64],
-    ) -> Result<(RunReport, BindReport), WorkerError> {
-        self.run_hbg_with(handle, args, scalars, true)
-    }
-
-    /// [`Self::run_hbg`]; with `run_device` false the bind stops after building the image
-    /// (host-only mode: nothing runs, no output is written, the report's outcome counts the
-    /// tasks built).
-    pub fn run_hbg_with(
-        &mut self,
-        handle: CallableHandle,
-        args: &mut [ChipArg],
-        scalars: &[u64],
-        run_device: bool,
-    ) -> Result<(RunReport, BindReport), WorkerError> {
-        self.run_hbg_traced(handle, args, scalars, run_device, None)
-    }
-
-    /// [`Self::run_hbg_with`], recording into `trace` (when given) the device's events and
-    /// one span per bind phase on the host track (`crate::trace::to_chrome_json` names them);
-    /// the device's events are placed from the start of the device call.
-    pub fn run_hbg_traced(
-        &mut self,
-        handle: CallableHandle,
-        args: &mut [ChipArg],
-        scalars: &[u64],
-        run_device: bool,
-        trace: Option<crate::transport::TraceSink>,
-    ) -> Result<(RunReport, BindReport), WorkerError> {
+        options: RunOptions,
+    ) -> Result<RunReport, WorkerError> {
+        let run_device = !options.host_only;
+        let trace = options.trace;
         let start = Instant::now();
         let mut report = BindReport::default();
         let clock = Clock::start(start);
@@ -619,7 +675,7 @@ impl ChipWorker {
                 .ok_or(WorkerError::OutOfDeviceMemory {
                     bytes: GRAPH_STAGING_BYTES,
                 })?;
-        report.phases[0] = clock.stop();
+        *report.phase_mut(BindPhase::Args) = clock.stop();
 
         let built = self.build_image(handle, args, &staging, staging_base, start, &mut report)?;
 
@@ -627,13 +683,13 @@ impl ChipWorker {
         if run_device {
             self.upload_graph_staging(staging_base)?;
         }
-        report.phases[5] = clock.stop();
+        *report.phase_mut(BindPhase::GraphUpload) = clock.stop();
 
         let clock = Clock::start(start);
         if run_device {
             ChipWorker::copy_in(&*self.device, args, &staging.staged)?;
         }
-        report.phases[6] = clock.stop();
+        *report.phase_mut(BindPhase::ArenaH2d) = clock.stop();
 
         if !run_device {
             let run = host_only_run(start, &report, built.edges);
@@ -641,22 +697,22 @@ impl ChipWorker {
             if let Some(sink) = &trace {
                 record_bind_phases(sink, &report, Duration::ZERO);
             }
-            return Ok((run, report));
+            return Ok(run);
         }
         let outcome = self.run_image(handle, &built, start, trace.clone(), &mut report)?;
 
         let clock = Clock::start(start);
         self.copy_back(args, &staging.staged)?;
-        report.phases[9] = clock.stop();
+        *report.phase_mut(BindPhase::CopyBack) = clock.stop();
         self.staging = Some(staging);
         if let Some(sink) = &trace {
-            record_bind_phases(sink, &report, report.phases[7].at);
+            record_bind_phases(sink, &report, report.phase(BindPhase::RuntimeInit).at);
         }
-        let run = RunReport {
+        Ok(RunReport {
             outcome,
             host: start.elapsed(),
-        };
-        Ok((run, report))
+            bind: Some(report),
+        })
     }
 
     /// Phases `arena_build` to `shared_mem`: formats (or attaches to) the mirror, runs the
@@ -703,7 +759,7 @@ impl ChipWorker {
             Orchestrator::init(orch_region, &layout, &shared)
         }
         .map_err(layout_error)?;
-        report.phases[1] = clock.stop();
+        *report.phase_mut(BindPhase::ArenaBuild) = clock.stop();
 
         let clock = Clock::start(start);
         let graph_counts = mirror.graphs.counts;
@@ -733,7 +789,7 @@ impl ChipWorker {
             let r = rt.scope(ScopeMode::Auto, |rt| (callable.orch)(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
-        report.phases[2] = clock.stop();
+        *report.phase_mut(BindPhase::HostOrch) = clock.stop();
         mirror.graphs.phases.host_orch_wakes = pool.orchestration_wakes() - wakes_before;
 
         let clock = Clock::start(start);
@@ -745,7 +801,7 @@ impl ChipWorker {
             &*self.device,
             staging_base,
         );
-        report.phases[3] = clock.stop();
+        *report.phase_mut(BindPhase::GraphCommit) = clock.stop();
         if let Err(e) = result {
             return Err(WorkerError::Hbg(match waiter.blocked {
                 Some(Blocked::Producer { task }) => HbgError::TaskNotRun { task, error: e },
@@ -772,7 +828,7 @@ impl ChipWorker {
         let g = &mirror.graphs;
         report.graph_phases = g.phases;
         report.graphs = core::array::from_fn(|i| g.counts[i] - graph_counts[i]);
-        report.phases[4] = clock.stop();
+        *report.phase_mut(BindPhase::SharedMem) = clock.stop();
         Ok(BuiltImage {
             usage,
             sched_len,
@@ -823,15 +879,18 @@ impl ChipWorker {
         let outcome = self.device.run_prebuilt(
             self.callables[handle.0].kernels.clone(),
             image,
-            RunOptions { hook: None, trace },
+            RunOptions {
+                trace,
+                ..RunOptions::default()
+            },
         )?;
         let whole = clock.stop();
-        report.phases[7] = Phase {
+        *report.phase_mut(BindPhase::RuntimeInit) = Phase {
             time: outcome.init,
             at: whole.at,
             ..Phase::default()
         };
-        report.phases[8] = Phase {
+        *report.phase_mut(BindPhase::DeviceRun) = Phase {
             time: whole.time.saturating_sub(outcome.init),
             at: whole.at + outcome.init,
             ..whole
@@ -881,7 +940,7 @@ fn host_only_run(start: Instant, report: &BindReport, edges: u64) -> RunReport {
         tasks: report.tasks,
         edges,
         dispatched: 0,
-        orchestration: report.phases[2].time,
+        orchestration: report.phase(BindPhase::HostOrch).time,
         init: Duration::ZERO,
         device: Duration::ZERO,
         trace_dropped: 0,
@@ -889,6 +948,7 @@ fn host_only_run(start: Instant, report: &BindReport, edges: u64) -> RunReport {
     RunReport {
         outcome,
         host: start.elapsed(),
+        bind: Some(*report),
     }
 }
 
@@ -903,15 +963,11 @@ fn record_bind_phases(
     report: &BindReport,
     device_at: Duration,
 ) {
-    let spans = report
-        .phases
-        .iter()
-        .enumerate()
-        .filter(|(_, ph)| !ph.time.is_zero());
+    let spans = report.phases().filter(|(_, ph)| !ph.time.is_zero());
     crate::trace::add_host_spans(
         sink,
         device_at,
-        spans.map(|(i, ph)| (TRACE_PHASE_BASE + i as u32, ph.at, ph.at + ph.time)),
+        spans.map(|(p, ph)| (TRACE_PHASE_BASE + p.index() as u32, ph.at, ph.at + ph.time)),
     );
 }
 
@@ -1053,14 +1109,19 @@ mod tests {
             ph.time = Duration::from_micros(1 << i);
             ph.minflt = 1 << i;
         }
-        let bits: u64 = CONTROL_PLANE
-            .iter()
-            .map(|name| 1 << PHASES.iter().position(|p| p == name).expect("a bind phase"))
-            .sum();
+        let bits: u64 = CONTROL_PLANE.iter().map(|p| 1 << p.index()).sum();
         let cp = report.control_plane();
         assert_eq!(cp.time, Duration::from_micros(bits));
         assert_eq!(cp.minflt, bits);
-        assert_eq!(report.phase("host_orch"), Some(&report.phases[2]));
-        assert_eq!(report.phase("no such phase"), None);
+        assert_eq!(report.phase(BindPhase::HostOrch), &report.phases[2]);
+        assert_eq!("host_orch".parse(), Ok(BindPhase::HostOrch));
+        assert_eq!(
+            "no such phase".parse::<BindPhase>(),
+            Err(UnknownBindPhase("no such phase".to_string()))
+        );
+        for (i, p) in BindPhase::ALL.into_iter().enumerate() {
+            assert_eq!(p.index(), i);
+            assert_eq!(p.name().parse(), Ok(p));
+        }
     }
 }

@@ -62,8 +62,10 @@ pub mod trace;
 pub mod transport;
 
 pub use chip_worker::{
-    CallableHandle, ChipArg, ChipWorker, DeviceTensor, HostTensor, RunReport, WorkerError,
+    CallableHandle, ChipArg, ChipWorker, DeviceTensor, EntryArg, HostTensor, RunReport, WorkerError,
 };
 pub use error::ErrorChain;
 pub use task_args::{TaskArgs, TaskArgsError};
-pub use transport::{DeviceTransport, OrchFn, RunOptions, SharedHook, TraceSink, TransportError};
+pub use transport::{
+    DeviceTransport, OrchFn, RunOptions, Runtime, SharedHook, TraceSink, TransportError,
+};

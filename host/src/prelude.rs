@@ -80,14 +80,14 @@
 //!     HostTensor::f32(&input, &[N], ArgDirection::In),
 //!     HostTensor::f32(&vec![0.0; N as usize], &[N], ArgDirection::Out),
 //! ];
-//! let report = worker.run(callable, &mut tensors, &[]).expect("the run succeeds");
+//! let report = worker.run(callable, &mut tensors, &[], RunOptions::default()).expect("the run succeeds");
 //! assert_eq!(report.outcome.tasks, 2);
 //! let want: Vec<f32> = input.iter().map(|v| 4.0 * v).collect();
 //! assert_eq!(tensors[1].to_f32(), want);
 //! ```
 
 pub use crate::chip_worker::{
-    CallableHandle, ChipArg, ChipWorker, DeviceTensor, HostTensor, RunReport, WorkerError,
+    CallableHandle, ChipArg, ChipWorker, DeviceTensor, EntryArg, HostTensor, RunReport, WorkerError,
 };
 pub use crate::error::ErrorChain;
 pub use crate::hbg::HbgError;
@@ -95,7 +95,7 @@ pub use crate::task::{
     AicKernel, AivKernel, KernelTable, Mix, TaskBuilder, TaskBuilderExt, TaskKernels, TaskOutputs,
     TaskScalar,
 };
-pub use crate::transport::RunOptions;
+pub use crate::transport::{RunOptions, Runtime};
 pub use simpler_aicore::kernels::{args as kernel_args, stage};
 pub use simpler_aicore::LOCAL_BUFFER_WORDS;
 pub use simpler_aicore::{tile, CoreTaskArgs, Gm, GmFault, KernelCtx, KernelFailure, KernelFn};

@@ -83,9 +83,9 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
             (EventKind::Host, _) => e
                 .kernel
                 .checked_sub(crate::hbg::TRACE_PHASE_BASE)
-                .and_then(|i| crate::hbg::PHASES.get(i as usize))
-                .or_else(|| HOST_PHASES.get(e.kernel as usize))
-                .copied()
+                .and_then(|i| crate::hbg::BindPhase::ALL.get(i as usize))
+                .map(|p| p.name())
+                .or_else(|| HOST_PHASES.get(e.kernel as usize).copied())
                 .unwrap_or("host")
                 .to_string(),
         };

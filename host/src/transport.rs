@@ -19,13 +19,43 @@ pub type SharedHook = Arc<std::sync::Mutex<dyn SubmitHook + Send>>;
 /// Where a traced run's events go.
 pub type TraceSink = Arc<std::sync::Mutex<Vec<TraceEvent>>>;
 
-/// What a run records besides its results.
+/// Which runtime runs a callable (see [`crate::ChipWorker::run`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Runtime {
+    /// The device runs the orchestration function itself, beside its schedulers.
+    #[default]
+    Tmr,
+    /// The host runs the orchestration function into a mirror of the device's shared state
+    /// and ships the built graph; the device only schedules ([`crate::hbg`]).
+    Hbg,
+}
+
+/// How [`crate::ChipWorker::run`] runs a callable and what it records besides its results.
+/// The default is a tmr run recording nothing.
 #[derive(Clone, Default)]
 pub struct RunOptions {
-    /// Sees every submitted task.
+    /// The runtime that runs the callable.
+    pub runtime: Runtime,
+    /// Hbg only: stop the bind after building the graph on the host (nothing runs on the
+    /// device, no output is written, the report's outcome counts the tasks built). A tmr run
+    /// with it set is refused ([`crate::WorkerError::HostOnlyNeedsHbg`]).
+    pub host_only: bool,
+    /// Sees every task the device's orchestration submits (tmr; on hbg the orchestration runs
+    /// on the host and the hook is not consulted).
     pub hook: Option<SharedHook>,
-    /// Receives the run's trace events.
+    /// Receives the run's trace events (on hbg also one span per bind phase on the host
+    /// track).
     pub trace: Option<TraceSink>,
+}
+
+impl RunOptions {
+    /// A run on `runtime`, recording nothing.
+    pub fn on(runtime: Runtime) -> Self {
+        Self {
+            runtime,
+            ..Self::default()
+        }
+    }
 }
 
 /// A graph built on the host, as shipped: what it uses and its two compact live images.

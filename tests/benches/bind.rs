@@ -37,9 +37,10 @@
 //! Run: `cargo bench -p simpler-tests --bench bind` (`SIMPLER_BENCH_SMOKE=1`: bgemm Case1 in
 //! Case0's place, one settling, two warm and one full bind per case, one bind per arm).
 
-use simpler_host::hbg::{BindReport, Phase, CONTROL_PLANE};
+use simpler_host::hbg::{BindPhase, CONTROL_PLANE};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
 use simpler_tests::measure::{process_minor_faults, report, report_summary, sized};
@@ -62,12 +63,6 @@ fn worker(scene: &str, case: &str) -> (Prepared, ChipWorker, CallableHandle) {
     let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
     w.wait_for_recorders();
     (p, w, h)
-}
-
-/// Bind phase `name` of `bind`.
-fn phase<'a>(bind: &'a BindReport, name: &str) -> &'a Phase {
-    bind.phase(name)
-        .unwrap_or_else(|| panic!("{name} is not a bind phase"))
 }
 
 /// The figures' prefix for `scene`'s `case`.
@@ -99,15 +94,34 @@ fn main() {
         // as it was), as a model served again binds its staged inputs; `entry_restaging`
         // compares this with staging the entry afresh before every bind.
         let mut a = args();
-        w.run_hbg_with(h, &mut a, &p.scalars, false)
-            .expect("cold bind");
+        w.run(
+            h,
+            &mut a,
+            &p.scalars,
+            RunOptions {
+                host_only: true,
+                ..RunOptions::on(Runtime::Hbg)
+            },
+        )
+        .expect("cold bind");
         let (settle, warm) = (sized(10, 1), sized(20, 2));
         for _ in 0..settle {
-            w.run_hbg_with(h, &mut a, &p.scalars, false)
-                .expect("settling bind");
+            w.run(
+                h,
+                &mut a,
+                &p.scalars,
+                RunOptions {
+                    host_only: true,
+                    ..RunOptions::on(Runtime::Hbg)
+                },
+            )
+            .expect("settling bind");
         }
         // `args` and the control plane's phases, by name.
-        let shown: Vec<&str> = ["args"].into_iter().chain(CONTROL_PLANE).collect();
+        let shown: Vec<BindPhase> = [BindPhase::Args]
+            .into_iter()
+            .chain(CONTROL_PLANE.iter().copied())
+            .collect();
         let mut times = vec![Vec::with_capacity(warm); shown.len()];
         let mut control_plane = Vec::with_capacity(warm);
         let mut faults = Vec::with_capacity(warm);
@@ -129,18 +143,31 @@ fn main() {
         for _ in 0..warm {
             let faults_before = process_minor_faults();
             let before = counter::process();
-            let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
+            let bind = w
+                .run(
+                    h,
+                    &mut a,
+                    &p.scalars,
+                    RunOptions {
+                        host_only: true,
+                        ..RunOptions::on(Runtime::Hbg)
+                    },
+                )
+                .expect("bind")
+                .bind
+                .expect("an hbg run reports its bind");
             allocs.push((counter::process() - before) as f64);
             faults.push((process_minor_faults() - faults_before) as f64);
-            thread_allocs.push(bind.phases.iter().map(|ph| ph.allocs).sum::<u64>() as f64);
+            thread_allocs.push(bind.phases().map(|(_, ph)| ph.allocs).sum::<u64>() as f64);
             mirror_allocs.push(
-                (phase(&bind, "arena_build").allocs + phase(&bind, "shared_mem").allocs) as f64,
+                (bind.phase(BindPhase::ArenaBuild).allocs + bind.phase(BindPhase::SharedMem).allocs)
+                    as f64,
             );
             record_allocs.push(bind.graph_phases.record_allocs as f64);
-            for (v, name) in times.iter_mut().zip(&shown) {
-                v.push(us(phase(&bind, name).time));
+            for (v, &p) in times.iter_mut().zip(&shown) {
+                v.push(us(bind.phase(p).time));
             }
-            let orch = phase(&bind, "host_orch");
+            let orch = bind.phase(BindPhase::HostOrch);
             cpu_orch.push(us(orch.cpu));
             per_task.push(orch.time.as_secs_f64() * 1e9 / bind.tasks as f64);
             let g = bind.graph_phases;
@@ -165,7 +192,7 @@ fn main() {
             let cp = bind.control_plane();
             control_plane.push(us(cp.time));
             thread_faults.push(cp.minflt as f64);
-            args_faults.push(phase(&bind, "args").minflt as f64);
+            args_faults.push(bind.phase(BindPhase::Args).minflt as f64);
             image = bind.image_bytes;
             tasks = bind.tasks;
             graphs = bind.graphs;
@@ -277,7 +304,9 @@ fn main() {
         // Full binds: the device runs the shipped image; the golden must hold.
         for _ in 0..sized(3, 1) {
             let mut a = args();
-            let (run, _) = w.run_hbg(h, &mut a, &p.scalars).expect("full bind");
+            let run = w
+                .run(h, &mut a, &p.scalars, RunOptions::on(Runtime::Hbg))
+                .expect("full bind");
             let tensors: Vec<HostTensor> = a
                 .into_iter()
                 .filter_map(|x| match x {
@@ -314,10 +343,25 @@ fn recording_policy() {
     for round in 0..settle + binds {
         for (arm, &(_, n)) in arms.iter().enumerate() {
             w.set_recordings_while_building(n);
-            let (_, bind) = w.run_hbg_with(h, &mut a, &p.scalars, false).expect("bind");
+            let bind = w
+                .run(
+                    h,
+                    &mut a,
+                    &p.scalars,
+                    RunOptions {
+                        host_only: true,
+                        ..RunOptions::on(Runtime::Hbg)
+                    },
+                )
+                .expect("bind")
+                .bind
+                .expect("an hbg run reports its bind");
             if round >= settle {
                 let f = &mut figures[arm];
-                let (orch, commit) = (phase(&bind, "host_orch"), phase(&bind, "graph_commit"));
+                let (orch, commit) = (
+                    bind.phase(BindPhase::HostOrch),
+                    bind.phase(BindPhase::GraphCommit),
+                );
                 f[0].push(us(orch.time));
                 f[1].push(us(orch.cpu));
                 f[2].push(us(orch.time + commit.time));
@@ -363,12 +407,24 @@ fn entry_restaging() {
                     fresh = stage();
                     &mut fresh
                 };
-                let (_, bind) = w.run_hbg_with(h, a, &p.scalars, false).expect("bind");
+                let bind = w
+                    .run(
+                        h,
+                        a,
+                        &p.scalars,
+                        RunOptions {
+                            host_only: true,
+                            ..RunOptions::on(Runtime::Hbg)
+                        },
+                    )
+                    .expect("bind")
+                    .bind
+                    .expect("an hbg run reports its bind");
                 if round >= settle {
-                    let orch = phase(&bind, "host_orch");
+                    let orch = bind.phase(BindPhase::HostOrch);
                     f[0].push(us(orch.time));
                     f[1].push(us(orch.cpu));
-                    f[2].push(us(phase(&bind, "shared_mem").time));
+                    f[2].push(us(bind.phase(BindPhase::SharedMem).time));
                 }
             }
         }

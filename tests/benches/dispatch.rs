@@ -23,6 +23,7 @@ use simpler_core::orchestrator::TaskArg;
 use simpler_core::scope::ScopeMode;
 use simpler_core::{DataType, TaskTensor, TensorArgType};
 use simpler_host::ChipWorker;
+use simpler_host::{ChipArg, RunOptions};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::harness::input;
 use simpler_tests::measure::{report_summary, sized};
@@ -95,7 +96,9 @@ fn main() {
     );
     let (mut fan_rate, mut fan_us, mut chain_us) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..sized(SAMPLES, 1) {
-        let r = worker.run(fan_h, &mut [], &[]).expect("the fan graph runs");
+        let r = worker
+            .run(fan_h, &mut [] as &mut [ChipArg], &[], RunOptions::default())
+            .expect("the fan graph runs");
         // Every task ran on a core, each after its producers: per group the root feeds six
         // readers and they feed the join.
         let o = &r.outcome;
@@ -107,7 +110,14 @@ fn main() {
         let s = r.outcome.device.as_secs_f64();
         fan_rate.push(r.outcome.dispatched as f64 / s);
         fan_us.push(s * 1e6 / r.outcome.dispatched as f64);
-        let r = worker.run(chain_h, &mut [], &[]).expect("the chain runs");
+        let r = worker
+            .run(
+                chain_h,
+                &mut [] as &mut [ChipArg],
+                &[],
+                RunOptions::default(),
+            )
+            .expect("the chain runs");
         let o = &r.outcome;
         let chain_tasks = u64::from(length);
         assert_eq!((o.tasks, o.dispatched), (chain_tasks, chain_tasks));

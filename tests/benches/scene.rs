@@ -18,6 +18,7 @@
 
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::ChipWorker;
+use simpler_host::RunOptions;
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::measure::{report_summary, sized, smoke};
 
@@ -81,7 +82,12 @@ fn main() {
         for round in 0..=rounds.min(cap) {
             let mut tensors = prepared.tensors.clone();
             let r = worker
-                .run(handle, &mut tensors, &prepared.scalars)
+                .run(
+                    handle,
+                    &mut tensors,
+                    &prepared.scalars,
+                    RunOptions::default(),
+                )
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(
                 (prepared.check)(&tensors).pass,

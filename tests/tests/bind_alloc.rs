@@ -10,17 +10,14 @@
 //! the simulator transport's copies (entry tensors in, images, outputs back), which are
 //! `Vec` messages to the device thread; not counted here.
 
-use simpler_host::hbg::{BindReport, PHASES};
+use simpler_host::hbg::{BindPhase, BindReport};
 use simpler_host::{alloc_count, scenes, ChipArg, ChipWorker};
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn phase(name: &str) -> usize {
-    PHASES.iter().position(|p| *p == name).unwrap()
-}
 
 /// Two warm-up binds, then ten, of `scene`/`case` on hbg (host-only: the device is not the
 /// subject); the ten reports.
@@ -35,9 +32,19 @@ fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
     let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
     let mut binds = Vec::with_capacity(10);
     for round in 0..12 {
-        let (_, bind) = w
-            .run_hbg_with(h, &mut args, &p.scalars, false)
-            .expect("bind");
+        let bind = w
+            .run(
+                h,
+                &mut args,
+                &p.scalars,
+                RunOptions {
+                    host_only: true,
+                    ..RunOptions::on(Runtime::Hbg)
+                },
+            )
+            .expect("bind")
+            .bind
+            .expect("an hbg run reports its bind");
         if round >= 2 {
             binds.push(bind);
         }
@@ -47,23 +54,22 @@ fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
 
 fn check(scene: &str, case: &str) {
     let binds = warm_binds(scene, case);
-    let mirror = [phase("arena_build"), phase("shared_mem")];
+    let mirror = [BindPhase::ArenaBuild, BindPhase::SharedMem];
     for (i, b) in binds.iter().enumerate() {
         let g = b.graph_phases;
         assert!(g.recorded_nodes > 0, "{scene} bind {i}: nothing recorded");
         assert_eq!(g.record_allocs, 0, "{scene} bind {i}: recording path");
         for m in mirror {
-            assert_eq!(b.phases[m].allocs, 0, "{scene} bind {i}: {}", PHASES[m]);
+            assert_eq!(b.phase(m).allocs, 0, "{scene} bind {i}: {m}");
         }
     }
     let whole: Vec<u64> = binds
         .iter()
-        .map(|b| b.phases.iter().map(|p| p.allocs).sum())
+        .map(|b| b.phases().map(|(_, p)| p.allocs).sum())
         .collect();
-    let by_phase: Vec<String> = PHASES
-        .iter()
-        .enumerate()
-        .map(|(i, name)| format!("{name} {}", binds[0].phases[i].allocs))
+    let by_phase: Vec<String> = binds[0]
+        .phases()
+        .map(|(phase, p)| format!("{phase} {}", p.allocs))
         .collect();
     println!(
         "{scene}: allocations per warm bind on the binding thread {whole:?} ({}); recording path 0",

@@ -137,7 +137,7 @@ fn malloced_input_survives_runs() {
             host_out(N, &SHAPE),
         ];
         let report = worker
-            .run_args(handle, &mut args, &[], RunOptions::default())
+            .run(handle, &mut args, &[], RunOptions::default())
             .unwrap();
         assert_eq!(report.outcome.tasks, 5);
         assert_close(&host_data(&args[2]), &vector_golden(&a, &b));
@@ -150,7 +150,9 @@ fn malloced_input_survives_runs() {
         .prepare("default")
         .unwrap();
     let mut tensors = prepared.tensors;
-    worker.run(handle, &mut tensors, &[]).unwrap();
+    worker
+        .run(handle, &mut tensors, &[], RunOptions::default())
+        .unwrap();
     assert!((prepared.check)(&tensors).pass);
     assert_eq!(read_f32(&mut worker, addr, N), a);
 }
@@ -171,7 +173,7 @@ fn device_output_is_readable_after_the_run() {
         device_f32(f_addr, &SHAPE, ArgDirection::Out),
     ];
     worker
-        .run_args(handle, &mut args, &[], RunOptions::default())
+        .run(handle, &mut args, &[], RunOptions::default())
         .unwrap();
     let golden = vector_golden(&a, &b);
     assert_close(&read_f32(&mut worker, f_addr, N), &golden);
@@ -182,7 +184,7 @@ fn device_output_is_readable_after_the_run() {
         host_out(N, &SHAPE),
     ];
     worker
-        .run_args(handle, &mut args, &[], RunOptions::default())
+        .run(handle, &mut args, &[], RunOptions::default())
         .unwrap();
     assert_close(&host_data(&args[2]), &vector_golden(&a, &a));
     assert_close(&read_f32(&mut worker, f_addr, N), &golden);
@@ -210,7 +212,7 @@ fn strided_device_view_is_used_in_place() {
         host_out(64 * 64, &[64, 64]),
     ];
     worker
-        .run_args(handle, &mut args, &[], RunOptions::default())
+        .run(handle, &mut args, &[], RunOptions::default())
         .unwrap();
     let golden: Vec<f32> = (0..64 * 64)
         .map(|i| wide[(i / 64) * 128 + i % 64] + b[i])
@@ -326,7 +328,7 @@ fn overrunning_device_view_is_refused() {
         ChipArg::Host(HostTensor::f32(&b, &SHAPE, ArgDirection::In)),
         host_out(N, &SHAPE),
     ];
-    match worker.run_args(handle, &mut args, &[], RunOptions::default()) {
+    match worker.run(handle, &mut args, &[], RunOptions::default()) {
         Err(WorkerError::DeviceRange { addr, len }) => {
             assert_eq!((addr, len), (short, (N * 4) as u64));
         }
@@ -344,26 +346,26 @@ fn overrunning_device_view_is_refused() {
     };
     args[0] = ChipArg::Device(strided);
     assert!(matches!(
-        worker.run_args(handle, &mut args, &[], RunOptions::default()),
+        worker.run(handle, &mut args, &[], RunOptions::default()),
         Err(WorkerError::DeviceRange { .. })
     ));
     // A view starting inside but not at the allocation, running past it.
     args[0] = device_f32(full + 4, &SHAPE, ArgDirection::In);
     assert!(matches!(
-        worker.run_args(handle, &mut args, &[], RunOptions::default()),
+        worker.run(handle, &mut args, &[], RunOptions::default()),
         Err(WorkerError::DeviceRange { .. })
     ));
     // A freed allocation is no longer usable.
     worker.free(short).unwrap();
     args[0] = device_f32(short, &[8], ArgDirection::In);
     assert!(matches!(
-        worker.run_args(handle, &mut args, &[], RunOptions::default()),
+        worker.run(handle, &mut args, &[], RunOptions::default()),
         Err(WorkerError::DeviceRange { .. })
     ));
     // Signature checks apply to device tensors too.
     args[0] = device_f32(full, &SHAPE, ArgDirection::Out);
     assert!(matches!(
-        worker.run_args(handle, &mut args, &[], RunOptions::default()),
+        worker.run(handle, &mut args, &[], RunOptions::default()),
         Err(WorkerError::Direction {
             index: 0,
             expected: ArgDirection::In,
@@ -379,14 +381,14 @@ fn overrunning_device_view_is_refused() {
         dir: ArgDirection::In,
     });
     assert!(matches!(
-        worker.run_args(handle, &mut args, &[], RunOptions::default()),
+        worker.run(handle, &mut args, &[], RunOptions::default()),
         Err(WorkerError::Entry(EntryError::Adopt { index: 0, .. }))
     ));
     // The worker still runs a good job, and the host output was not touched by the refusals.
     assert_eq!(host_data(&args[2]), vec![0.0; N]);
     args[0] = device_f32(full, &SHAPE, ArgDirection::In);
     worker
-        .run_args(handle, &mut args, &[], RunOptions::default())
+        .run(handle, &mut args, &[], RunOptions::default())
         .unwrap();
     assert_close(&host_data(&args[2]), &vector_golden(&a, &b));
 }
@@ -435,7 +437,9 @@ fn persistent_memory_and_per_run_staging_do_not_overlap() {
             HostTensor::f32(&b, &shape, ArgDirection::In),
             HostTensor::f32(&vec![0.0; n], &shape, ArgDirection::Out),
         ];
-        worker.run(handle, &mut tensors, &[]).unwrap();
+        worker
+            .run(handle, &mut tensors, &[], RunOptions::default())
+            .unwrap();
         let got = tensors[2].to_f32();
         for i in (0..n).step_by(997).chain([n - 1]) {
             assert_eq!(got[i], a[i] + b[i], "element {i}");
@@ -460,7 +464,7 @@ fn persistent_memory_and_per_run_staging_do_not_overlap() {
         HostTensor::f32(&vec![0.0; big], &[2048, 1024], ArgDirection::Out),
     ];
     assert!(matches!(
-        worker.run(handle, &mut tensors, &[]),
+        worker.run(handle, &mut tensors, &[], RunOptions::default()),
         Err(WorkerError::OutOfDeviceMemory { .. })
     ));
     for (addr, data) in &live {
@@ -503,7 +507,7 @@ fn malloc_that_cannot_fit_is_out_of_device_memory() {
         .unwrap();
     let mut tensors = prepared.tensors.clone();
     assert!(matches!(
-        worker.run(handle, &mut tensors, &[]),
+        worker.run(handle, &mut tensors, &[], RunOptions::default()),
         Err(WorkerError::OutOfDeviceMemory { .. })
     ));
     // Freeing the top ones leaves the bump's limit where it was: still no room.
@@ -512,7 +516,7 @@ fn malloc_that_cannot_fit_is_out_of_device_memory() {
     }
     let mut tensors = prepared.tensors.clone();
     assert!(matches!(
-        worker.run(handle, &mut tensors, &[]),
+        worker.run(handle, &mut tensors, &[], RunOptions::default()),
         Err(WorkerError::OutOfDeviceMemory { .. })
     ));
     // Freeing the lowest ones makes room for the run again.
@@ -521,6 +525,8 @@ fn malloc_that_cannot_fit_is_out_of_device_memory() {
         worker.free(addr).unwrap();
     }
     let mut tensors = prepared.tensors.clone();
-    worker.run(handle, &mut tensors, &[]).unwrap();
+    worker
+        .run(handle, &mut tensors, &[], RunOptions::default())
+        .unwrap();
     assert!((prepared.check)(&tensors).pass);
 }

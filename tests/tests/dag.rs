@@ -2,6 +2,7 @@
 //! forward in submit order, and the same file for the same scene and case.
 
 use simpler_host::dag::DagRecorder;
+use simpler_host::RunOptions;
 use simpler_host::{scenes, ChipWorker, SharedHook};
 use simpler_sim::{DeviceConfig, Topology};
 use std::sync::{Arc, Mutex};
@@ -17,11 +18,14 @@ fn record(scene: &str, case: &str) -> Arc<Mutex<DagRecorder>> {
     let recorder = Arc::new(Mutex::new(DagRecorder::new()));
     let mut tensors = prepared.tensors.clone();
     worker
-        .run_with_hook(
+        .run(
             handle,
             &mut tensors,
             &prepared.scalars,
-            Some(recorder.clone() as SharedHook),
+            RunOptions {
+                hook: Some(recorder.clone() as SharedHook),
+                ..RunOptions::default()
+            },
         )
         .unwrap();
     assert!((prepared.check)(&tensors).pass);

@@ -12,6 +12,7 @@ use simpler_host::scenes::dsv4::{
 };
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::ChipWorker;
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::fixtures::{host_args, host_tensors, register_prepared};
 use std::time::Instant;
@@ -261,7 +262,10 @@ fn dsv4_shaped_on_hbg() {
     for round in 0..3 {
         let start = Instant::now();
         let mut args = host_args(&p);
-        let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
+        let run = w
+            .run(h, &mut args, &p.scalars, RunOptions::on(Runtime::Hbg))
+            .expect("hbg run");
+        let bind = run.bind.expect("an hbg run reports its bind");
         let tensors = host_tensors(args);
         let check = (p.check)(&tensors);
         eprintln!(
@@ -296,7 +300,9 @@ fn dsv4_shaped_on_tmr() {
     let h = register_prepared(&mut w, &p);
     let start = Instant::now();
     let mut tensors = p.tensors.clone();
-    let report = w.run(h, &mut tensors, &p.scalars).expect("tmr run");
+    let report = w
+        .run(h, &mut tensors, &p.scalars, RunOptions::default())
+        .expect("tmr run");
     let check = (p.check)(&tensors);
     eprintln!(
         "tmr: {:?}, {} tasks, {} edges, max diff {:e}",

@@ -22,6 +22,7 @@ use simpler_core::tensor_map::MapFull;
 use simpler_core::{ArgDirection, DataType, TaskId, TaskTensor, TensorArgType};
 use simpler_host::l3::L3Error;
 use simpler_host::record::{GraphBoundary, RecordError, Uncacheable};
+use simpler_host::RunOptions;
 use simpler_host::{CallableHandle, ChipWorker, ErrorChain, HostTensor, OrchFn, WorkerError};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::assert_fails;
@@ -111,7 +112,9 @@ fn two_tasks(w: &mut ChipWorker, kernel: u32) -> CallableHandle {
 fn a_kernel_failure_walks_from_the_worker_error_to_the_named_code() {
     let mut w = worker();
     let h = two_tasks(&mut w, 1);
-    let err = w.run(h, &mut in_out(), &[]).expect_err("the kernel fails");
+    let err = w
+        .run(h, &mut in_out(), &[], RunOptions::default())
+        .expect_err("the kernel fails");
     let mut sched = None;
     let mut cause: Option<&(dyn Error + 'static)> = Some(&err);
     let mut levels = 0;
@@ -156,7 +159,7 @@ fn a_kernel_failure_walks_from_the_worker_error_to_the_named_code() {
 
     // An id past the kernel table: the code's name, and the id as its detail.
     let h = two_tasks(&mut w, 7);
-    let r = w.run(h, &mut in_out(), &[]);
+    let r = w.run(h, &mut in_out(), &[], RunOptions::default());
     assert_fails!(
         &r,
         WorkerError::Run(RunError::Scheduler(SchedError::KernelFailed {
@@ -211,7 +214,7 @@ fn a_submit_over_a_cap_says_the_count_and_the_cap() {
         Ok(())
     });
     let h = w.register_callable(orch, vec![kernels::empty], IN_OUT.to_vec());
-    let r = w.run(h, &mut in_out(), &[]);
+    let r = w.run(h, &mut in_out(), &[], RunOptions::default());
     assert_fails!(
         &r,
         WorkerError::Run(RunError::Orchestration(RtError::Submit(
@@ -239,7 +242,7 @@ fn a_submit_over_a_cap_says_the_count_and_the_cap() {
         Ok(())
     });
     let h = w.register_callable(orch, vec![kernels::empty], IN_OUT.to_vec());
-    let r = w.run(h, &mut in_out(), &[]);
+    let r = w.run(h, &mut in_out(), &[], RunOptions::default());
     assert_fails!(
         &r,
         WorkerError::Run(RunError::Orchestration(RtError::TooManyScalars {
@@ -263,7 +266,7 @@ fn an_element_past_the_tensor_says_the_index_and_the_size() {
         Ok(())
     });
     let h = w.register_callable(orch, vec![], IN_OUT.to_vec());
-    let r = w.run(h, &mut in_out(), &[]);
+    let r = w.run(h, &mut in_out(), &[], RunOptions::default());
     assert_fails!(
         &r,
         WorkerError::Run(RunError::Orchestration(RtError::Index {

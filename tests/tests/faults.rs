@@ -23,6 +23,7 @@ use simpler_core::scope::ScopeMode;
 use simpler_core::{ArgDirection, DataType, TaskId, TaskTensor, TensorArgType};
 use simpler_host::scenes;
 use simpler_host::{CallableHandle, ChipWorker, HostTensor, WorkerError};
+use simpler_host::{ChipArg, RunOptions};
 use simpler_sim::aicore::{kernels, KernelFn};
 use simpler_sim::aicpu::{Rt, RtError, SchedError};
 use simpler_sim::{DeviceConfig, OrchFn, RunError, Topology};
@@ -161,7 +162,12 @@ fn assert_vector_example_runs(worker: &mut ChipWorker) {
     );
     let mut tensors = prepared.tensors.clone();
     let report = worker
-        .run(handle, &mut tensors, &prepared.scalars)
+        .run(
+            handle,
+            &mut tensors,
+            &prepared.scalars,
+            RunOptions::default(),
+        )
         .unwrap_or_else(|e| panic!("vector_example after a fault: {e}"));
     assert_eq!(report.outcome.result, Ok(()));
     let check = (prepared.check)(&tensors);
@@ -195,7 +201,7 @@ fn a_kernel_id_past_the_table_is_err_unknown_kernel() {
     let h = register(&mut w, orch, &table, &IN_OUT);
     for round in 0..2 {
         let mut tensors = in_out(&SMALL);
-        let r = w.run(h, &mut tensors, &[]);
+        let r = w.run(h, &mut tensors, &[], RunOptions::default());
         let [task] = ids.get()[..] else {
             panic!("round {round}: one task submitted, got {:?}", ids.get());
         };
@@ -239,7 +245,7 @@ fn a_task_with_33_tensors_is_too_many_tensors() {
     let mut w = worker(a2a3());
     let over = caps_callable(&mut w, 33, 0);
     assert_fails!(
-        w.run(over, &mut in_out(&SMALL), &[]),
+        w.run(over, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::Run(RunError::Orchestration(RtError::Submit(
             SubmitError::TooManyTensors {
                 count: 33,
@@ -252,7 +258,9 @@ fn a_task_with_33_tensors_is_too_many_tensors() {
     // The cap itself runs, and yields f = a + 1.
     let at = caps_callable(&mut w, 32, 0);
     let mut tensors = in_out(&SMALL);
-    let report = w.run(at, &mut tensors, &[]).expect("32 tensors run");
+    let report = w
+        .run(at, &mut tensors, &[], RunOptions::default())
+        .expect("32 tensors run");
     assert_eq!(report.outcome.tasks, 2);
     let want: Vec<f32> = tensors[0].to_f32().iter().map(|v| v + 1.0).collect();
     assert_eq!(tensors[1].to_f32(), want);
@@ -265,7 +273,7 @@ fn a_task_with_33_tensors_is_too_many_tensors() {
     });
     let alloc = register(&mut w, orch, &[], &IN_OUT);
     assert_fails!(
-        w.run(alloc, &mut in_out(&SMALL), &[]),
+        w.run(alloc, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::Run(RunError::Orchestration(RtError::Submit(
             SubmitError::TooManyTensors {
                 count: 33,
@@ -282,7 +290,7 @@ fn a_task_with_17_scalars_is_too_many_scalars() {
     let mut w = worker(a2a3());
     let over = caps_callable(&mut w, 1, 17);
     assert_fails!(
-        w.run(over, &mut in_out(&SMALL), &[]),
+        w.run(over, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::Run(RunError::Orchestration(RtError::TooManyScalars {
             count: 17,
             limit: 16
@@ -291,7 +299,9 @@ fn a_task_with_17_scalars_is_too_many_scalars() {
     assert_vector_example_runs(&mut w);
 
     let at = caps_callable(&mut w, 1, 16);
-    let report = w.run(at, &mut in_out(&SMALL), &[]).expect("16 scalars run");
+    let report = w
+        .run(at, &mut in_out(&SMALL), &[], RunOptions::default())
+        .expect("16 scalars run");
     assert_eq!(report.outcome.tasks, 2);
     assert_vector_example_runs(&mut w);
 }
@@ -315,7 +325,7 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
     // Too few, too many, none.
     let mut two = prepared.tensors[..2].to_vec();
     assert_fails!(
-        w.run(h, &mut two, &[]),
+        w.run(h, &mut two, &[], RunOptions::default()),
         WorkerError::Signature {
             expected: 3,
             got: 2
@@ -324,14 +334,14 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
     let mut four = prepared.tensors.clone();
     four.push(prepared.tensors[0].clone());
     assert_fails!(
-        w.run(h, &mut four, &[]),
+        w.run(h, &mut four, &[], RunOptions::default()),
         WorkerError::Signature {
             expected: 3,
             got: 4
         }
     );
     assert_fails!(
-        w.run(h, &mut [], &[]),
+        w.run(h, &mut [] as &mut [ChipArg], &[], RunOptions::default()),
         WorkerError::Signature {
             expected: 3,
             got: 0
@@ -343,7 +353,7 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
     let mut short = prepared.tensors.clone();
     short[1].data.truncate(65_532);
     assert_fails!(
-        w.run(h, &mut short, &[]),
+        w.run(h, &mut short, &[], RunOptions::default()),
         WorkerError::TensorSize {
             index: 1,
             expected: 65_536,
@@ -354,7 +364,7 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
     let mut wide = prepared.tensors.clone();
     wide[2].shapes = vec![128, 129];
     assert_fails!(
-        w.run(h, &mut wide, &[]),
+        w.run(h, &mut wide, &[], RunOptions::default()),
         WorkerError::TensorSize {
             index: 2,
             expected: 66_048,
@@ -365,7 +375,7 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
     let mut long = prepared.tensors.clone();
     long[0].data.push(0);
     assert_fails!(
-        w.run(h, &mut long, &[]),
+        w.run(h, &mut long, &[], RunOptions::default()),
         WorkerError::TensorSize {
             index: 0,
             expected: 65_536,
@@ -380,14 +390,14 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
         .expect("ten handles");
     drop(other);
     assert_fails!(
-        w.run(foreign, &mut in_out(&SMALL), &[]),
+        w.run(foreign, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::UnknownCallable
     );
     assert_vector_example_runs(&mut w);
 
     // The same handle with the right tensors still runs.
     let mut tensors = prepared.tensors.clone();
-    w.run(h, &mut tensors, &prepared.scalars)
+    w.run(h, &mut tensors, &prepared.scalars, RunOptions::default())
         .expect("the right tensors run");
     assert!((prepared.check)(&tensors).pass);
 }
@@ -414,7 +424,7 @@ fn a_failing_kernel_ends_the_run_with_its_code() {
     let h = register(&mut w, orch, &[kernels::add_scalar, kernels::fail], &IN_OUT);
     for round in 0..2 {
         let mut tensors = in_out(&SMALL);
-        let r = w.run(h, &mut tensors, &[]);
+        let r = w.run(h, &mut tensors, &[], RunOptions::default());
         let submitted = ids.get();
         // The orchestration may have been aborted before its last submit.
         assert!(submitted.len() >= 2, "round {round}: {submitted:?}");
@@ -474,7 +484,7 @@ fn run_chain(w: &mut ChipWorker, len: u32, per_scope: u32, shape: &'static [u32]
     let h = register(w, chain(len, per_scope, shape, None), &CHAIN_TABLE, &IN_OUT);
     let mut tensors = in_out(shape);
     let report = w
-        .run(h, &mut tensors, &[])
+        .run(h, &mut tensors, &[], RunOptions::default())
         .unwrap_or_else(|e| panic!("chain of {len} in scopes of {per_scope}: {e}"));
     assert_eq!(report.outcome.result, Ok(()));
     assert_eq!(report.outcome.tasks, len as u64);
@@ -521,7 +531,7 @@ fn a_kernel_failure_under_back_pressure_is_reported_as_the_kernel_failure() {
         &IN_OUT,
     );
     assert_fails!(
-        w.run(h, &mut in_out(&SMALL), &[]),
+        w.run(h, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::Run(RunError::Scheduler(SchedError::KernelFailed {
             kernel: 1,
             code: ERR_KERNEL_CODE,
@@ -558,7 +568,7 @@ fn a_scope_holding_more_tasks_than_the_window_is_a_scope_deadlock() {
     // Ring 1 (depth 2): the 8th task of one scope can never be claimed.
     let h = scope_filler(&mut w, 2, TINY_WINDOW, &ids);
     assert_fails!(
-        w.run(h, &mut in_out(&SMALL), &[]),
+        w.run(h, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::Run(RunError::Orchestration(RtError::Submit(
             SubmitError::ScopeDeadlock {
                 ring: 1,
@@ -573,7 +583,7 @@ fn a_scope_holding_more_tasks_than_the_window_is_a_scope_deadlock() {
     // The entry scope (ring 0) is held to the same rule.
     let h = scope_filler(&mut w, 1, 20, &ids);
     assert_fails!(
-        w.run(h, &mut in_out(&SMALL), &[]),
+        w.run(h, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::Run(RunError::Orchestration(RtError::Submit(
             SubmitError::ScopeDeadlock {
                 ring: 0,
@@ -586,7 +596,7 @@ fn a_scope_holding_more_tasks_than_the_window_is_a_scope_deadlock() {
 
     // One fewer runs.
     let h = scope_filler(&mut w, 2, TINY_WINDOW - 1, &ids);
-    w.run(h, &mut in_out(&SMALL), &[])
+    w.run(h, &mut in_out(&SMALL), &[], RunOptions::default())
         .expect("a scope of window - 1 tasks runs");
     run_chain(&mut w, 40, 5, &SMALL);
 }
@@ -609,7 +619,7 @@ fn a_full_ring_whose_head_an_outer_scope_holds_is_a_flow_control_deadlock() {
     });
     let h = register(&mut w, orch, &[kernels::empty], &IN_OUT);
     for round in 0..2 {
-        let r = w.run(h, &mut in_out(&SMALL), &[]);
+        let r = w.run(h, &mut in_out(&SMALL), &[], RunOptions::default());
         let submitted = ids.get();
         assert_eq!(submitted.len(), 7, "round {round}");
         assert!(submitted.iter().all(|t| t.ring() == 3));
@@ -635,7 +645,7 @@ fn a_full_heap_whose_head_the_open_scope_holds_is_a_heap_ring_deadlock() {
     let orch = ids
         .recording(move |rt, seen| rt.scope(ScopeMode::Auto, |rt| fill_scope(rt, seen, 5, &LARGE)));
     let h = register(&mut w, orch, &[kernels::empty], &IN_OUT);
-    let r = w.run(h, &mut in_out(&SMALL), &[]);
+    let r = w.run(h, &mut in_out(&SMALL), &[], RunOptions::default());
     let submitted = ids.get();
     assert_eq!(submitted.len(), 4);
     assert_fails!(
@@ -686,7 +696,7 @@ fn an_orchestration_that_never_finishes_is_ended_by_the_watchdog() {
     for orch in [quiet, loud] {
         let h = register(&mut w, orch, &table, &IN_OUT);
         let start = Instant::now();
-        let r = w.run(h, &mut in_out(&SMALL), &[]);
+        let r = w.run(h, &mut in_out(&SMALL), &[], RunOptions::default());
         let took = start.elapsed();
         assert_fails!(r, WorkerError::Run(RunError::Timeout));
         // The watchdog times each run from its start (it polls every 20 ms).
@@ -725,10 +735,10 @@ fn a_run_right_after_a_timeout_gets_the_whole_watchdog_period() {
     let spin = register(&mut w, spin, &table, &IN_OUT);
     let slow_start = register(&mut w, slow_start, &table, &IN_OUT);
     assert_fails!(
-        w.run(spin, &mut in_out(&SMALL), &[]),
+        w.run(spin, &mut in_out(&SMALL), &[], RunOptions::default()),
         WorkerError::Run(RunError::Timeout)
     );
-    w.run(slow_start, &mut in_out(&SMALL), &[])
+    w.run(slow_start, &mut in_out(&SMALL), &[], RunOptions::default())
         .expect("60 ms without progress is within a 300 ms watchdog");
 }
 
@@ -748,7 +758,12 @@ fn tensor_directions_must_match_the_signature() {
     );
     let mut tensors = prepared.tensors.clone();
     tensors[2].dir = ArgDirection::In;
-    match worker.run(handle, &mut tensors, &prepared.scalars) {
+    match worker.run(
+        handle,
+        &mut tensors,
+        &prepared.scalars,
+        RunOptions::default(),
+    ) {
         Err(WorkerError::Direction {
             index: 2,
             expected: ArgDirection::Out,
@@ -757,7 +772,14 @@ fn tensor_directions_must_match_the_signature() {
         other => panic!("expected a direction error, got {other:?}"),
     }
     let mut tensors = prepared.tensors.clone();
-    worker.run(handle, &mut tensors, &prepared.scalars).unwrap();
+    worker
+        .run(
+            handle,
+            &mut tensors,
+            &prepared.scalars,
+            RunOptions::default(),
+        )
+        .unwrap();
     assert!((prepared.check)(&tensors).pass);
 }
 
@@ -811,7 +833,7 @@ fn a_stopped_device_is_a_transport_error() {
         .unwrap();
     let handle = worker.register_callable(prepared.orch, prepared.kernels, prepared.signature);
     let mut tensors = prepared.tensors;
-    match worker.run(handle, &mut tensors, &[]) {
+    match worker.run(handle, &mut tensors, &[], RunOptions::default()) {
         Err(simpler_host::WorkerError::Transport(simpler_host::TransportError::Stopped)) => {}
         other => panic!("expected a transport error, got {other:?}"),
     }

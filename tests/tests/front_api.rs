@@ -88,7 +88,7 @@ fn a_graph_built_from_kernel_handles_and_the_builder_computes_its_golden() {
         HostTensor::f32(&vec![0.0; N as usize], &[N], ArgDirection::Out),
     ];
     let report = worker
-        .run(callable, &mut tensors, &[])
+        .run(callable, &mut tensors, &[], RunOptions::default())
         .expect("the run succeeds");
     assert_eq!((report.outcome.tasks, report.outcome.edges), (3, 2));
     let want: Vec<f32> = x
@@ -165,7 +165,12 @@ fn a_built_task_past_a_cap_is_refused_with_the_plain_submits_error() {
         vec![],
     );
     let report = worker
-        .run(callable, &mut [], &[])
+        .run(
+            callable,
+            &mut [] as &mut [ChipArg],
+            &[],
+            RunOptions::default(),
+        )
         .expect("the orchestration saw the refusal");
     assert_eq!(report.outcome.tasks, 0);
 }

@@ -9,6 +9,7 @@ use simpler_core::{ArgDirection, TaskTensor, TensorArgType};
 use simpler_host::hbg::HbgError;
 use simpler_host::record::StandUpPart;
 use simpler_host::{ChipArg, ChipWorker, HostTensor, WorkerError};
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use std::sync::Arc;
 
@@ -162,7 +163,11 @@ fn eight_bodies_record_on_the_pool_replay_and_reuse_every_thread_over_rounds() {
     let row = N as usize;
     for round in 0..6 {
         let mut a = args(&f);
-        let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
+        let bind =
+            f.w.run(f.h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+                .expect("bind")
+                .bind
+                .expect("an hbg run reports its bind");
         assert_eq!(bind.graphs, [8, 8, 0], "round {round}");
         let y = output(a);
         for (i, (&got, &x)) in y.iter().zip(&f.x).enumerate() {
@@ -202,16 +207,20 @@ fn a_stand_up_failure_fails_the_bind_as_invalid_arguments_and_the_next_bind_succ
         let mut f = fixture(orchestrate);
         f.w.inject_recorder_stand_up_failure(part);
         let mut a = args(&f);
-        let err = f.w.run_hbg(f.h, &mut a, &[]).expect_err("stand-up fails");
+        let err =
+            f.w.run(f.h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+                .expect_err("stand-up fails");
         assert!(
             matches!(&err, WorkerError::Hbg(HbgError::GraphFailed { reason, .. }) if reason.contains("stood up")),
             "{err}"
         );
         assert!(err.to_string().contains("invalid arguments"));
         let mut a = args(&f);
-        let (_, bind) =
-            f.w.run_hbg(f.h, &mut a, &[])
-                .expect("the next bind stands up");
+        let bind =
+            f.w.run(f.h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+                .expect("the next bind stands up")
+                .bind
+                .expect("an hbg run reports its bind");
         assert_eq!(bind.graphs, [8, 8, 0]);
     }
 }
@@ -220,7 +229,9 @@ fn a_stand_up_failure_fails_the_bind_as_invalid_arguments_and_the_next_bind_succ
 fn a_graph_nested_in_a_recorded_body_fails_the_bind() {
     let mut f = fixture(orchestrate_nested);
     let mut a = args(&f);
-    let err = f.w.run_hbg(f.h, &mut a, &[]).expect_err("nested");
+    let err =
+        f.w.run(f.h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+            .expect_err("nested");
     assert!(
         matches!(&err, WorkerError::Hbg(HbgError::GraphFailed { reason, .. }) if reason.contains("nested")),
         "{err}"
@@ -234,7 +245,8 @@ fn a_graph_nested_in_a_recorded_body_fails_the_bind() {
             ArgDirection::Out,
         ),
     ];
-    f.w.run(f.h, &mut tensors, &[]).expect("tmr");
+    f.w.run(f.h, &mut tensors, &[], RunOptions::default())
+        .expect("tmr");
     let y = tensors[1].to_f32();
     assert_eq!(y[0], f.x[0] + 2.0);
     let row1 = (REPS as usize) * N as usize;
@@ -310,7 +322,11 @@ fn a_replay_whose_aliased_views_are_spaced_differently_runs_inline_and_stays_rig
             ArgDirection::Out,
         )),
     ];
-    let (_, bind) = w.run_hbg(h, &mut args, &[]).expect("bind");
+    let bind = w
+        .run(h, &mut args, &[], RunOptions::on(Runtime::Hbg))
+        .expect("bind")
+        .bind
+        .expect("an hbg run reports its bind");
     assert_eq!(bind.graphs, [1, 0, 1]);
     let y = output(args);
     // Invocation k copies row k + 2 of `a`, whose every element is k + 2.
@@ -350,7 +366,11 @@ fn a_forwarded_boundary_scalar_is_a_per_invocation_value() {
     let mut f = fixture(orch);
     for round in 0..2 {
         let mut a = args(&f);
-        let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
+        let bind =
+            f.w.run(f.h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+                .expect("bind")
+                .bind
+                .expect("an hbg run reports its bind");
         assert_eq!(bind.graphs, [1, 2, 0], "recorded, replayed, inline");
         let y = output(a);
         let row = (REPS * N) as usize;
@@ -372,7 +392,11 @@ fn a_value_computed_from_a_boundary_scalar_is_static_definition_data() {
     }
     let mut f = fixture(orch);
     let mut a = args(&f);
-    let (_, bind) = f.w.run_hbg(f.h, &mut a, &[]).expect("bind");
+    let bind =
+        f.w.run(f.h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+            .expect("bind")
+            .bind
+            .expect("an hbg run reports its bind");
     assert_eq!(bind.graphs, [1, 2, 0]);
     let y = output(a);
     let row = (REPS * N) as usize;
@@ -380,7 +404,7 @@ fn a_value_computed_from_a_boundary_scalar_is_static_definition_data() {
         assert_eq!(y[k * row], f.x[k * row] + 1.0, "row {k} replays value 1");
     }
     let mut a = args(&f);
-    f.w.run_args(f.h, &mut a, &[], Default::default())
+    f.w.run(f.h, &mut a, &[], Default::default())
         .expect("tmr run");
     let y = output(a);
     for (k, v) in [1.0f32, 3.0, 5.0].iter().enumerate() {

@@ -2,9 +2,10 @@
 //! the shared state, the compact live image is shipped once, the device only schedules.
 
 use simpler_core::ArgDirection;
-use simpler_host::hbg::{HbgError, PHASES};
+use simpler_host::hbg::{BindPhase, HbgError};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{ChipWorker, WorkerError};
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::fixtures::{host_args, host_tensors, register_prepared};
 
@@ -20,7 +21,10 @@ fn run_scene(w: &mut ChipWorker, scene: &str, case: &str, rounds: usize) {
     let h = register_prepared(w, &p);
     for round in 0..rounds {
         let mut args = host_args(&p);
-        let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
+        let run = w
+            .run(h, &mut args, &p.scalars, RunOptions::on(Runtime::Hbg))
+            .expect("hbg run");
+        let bind = run.bind.expect("an hbg run reports its bind");
         let tensors = host_tensors(args);
         let check = (p.check)(&tensors);
         assert!(
@@ -33,8 +37,9 @@ fn run_scene(w: &mut ChipWorker, scene: &str, case: &str, rounds: usize) {
         assert_eq!(bind.tasks, p.tasks);
         assert!(bind.image_bytes > 0);
         assert!(
-            bind.phases.iter().all(|ph| ph.time.as_nanos() > 0),
-            "{PHASES:?}"
+            bind.phases().all(|(_, ph)| ph.time.as_nanos() > 0),
+            "{:?}",
+            BindPhase::ALL
         );
     }
 }
@@ -74,7 +79,9 @@ fn a_graph_that_does_not_fit_is_a_typed_error_not_a_wait() {
     let p = scenes::find("bgemm").unwrap().prepare("Case1").unwrap();
     let h = register_prepared(&mut w, &p);
     let mut args = host_args(&p);
-    let err = w.run_hbg(h, &mut args, &p.scalars).expect_err("too large");
+    let err = w
+        .run(h, &mut args, &p.scalars, RunOptions::on(Runtime::Hbg))
+        .expect_err("too large");
     assert!(
         matches!(err, WorkerError::Hbg(HbgError::GraphTooLarge(_))),
         "{err}"
@@ -89,7 +96,8 @@ fn a_graph_that_does_not_fit_is_a_typed_error_not_a_wait() {
     );
     // The same graph fits the tmr runtime, which retires tasks while it submits.
     let mut tensors = p.tensors.clone();
-    w.run(h, &mut tensors, &p.scalars).expect("tmr runs it");
+    w.run(h, &mut tensors, &p.scalars, RunOptions::default())
+        .expect("tmr runs it");
     assert!((p.check)(&tensors).pass);
     let _ = ArgDirection::In;
 }
@@ -153,7 +161,9 @@ fn reading_an_element_nothing_has_produced_is_task_not_run_not_graph_too_large()
     ];
 
     let mut args: Vec<ChipArg> = tensors.iter().cloned().map(ChipArg::Host).collect();
-    let err = w.run_hbg(h, &mut args, &[]).expect_err("unservable on hbg");
+    let err = w
+        .run(h, &mut args, &[], RunOptions::on(Runtime::Hbg))
+        .expect_err("unservable on hbg");
     let task = produced
         .lock()
         .unwrap()
@@ -185,7 +195,8 @@ fn reading_an_element_nothing_has_produced_is_task_not_run_not_graph_too_large()
 
     // On tmr the producer runs while the orchestration waits: f = a + 2.
     let mut tensors = tensors;
-    w.run(h, &mut tensors, &[]).expect("tmr serves the wait");
+    w.run(h, &mut tensors, &[], RunOptions::default())
+        .expect("tmr serves the wait");
     let want: Vec<f32> = a.iter().map(|v| v + 2.0).collect();
     assert_eq!(tensors[1].to_f32(), want);
 }
@@ -211,7 +222,10 @@ fn a_graph_recorded_once_replays_on_the_device() {
     let h = register_prepared(&mut w, &p);
     for round in 0..3 {
         let mut args = host_args(&p);
-        let (run, bind) = w.run_hbg(h, &mut args, &p.scalars).expect("hbg run");
+        let run = w
+            .run(h, &mut args, &p.scalars, RunOptions::on(Runtime::Hbg))
+            .expect("hbg run");
+        let bind = run.bind.expect("an hbg run reports its bind");
         let tensors = host_tensors(args);
         let check = (p.check)(&tensors);
         assert!(check.pass, "round {round}: max diff {}", check.max_diff);
@@ -223,7 +237,9 @@ fn a_graph_recorded_once_replays_on_the_device() {
     }
     // The same scene on tmr runs every body inline: 40 tasks, and the same golden.
     let mut tensors = p.tensors.clone();
-    let report = w.run(h, &mut tensors, &p.scalars).expect("tmr");
+    let report = w
+        .run(h, &mut tensors, &p.scalars, RunOptions::default())
+        .expect("tmr");
     assert_eq!(report.outcome.tasks, 40);
     assert!((p.check)(&tensors).pass);
 }
@@ -240,8 +256,12 @@ fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_it
     let h = register_prepared(&mut w, &p);
     let sink = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut args = host_args(&p);
-    let (run, _) = w
-        .run_hbg_traced(h, &mut args, &p.scalars, true, Some(sink.clone()))
+    let options = RunOptions {
+        trace: Some(sink.clone()),
+        ..RunOptions::on(Runtime::Hbg)
+    };
+    let run = w
+        .run(h, &mut args, &p.scalars, options)
         .expect("traced bind");
     let events = sink.lock().unwrap();
     let host: Vec<_> = events
@@ -249,7 +269,7 @@ fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_it
         .filter(|e| e.kind == EventKind::Host)
         .collect();
     let kinds: Vec<u32> = host.iter().map(|e| e.kernel - TRACE_PHASE_BASE).collect();
-    assert_eq!(kinds, (0..PHASES.len() as u32).collect::<Vec<_>>());
+    assert_eq!(kinds, (0..BindPhase::ALL.len() as u32).collect::<Vec<_>>());
     for pair in host.windows(2) {
         assert!(pair[0].start_ns <= pair[0].end_ns);
         assert!(pair[0].end_ns <= pair[1].start_ns, "{pair:?}");
@@ -267,6 +287,36 @@ fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_it
     let recorded = events.len();
     drop(events);
     let mut args = host_args(&p);
-    w.run_hbg(h, &mut args, &p.scalars).expect("bind");
+    w.run(h, &mut args, &p.scalars, RunOptions::on(Runtime::Hbg))
+        .expect("bind");
     assert_eq!(sink.lock().unwrap().len(), recorded);
+}
+
+#[test]
+fn host_only_is_refused_on_tmr_and_leaves_the_tensors_and_the_worker_as_they_were() {
+    let mut w = worker();
+    let p = scenes::find("vector_example")
+        .unwrap()
+        .prepare("default")
+        .unwrap();
+    let h = register_prepared(&mut w, &p);
+    let mut tensors = p.tensors.clone();
+    let options = RunOptions {
+        host_only: true,
+        ..RunOptions::default()
+    };
+    let err = w
+        .run(h, &mut tensors, &p.scalars, options)
+        .expect_err("tmr has no host-only mode");
+    assert!(matches!(err, WorkerError::HostOnlyNeedsHbg), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "host-only mode builds the graph on the host: it needs the hbg runtime"
+    );
+    assert_eq!(tensors, p.tensors);
+    let report = w
+        .run(h, &mut tensors, &p.scalars, RunOptions::default())
+        .expect("the next run runs");
+    assert!(report.bind.is_none());
+    assert!((p.check)(&tensors).pass);
 }

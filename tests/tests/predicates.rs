@@ -15,6 +15,7 @@ use simpler_core::{
 };
 use simpler_host::record::{GraphBoundary, RecordError, Recording};
 use simpler_host::{ChipArg, ChipWorker, HostTensor, WorkerError};
+use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use std::sync::Arc;
 
@@ -224,12 +225,12 @@ fn expert_runs(r: u32) -> bool {
 fn a_failing_predicate_retires_its_task_unrun_on_tmr_and_hbg() {
     let (mut w, h) = worker(gated);
     let mut a = args();
-    w.run_args(h, &mut a, &[], Default::default())
-        .expect("tmr run");
+    w.run(h, &mut a, &[], Default::default()).expect("tmr run");
     check(&output(a), expert_runs, "tmr");
     for round in 0..2 {
         let mut a = args();
-        w.run_hbg(h, &mut a, &[]).expect("hbg bind");
+        w.run(h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+            .expect("hbg bind");
         check(&output(a), expert_runs, &format!("hbg round {round}"));
     }
 }
@@ -241,11 +242,11 @@ fn a_predicate_on_a_produced_value_waits_for_its_producer() {
     let runs = |r: u32| x[(r * N) as usize] + gate_shift(r) > 0.0;
     for round in 0..3 {
         let mut a = args();
-        w.run_args(h, &mut a, &[], Default::default())
-            .expect("tmr run");
+        w.run(h, &mut a, &[], Default::default()).expect("tmr run");
         check(&output(a), runs, &format!("tmr round {round}"));
         let mut a = args();
-        w.run_hbg(h, &mut a, &[]).expect("hbg bind");
+        w.run(h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+            .expect("hbg bind");
         check(&output(a), runs, &format!("hbg round {round}"));
     }
 }
@@ -257,7 +258,11 @@ fn a_replayed_predicate_reads_its_invocations_boundary() {
     let (mut w, h) = worker(gated_graphs);
     for round in 0..2 {
         let mut a = args();
-        let (_, bind) = w.run_hbg(h, &mut a, &[]).expect("bind");
+        let bind = w
+            .run(h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+            .expect("bind")
+            .bind
+            .expect("an hbg run reports its bind");
         assert_eq!(
             bind.graphs,
             [1, EXPERTS as u64 - 1, 0],
@@ -267,8 +272,7 @@ fn a_replayed_predicate_reads_its_invocations_boundary() {
     }
     // Inline on tmr, the same orchestration gives the same rows.
     let mut a = args();
-    w.run_args(h, &mut a, &[], Default::default())
-        .expect("tmr run");
+    w.run(h, &mut a, &[], Default::default()).expect("tmr run");
     check(&output(a), expert_runs, "tmr inline");
 }
 
@@ -297,7 +301,7 @@ fn a_predicate_outside_device_memory_fails_the_run() {
     }
     let (mut w, h) = worker(orch);
     let mut a = args();
-    match w.run_args(h, &mut a, &[], Default::default()) {
+    match w.run(h, &mut a, &[], Default::default()) {
         Err(WorkerError::Run(RunError::Scheduler(SchedError::Predicate {
             error: PredicateError::Memory(fault),
             ..

@@ -5,6 +5,7 @@ use simpler_core::graph::{DefinitionView, TensorSourceKind};
 use simpler_core::{AddressSpace, ChipTensor, TaskTensor, TensorArgType};
 use simpler_host::record::{GraphBody, GraphBoundary, RecordError, Recording, StandUpPart};
 use simpler_host::scenes::{self, Prepared};
+use simpler_host::RunOptions;
 use simpler_tests::fixtures::boundary;
 
 fn scene(name: &str, case: &str) -> (GraphBody, GraphBoundary, Prepared) {
@@ -118,8 +119,16 @@ fn a_definitions_edges_are_the_per_task_submissions_edges() {
     let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
     let dag = std::sync::Arc::new(std::sync::Mutex::new(simpler_host::dag::DagRecorder::new()));
     let mut tensors = p.tensors.clone();
-    w.run_with_hook(h, &mut tensors, &p.scalars, Some(dag.clone()))
-        .expect("tmr run");
+    w.run(
+        h,
+        &mut tensors,
+        &p.scalars,
+        RunOptions {
+            hook: Some(dag.clone()),
+            ..RunOptions::default()
+        },
+    )
+    .expect("tmr run");
     let dag = dag.lock().unwrap();
     let mut want: Vec<(usize, usize)> = dag
         .edges()

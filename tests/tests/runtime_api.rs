@@ -7,6 +7,7 @@ use simpler_aicpu::{MixedKernels, NO_KERNEL};
 use simpler_core::deps::ExplicitDep;
 use simpler_core::scope::ScopeMode;
 use simpler_core::{ArgDirection, TensorArgType};
+use simpler_host::RunOptions;
 use simpler_host::{ChipWorker, HostTensor, OrchFn};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::harness::arg;
@@ -91,7 +92,9 @@ fn mix_spmd_dummy_and_element_access() {
             HostTensor::f32(&vec![0.0; n], &[n as u32], ArgDirection::Out),
             HostTensor::f32(&vec![0.0; n], &[n as u32], ArgDirection::Out),
         ];
-        let report = worker.run(handle, &mut tensors, &[]).unwrap();
+        let report = worker
+            .run(handle, &mut tensors, &[], RunOptions::default())
+            .unwrap();
         // 3 MIX subtasks + 4 SPMD blocks + 1 (the dummy runs on no core) + 1.
         assert_eq!(report.outcome.dispatched, 3 + 4 + 1, "{topology:?}");
         assert_eq!(report.outcome.tasks, 4);
@@ -166,7 +169,7 @@ fn element_read_after_the_producer_retired() {
         ];
         // The read must find the producer done rather than wait for it to complete again
         // (which ends the run with the watchdog's timeout).
-        let report = match worker.run(handle, &mut tensors, &[]) {
+        let report = match worker.run(handle, &mut tensors, &[], RunOptions::default()) {
             Ok(report) => report,
             Err(e) => panic!("{topology:?}: {e:?}"),
         };

@@ -6,6 +6,7 @@
 
 use simpler_host::scenes::{self, Prepared, Scene};
 use simpler_host::ChipWorker;
+use simpler_host::RunOptions;
 use simpler_sim::{DeviceConfig, Topology};
 
 fn run_case(worker: &mut ChipWorker, scene: &dyn Scene, case: &str, rounds: usize) {
@@ -28,7 +29,12 @@ fn run_prepared(
     for round in 0..rounds {
         let mut tensors = prepared.tensors.clone();
         let report = worker
-            .run(handle, &mut tensors, &prepared.scalars)
+            .run(
+                handle,
+                &mut tensors,
+                &prepared.scalars,
+                RunOptions::default(),
+            )
             .unwrap_or_else(|e| panic!("{} {case} round {round}: {e}", scene.name()));
         let check = (prepared.check)(&tensors);
         assert!(

@@ -20,13 +20,14 @@ fn traced(scene: &str, case: &str, topology: Topology) -> (Vec<TraceEvent>, DagR
     let sink: TraceSink = Arc::new(Mutex::new(Vec::new()));
     let mut tensors = prepared.tensors.clone();
     let report = worker
-        .run_with(
+        .run(
             handle,
             &mut tensors,
             &prepared.scalars,
             RunOptions {
                 hook: Some(dag.clone() as SharedHook),
                 trace: Some(sink.clone()),
+                ..RunOptions::default()
             },
         )
         .unwrap();

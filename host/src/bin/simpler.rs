@@ -7,7 +7,7 @@
 use clap::{Parser, Subcommand};
 use simpler_host::dag::DagRecorder;
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::{ChipWorker, ErrorChain, RunOptions, SharedHook, TraceSink};
+use simpler_host::{ChipWorker, ErrorChain, RunOptions, Runtime, SharedHook, TraceSink};
 use simpler_sim::{DeviceConfig, Topology};
 use std::process::ExitCode;
 
@@ -259,7 +259,7 @@ fn run_hbg(
         host_only,
         trace,
     } = out;
-    use simpler_host::hbg::PHASES;
+    use simpler_host::hbg::BindPhase;
     use simpler_host::ChipArg;
     let (case, prepared, mut config) = setup(scene, case, platform, clusters)?;
     // Nothing retires while the host builds: each ring's heap must hold the whole graph's
@@ -295,15 +295,16 @@ fn run_hbg(
         let mut args = staged.take().unwrap_or_else(stage);
         let sink = (round == 0 && trace.is_some())
             .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
-        let (run, bind) = worker
-            .run_hbg_traced(
-                handle,
-                &mut args,
-                &prepared.scalars,
-                !host_only,
-                sink.clone(),
-            )
+        let options = RunOptions {
+            runtime: Runtime::Hbg,
+            host_only,
+            trace: sink.clone(),
+            ..RunOptions::default()
+        };
+        let run = worker
+            .run(handle, &mut args, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
+        let bind = run.bind.expect("an hbg run reports its bind");
         if let (Some(sink), Some(path)) = (&sink, &trace) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
             let text = simpler_host::trace::to_chrome_json(&events, None);
@@ -313,13 +314,7 @@ fn run_hbg(
             staged = Some(args);
             "built".to_string()
         } else {
-            let tensors: Vec<_> = args
-                .into_iter()
-                .filter_map(|a| match a {
-                    ChipArg::Host(t) => Some(t),
-                    ChipArg::Device(_) => None,
-                })
-                .collect();
+            let tensors: Vec<_> = args.into_iter().filter_map(ChipArg::into_host).collect();
             let check = (prepared.check)(&tensors);
             all_pass &= check.pass;
             format!(
@@ -333,8 +328,7 @@ fn run_hbg(
             round,
             run.host.as_secs_f64() * 1e3,
             run.outcome.device.as_secs_f64() * 1e3,
-            bind.phase("host_orch")
-                .map_or(0.0, |p| p.time.as_secs_f64() * 1e3),
+            bind.phase(BindPhase::HostOrch).time.as_secs_f64() * 1e3,
             bind.tasks,
             bind.image_bytes as f64 / 1024.0
         );
@@ -352,22 +346,22 @@ fn run_hbg(
             "{:<12} {:>10} {:>10} {:>10} {:>12} {:>10}",
             "phase", "min us", "median us", "max us", "cpu med us", "minflt med"
         );
-        for (i, name) in PHASES.iter().enumerate() {
+        for phase in BindPhase::ALL {
             let mut t: Vec<f64> = binds[1..]
                 .iter()
-                .map(|b| b.phases[i].time.as_secs_f64() * 1e6)
+                .map(|b| b.phase(phase).time.as_secs_f64() * 1e6)
                 .collect();
             let mut c: Vec<f64> = binds[1..]
                 .iter()
-                .map(|b| b.phases[i].cpu.as_secs_f64() * 1e6)
+                .map(|b| b.phase(phase).cpu.as_secs_f64() * 1e6)
                 .collect();
-            let mut f: Vec<u64> = binds[1..].iter().map(|b| b.phases[i].minflt).collect();
+            let mut f: Vec<u64> = binds[1..].iter().map(|b| b.phase(phase).minflt).collect();
             t.sort_by(f64::total_cmp);
             c.sort_by(f64::total_cmp);
             f.sort_unstable();
             println!(
                 "{:<12} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>10}",
-                name,
+                phase.name(),
                 t[0],
                 t[t.len() / 2],
                 t[t.len() - 1],
@@ -487,9 +481,10 @@ fn run(
         let options = RunOptions {
             hook: recorder.clone().map(|r| r as SharedHook),
             trace: sink.clone(),
+            ..RunOptions::default()
         };
         let report = worker
-            .run_with(handle, &mut tensors, &prepared.scalars, options)
+            .run(handle, &mut tensors, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
         if let (Some(sink), Some(recorder)) = (&sink, &recorder) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;

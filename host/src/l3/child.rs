@@ -233,7 +233,7 @@ fn task(
             }
             let scalars: Vec<u64> = view.scalars().collect();
             worker
-                .run_args(handles[index], &mut args, &scalars, Default::default())
+                .run(handles[index], &mut args, &scalars, Default::default())
                 .map_err(|e| ErrorChain(&e).to_string())?;
             for ((t, v), arg) in views.iter().zip(&args) {
                 if let crate::ChipArg::Host(h) = arg {
