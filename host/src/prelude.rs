@@ -80,7 +80,9 @@
 //!     HostTensor::f32(&input, &[N], ArgDirection::In),
 //!     HostTensor::f32(&vec![0.0; N as usize], &[N], ArgDirection::Out),
 //! ];
-//! let report = worker.run(callable, &mut tensors, &[], RunOptions::default()).expect("the run succeeds");
+//! let report = worker
+//!     .run(callable, &mut tensors, &[], RunOptions::default())
+//!     .expect("the run succeeds");
 //! assert_eq!(report.outcome.tasks, 2);
 //! let want: Vec<f32> = input.iter().map(|v| 4.0 * v).collect();
 //! assert_eq!(tensors[1].to_f32(), want);

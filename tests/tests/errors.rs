@@ -323,7 +323,6 @@ fn deadlocks_name_the_ring_and_the_task_holding_it() {
 // Kernels, device memory, Graph expansion
 // ------------------------------------------------------------------------------------------------
 
-
 #[test]
 fn kernel_failures_and_gm_faults_say_what_was_refused() {
     let args = CoreTaskArgs::default();

@@ -80,7 +80,6 @@ pub struct Task<'t> {
     pub predicate: Option<&'t Predicate>,
 }
 
-
 /// Sizes of an orchestrator and the shared state it feeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OrchestratorConfig {

@@ -423,4 +423,3 @@ impl GraphSink for Nested {
     }
     fn submitted(&mut self, _: TaskId) {}
 }
-
