@@ -56,6 +56,14 @@ impl RunOptions {
             ..Self::default()
         }
     }
+
+    /// A host-only hbg bind: the graph is built and measured, nothing runs on the device.
+    pub fn host_only_hbg() -> Self {
+        Self {
+            host_only: true,
+            ..Self::on(Runtime::Hbg)
+        }
+    }
 }
 
 /// A graph built on the host, as shipped: what it uses and its two compact live images.

@@ -43,6 +43,7 @@ use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
+use simpler_tests::fixtures::host_only_bind;
 use simpler_tests::measure::{process_minor_faults, report, report_summary, sized};
 
 #[global_allocator]
@@ -94,28 +95,10 @@ fn main() {
         // as it was), as a model served again binds its staged inputs; `entry_restaging`
         // compares this with staging the entry afresh before every bind.
         let mut a = args();
-        w.run(
-            h,
-            &mut a,
-            &p.scalars,
-            RunOptions {
-                host_only: true,
-                ..RunOptions::on(Runtime::Hbg)
-            },
-        )
-        .expect("cold bind");
+        host_only_bind(&mut w, h, &mut a, &p.scalars); // cold
         let (settle, warm) = (sized(10, 1), sized(20, 2));
         for _ in 0..settle {
-            w.run(
-                h,
-                &mut a,
-                &p.scalars,
-                RunOptions {
-                    host_only: true,
-                    ..RunOptions::on(Runtime::Hbg)
-                },
-            )
-            .expect("settling bind");
+            host_only_bind(&mut w, h, &mut a, &p.scalars);
         }
         // `args` and the control plane's phases, by name.
         let shown: Vec<BindPhase> = [BindPhase::Args]
@@ -143,19 +126,7 @@ fn main() {
         for _ in 0..warm {
             let faults_before = process_minor_faults();
             let before = counter::process();
-            let bind = w
-                .run(
-                    h,
-                    &mut a,
-                    &p.scalars,
-                    RunOptions {
-                        host_only: true,
-                        ..RunOptions::on(Runtime::Hbg)
-                    },
-                )
-                .expect("bind")
-                .bind
-                .expect("an hbg run reports its bind");
+            let bind = host_only_bind(&mut w, h, &mut a, &p.scalars);
             allocs.push((counter::process() - before) as f64);
             faults.push((process_minor_faults() - faults_before) as f64);
             thread_allocs.push(bind.phases().map(|(_, ph)| ph.allocs).sum::<u64>() as f64);
@@ -343,19 +314,7 @@ fn recording_policy() {
     for round in 0..settle + binds {
         for (arm, &(_, n)) in arms.iter().enumerate() {
             w.set_recordings_while_building(n);
-            let bind = w
-                .run(
-                    h,
-                    &mut a,
-                    &p.scalars,
-                    RunOptions {
-                        host_only: true,
-                        ..RunOptions::on(Runtime::Hbg)
-                    },
-                )
-                .expect("bind")
-                .bind
-                .expect("an hbg run reports its bind");
+            let bind = host_only_bind(&mut w, h, &mut a, &p.scalars);
             if round >= settle {
                 let f = &mut figures[arm];
                 let (orch, commit) = (
@@ -407,19 +366,7 @@ fn entry_restaging() {
                     fresh = stage();
                     &mut fresh
                 };
-                let bind = w
-                    .run(
-                        h,
-                        a,
-                        &p.scalars,
-                        RunOptions {
-                            host_only: true,
-                            ..RunOptions::on(Runtime::Hbg)
-                        },
-                    )
-                    .expect("bind")
-                    .bind
-                    .expect("an hbg run reports its bind");
+                let bind = host_only_bind(&mut w, h, a, &p.scalars);
                 if round >= settle {
                     let orch = bind.phase(BindPhase::HostOrch);
                     f[0].push(us(orch.time));

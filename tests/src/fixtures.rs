@@ -9,9 +9,10 @@ use simpler_core::{
     AccessMode, AddressSpace, ArgDirection, BackendKind, BufferDescriptor, CanonicalIdentity,
     ChipTensor, DataType, TaskTensor, Tensor, TensorArgType, ValidTensor,
 };
+use simpler_host::hbg::BindReport;
 use simpler_host::record::GraphBoundary;
 use simpler_host::scenes::Prepared;
-use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
+use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor, RunOptions};
 
 /// The owner instance id (the Worker nonce a descriptor names) of every fixture identity: a
 /// fixed pattern, so a case can build another identity under the same owner.
@@ -152,4 +153,21 @@ pub fn host_tensors(args: Vec<ChipArg>) -> Vec<HostTensor> {
             ChipArg::Device(_) => unreachable!("host tensors only"),
         })
         .collect()
+}
+
+/// One host-only hbg bind of `args` (built and measured, nothing run on the device): its report.
+///
+/// # Panics
+///
+/// If the bind fails: the suites and benchmarks that call this bind scenes that must bind.
+pub fn host_only_bind(
+    w: &mut ChipWorker,
+    h: CallableHandle,
+    args: &mut [ChipArg],
+    scalars: &[u64],
+) -> BindReport {
+    w.run(h, args, scalars, RunOptions::host_only_hbg())
+        .expect("a host-only bind")
+        .bind
+        .expect("an hbg run reports its bind")
 }

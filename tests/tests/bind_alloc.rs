@@ -12,9 +12,9 @@
 
 use simpler_host::hbg::{BindPhase, BindReport};
 use simpler_host::{alloc_count, scenes, ChipArg, ChipWorker};
-use simpler_host::{RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
+use simpler_tests::fixtures::host_only_bind;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -32,19 +32,7 @@ fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
     let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
     let mut binds = Vec::with_capacity(10);
     for round in 0..12 {
-        let bind = w
-            .run(
-                h,
-                &mut args,
-                &p.scalars,
-                RunOptions {
-                    host_only: true,
-                    ..RunOptions::on(Runtime::Hbg)
-                },
-            )
-            .expect("bind")
-            .bind
-            .expect("an hbg run reports its bind");
+        let bind = host_only_bind(&mut w, h, &mut args, &p.scalars);
         if round >= 2 {
             binds.push(bind);
         }
