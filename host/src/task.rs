@@ -245,30 +245,47 @@ pub trait TaskBuilderExt<'r, 'g> {
 
 impl<'r, 'g> TaskBuilderExt<'r, 'g> for Rt<'r, 'g> {
     fn task<K: TaskKernels>(&mut self, kernels: K) -> TaskBuilder<'_, 'r, 'g> {
+        let none = TaskArg {
+            tensor: bytemuck::Zeroable::zeroed(),
+            tag: TensorArgType::Input,
+        };
         TaskBuilder {
             rt: self,
             kernels: kernels.kernels(),
             block_num: 1,
-            args: Vec::new(),
-            scalars: Vec::new(),
-            deps: Vec::new(),
+            args: [none; CORE_MAX_TENSOR_ARGS],
+            scalars: [0; CORE_MAX_SCALAR_ARGS],
+            deps: [ExplicitDep::on(TaskId::INVALID); MAX_EXPLICIT_DEPS],
+            counts: [0; 3],
         }
     }
 }
 
-/// One task's arguments, in the order they are added; see the module docs.
+/// One task's arguments, in the order they are added; see the module docs. Held in arrays at
+/// the task caps, so building a task allocates nothing; past a cap the builder only counts,
+/// and [`Self::submit`] refuses.
 pub struct TaskBuilder<'t, 'r, 'g> {
     rt: &'t mut Rt<'r, 'g>,
     kernels: MixedKernels,
     block_num: u16,
-    args: Vec<TaskArg>,
-    scalars: Vec<u64>,
-    deps: Vec<ExplicitDep>,
+    args: [TaskArg; CORE_MAX_TENSOR_ARGS],
+    scalars: [u64; CORE_MAX_SCALAR_ARGS],
+    deps: [ExplicitDep; MAX_EXPLICIT_DEPS],
+    /// Tensors, scalars and dependencies added (possibly past the arrays).
+    counts: [usize; 3],
+}
+
+/// Stores `value` at `items[*count]` if there is room; counts it either way.
+fn push<T>(items: &mut [T], count: &mut usize, value: T) {
+    if let Some(slot) = items.get_mut(*count) {
+        *slot = value;
+    }
+    *count += 1;
 }
 
 impl TaskBuilder<'_, '_, '_> {
     fn arg(mut self, tensor: TaskTensor, tag: TensorArgType) -> Self {
-        self.args.push(TaskArg { tensor, tag });
+        push(&mut self.args, &mut self.counts[0], TaskArg { tensor, tag });
         self
     }
 
@@ -295,13 +312,13 @@ impl TaskBuilder<'_, '_, '_> {
 
     /// A scalar, packed as the module docs say.
     pub fn scalar(mut self, value: impl TaskScalar) -> Self {
-        self.scalars.push(value.to_word());
+        push(&mut self.scalars, &mut self.counts[1], value.to_word());
         self
     }
 
     /// An explicit dependency on `dep`'s task, besides the ones the tensors imply.
     pub fn dep(mut self, dep: ExplicitDep) -> Self {
-        self.deps.push(dep);
+        push(&mut self.deps, &mut self.counts[2], dep);
         self
     }
 
@@ -314,31 +331,34 @@ impl TaskBuilder<'_, '_, '_> {
     /// Submits the task. Every cap is checked here, so a task built past one is refused with
     /// the error a plain submit gives.
     pub fn submit(mut self) -> Result<TaskOutputs, RtError> {
-        let too_many = |count, limit| RtError::Submit(SubmitError::TooManyTensors { count, limit });
-        if self.args.len() > CORE_MAX_TENSOR_ARGS {
-            return Err(too_many(self.args.len(), CORE_MAX_TENSOR_ARGS));
+        let [tensors, scalars, deps] = self.counts;
+        if tensors > CORE_MAX_TENSOR_ARGS {
+            return Err(RtError::Submit(SubmitError::TooManyTensors {
+                count: tensors,
+                limit: CORE_MAX_TENSOR_ARGS,
+            }));
         }
-        if self.scalars.len() > CORE_MAX_SCALAR_ARGS {
+        if scalars > CORE_MAX_SCALAR_ARGS {
             return Err(RtError::TooManyScalars {
-                count: self.scalars.len(),
+                count: scalars,
                 limit: CORE_MAX_SCALAR_ARGS,
             });
         }
-        if self.deps.len() > MAX_EXPLICIT_DEPS {
+        if deps > MAX_EXPLICIT_DEPS {
             return Err(RtError::Submit(SubmitError::TooManyDeps {
-                count: self.deps.len(),
+                count: deps,
                 limit: MAX_EXPLICIT_DEPS,
             }));
         }
+        let args = &mut self.args[..tensors];
         let task = self.rt.submit(
             self.kernels,
             self.block_num,
-            &mut self.args,
-            &self.scalars,
-            &self.deps,
+            args,
+            &self.scalars[..scalars],
+            &self.deps[..deps],
         )?;
-        let outputs = self
-            .args
+        let outputs = args
             .iter()
             .filter(|a| a.tag == TensorArgType::Output)
             .map(|a| a.tensor)
