@@ -11,6 +11,7 @@
 //! `run` takes entry tensors that already live there ([`ChipArg::Device`]) next to
 //! staged host tensors ([`ChipArg::Host`]).
 
+use crate::callable::Callable;
 use crate::transport::{DeviceTransport, OrchFn, RunOptions, Runtime, TransportError};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::{RunError, RunOutcome};
@@ -192,10 +193,13 @@ impl From<DeviceTensor> for ChipArg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CallableHandle(pub(crate) usize);
 
-pub(crate) struct Callable {
+/// A callable as the worker keeps it.
+pub(crate) struct Registered {
     pub(crate) orch: OrchFn,
     pub(crate) kernels: Arc<[KernelFn]>,
     pub(crate) signature: Vec<ArgDirection>,
+    /// The scalars a run must give, when the callable declared them ([`Self::register`]).
+    pub(crate) scalars: Option<usize>,
 }
 
 /// Why a worker call failed.
@@ -210,6 +214,13 @@ pub enum WorkerError {
         /// Tensors the signature names.
         expected: usize,
         /// Tensors given.
+        got: usize,
+    },
+    /// The run's scalars are not as many as the callable's signature declares.
+    Scalars {
+        /// Scalars the signature declares.
+        expected: usize,
+        /// Scalars given.
         got: usize,
     },
     /// A tensor's direction is not the one the callable's signature gives it.
@@ -266,6 +277,9 @@ impl fmt::Display for WorkerError {
             Self::Signature { expected, got } => {
                 write!(f, "callable takes {expected} tensors, {got} given")
             }
+            Self::Scalars { expected, got } => {
+                write!(f, "callable takes {expected} scalars, {got} given")
+            }
             Self::Direction {
                 index,
                 expected,
@@ -309,6 +323,7 @@ impl std::error::Error for WorkerError {
             Self::Hbg(e) => Some(e),
             Self::UnknownCallable
             | Self::Signature { .. }
+            | Self::Scalars { .. }
             | Self::Direction { .. }
             | Self::TensorSize { .. }
             | Self::OutOfDeviceMemory { .. }
@@ -339,7 +354,7 @@ pub struct RunReport {
 /// One chip, its callables and its persistent device memory.
 pub struct ChipWorker {
     pub(crate) device: Box<dyn DeviceTransport>,
-    pub(crate) callables: Vec<Callable>,
+    pub(crate) callables: Vec<Registered>,
     /// The hbg runtime's retained host mirror (built at the first host-built run).
     pub(crate) hbg: Option<Box<crate::hbg::Mirror>>,
     /// The Graph recorder pool, started when the first callable is registered.
@@ -474,12 +489,28 @@ impl ChipWorker {
         // for starting them.
         self.recorders
             .get_or_insert_with(crate::record::RecorderPool::start);
-        self.callables.push(Callable {
+        self.callables.push(Registered {
             orch,
             kernels: kernels.into(),
             signature,
+            scalars: None,
         });
         CallableHandle(self.callables.len() - 1)
+    }
+
+    /// Registers a [`Callable`]: an orchestration written against [`crate::scope::Scope`] with
+    /// its kernel table and signature. A run of it must give the signature's tensors, with
+    /// their directions, and exactly its scalars.
+    pub fn register(&mut self, callable: Callable) -> CallableHandle {
+        let Callable {
+            orch,
+            kernels,
+            tensors,
+            scalars,
+        } = callable;
+        let handle = self.register_callable(orch, kernels, tensors);
+        self.callables[handle.0].scalars = Some(scalars);
+        handle
     }
 
     /// Runs `handle` with entry tensors `args` and `scalars`; OUT and INOUT tensors receive
@@ -588,6 +619,12 @@ impl ChipWorker {
             return Err(WorkerError::Signature {
                 expected: callable.signature.len(),
                 got: args.len(),
+            });
+        }
+        if let Some(expected) = callable.scalars.filter(|&n| n != scalars.len()) {
+            return Err(WorkerError::Scalars {
+                expected,
+                got: scalars.len(),
             });
         }
         for (index, (t, &expected)) in args.iter().zip(&callable.signature).enumerate() {

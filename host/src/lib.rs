@@ -13,6 +13,8 @@
 //! - [`prelude`]: one import for writing kernels and orchestrations and running them.
 //! - [`chip_worker`]: one chip: device start-up, callables, runs with staging and copy-back.
 //! - [`transport`]: how the host reaches a device; the simulator backend behind the `sim` feature.
+//! - [`scope`]: the typed orchestration handle [`scope::Scope`] and its scope-bound tensors.
+//! - [`callable`]: a callable's signature, and the entry its orchestration receives.
 //! - [`task`]: kernels with identities (typed by core) and task arguments by builder.
 //! - [`task_args`]: the tagged task-argument builder and its blob encoding.
 //!
@@ -46,6 +48,7 @@
 //! - [`scenes`]: the example scenes and their goldens.
 
 pub mod alloc_count;
+pub mod callable;
 pub mod chip_worker;
 pub mod dag;
 pub mod error;
@@ -56,6 +59,7 @@ pub(crate) mod os;
 pub mod prelude;
 pub mod record;
 pub mod scenes;
+pub mod scope;
 pub mod task;
 pub mod task_args;
 pub mod trace;

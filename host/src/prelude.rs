@@ -6,11 +6,16 @@
 //!
 //! - running: [`ChipWorker`], its argument and report types, [`RunOptions`], and (with the
 //!   default `sim` feature) the simulator's [`DeviceConfig`] and [`Topology`];
-//! - orchestrating: the runtime API [`Rt`], typed kernel handles from a [`KernelTable`] and the
-//!   task builder ([`TaskBuilderExt::task`]), task arguments ([`TaskArg`], [`TensorArgType`],
-//!   [`TaskTensor`], [`DataType`]), scopes ([`ScopeMode`]), explicit dependencies
-//!   ([`ExplicitDep`], [`DepFlags`]), Graph keys ([`graph_key`], [`make_key`]) and dispatch
-//!   predicates ([`Predicate`], [`PredicateOp`]);
+//! - orchestrating: a [`Callable`] (an orchestration, its [`KernelTable`] and [`Signature`],
+//!   the [`Entry`] it receives), the typed handle [`Scope`] with its scope-bound [`Tensor`]s and
+//!   [`TensorInfo`] descriptions, typed kernel handles ([`AicKernel`], [`AivKernel`], [`Mix`]),
+//!   the task builder ([`Scope::task`]) and its [`TaskOutputs`], typed scalars ([`TaskScalar`]),
+//!   scopes ([`ScopeMode`]), explicit dependencies ([`ExplicitDep`], [`DepFlags`]) and dispatch
+//!   predicates ([`PredicateOp`]);
+//! - the low-level runtime interface [`Rt`], which Graph bodies use: raw task arguments
+//!   ([`TaskArg`], [`TensorArgType`], [`TaskTensor`], [`DataType`]), Graph keys ([`graph_key`],
+//!   [`make_key`]) and [`Predicate`]s; its tensors carry no scope, so keeping them within theirs
+//!   is the caller's care;
 //! - kernels: the kernel context [`KernelCtx`], [`KernelFn`], [`KernelFailure`], device memory
 //!   ([`Gm`]), argument checks ([`kernel_args`]), the tile moves between GM and the local buffer
 //!   ([`tile`]) and the chunked moves that stream a tensor larger than it ([`stage`]), and the
@@ -21,7 +26,6 @@
 //!
 //! ```
 //! use simpler_host::prelude::*;
-//! use std::sync::Arc;
 //!
 //! /// `out = 2 * in` over tensors of one element count, streamed through the local buffer in
 //! /// chunks so a tensor of any size fits.
@@ -44,37 +48,25 @@
 //!     Ok(())
 //! }
 //!
-//! const DOUBLE: u32 = 0;
 //! /// More elements than the local buffer holds, so `double` streams them in two chunks.
 //! const N: u32 = LOCAL_BUFFER_WORDS as u32 + 1000;
 //!
-//! fn orchestration(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-//!     let [x, y] = *rt.args().tensors() else {
-//!         return Err(rt.report_fatal(1));
-//!     };
-//!     rt.scope(ScopeMode::Auto, |rt| {
+//! let mut table = KernelTable::new();
+//! let double = table.aiv(double);
+//! let signature = Signature::new([ArgDirection::In, ArgDirection::Out]);
+//! let callable = Callable::new(table, signature, move |s, entry| {
+//!     let Entry { tensors: [x, y], .. } = entry;
+//!     s.scope(ScopeMode::Auto, |s| {
 //!         // The intermediate lives in this scope; the runtime allocates it.
-//!         let mid = TaskTensor::create_info(&[N], DataType::Float32).expect("a valid shape");
-//!         let mut first = [
-//!             TaskArg { tensor: x, tag: TensorArgType::Input },
-//!             TaskArg { tensor: mid, tag: TensorArgType::Output },
-//!         ];
-//!         rt.submit_aiv(DOUBLE, &mut first, &[])?;
-//!         let mut second = [
-//!             TaskArg { tensor: first[1].tensor, tag: TensorArgType::Input },
-//!             TaskArg { tensor: y, tag: TensorArgType::OutputExisting },
-//!         ];
-//!         rt.submit_aiv(DOUBLE, &mut second, &[])?;
+//!         let info = TensorInfo::new(&[N], DataType::Float32).expect("a valid shape");
+//!         let mid = s.task(double).input(x).output(info).submit()?;
+//!         s.task(double).input(mid.output(0)).output_existing(y).submit()?;
 //!         Ok(())
 //!     })
-//! }
+//! });
 //!
 //! let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
-//! let callable = worker.register_callable(
-//!     Arc::new(orchestration),
-//!     vec![double],
-//!     vec![ArgDirection::In, ArgDirection::Out],
-//! );
+//! let callable = worker.register(callable);
 //! let input: Vec<f32> = (0..N).map(|i| (i % 1000) as f32).collect();
 //! let mut tensors = [
 //!     HostTensor::f32(&input, &[N], ArgDirection::In),
@@ -88,14 +80,15 @@
 //! assert_eq!(tensors[1].to_f32(), want);
 //! ```
 
+pub use crate::callable::{Callable, Entry, Signature};
 pub use crate::chip_worker::{
     CallableHandle, ChipArg, ChipWorker, DeviceTensor, EntryArg, HostTensor, RunReport, WorkerError,
 };
 pub use crate::error::ErrorChain;
 pub use crate::hbg::HbgError;
+pub use crate::scope::{Scope, Tensor, TensorInfo};
 pub use crate::task::{
-    AicKernel, AivKernel, KernelTable, Mix, TaskBuilder, TaskBuilderExt, TaskKernels, TaskOutputs,
-    TaskScalar,
+    AicKernel, AivKernel, KernelTable, Mix, TaskBuilder, TaskKernels, TaskOutputs, TaskScalar,
 };
 pub use crate::transport::{RunOptions, Runtime};
 pub use simpler_aicore::kernels::{args as kernel_args, stage};

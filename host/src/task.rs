@@ -1,4 +1,4 @@
-//! Kernels with identities and task arguments by builder: the typed front of [`Rt`]'s submits.
+//! Kernels with identities and task arguments by builder: how a [`Scope`](crate::scope::Scope) submits.
 //!
 //! A [`KernelTable`] hands out one handle per kernel it holds, typed by the core the kernel
 //! runs on: an [`AicKernel`] for the cube core, an [`AivKernel`] for a vector core. A handle can
@@ -29,16 +29,16 @@
 //!
 //! ```
 //! use simpler_host::prelude::*;
-//! fn add_then_scale(
-//!     rt: &mut Rt<'_, '_>,
+//! fn add_then_scale<'s>(
+//!     s: &mut Scope<'s>,
 //!     add: AivKernel,
 //!     scale: AivKernel,
-//!     a: TaskTensor,
-//!     b: TaskTensor,
-//! ) -> Result<TaskTensor, RtError> {
-//!     let info = TaskTensor::create_info(&[64], DataType::Float32).expect("a valid shape");
-//!     let sum = rt.task(add).input(a).input(b).output(info).submit()?;
-//!     let scaled = rt.task(scale).input(sum.output(0)).output(info).scalar(0.5f32).submit()?;
+//!     a: Tensor<'s>,
+//!     b: Tensor<'s>,
+//! ) -> Result<Tensor<'s>, RtError> {
+//!     let info = TensorInfo::new(&[64], DataType::Float32).expect("a valid shape");
+//!     let sum = s.task(add).input(a).input(b).output(info).submit()?;
+//!     let scaled = s.task(scale).input(sum.output(0)).output(info).scalar(0.5f32).submit()?;
 //!     Ok(scaled.output(0)) // the tensor the runtime allocated for the second `info`
 //! }
 //! ```
@@ -50,17 +50,20 @@
 //!
 //! ```compile_fail,E0277
 //! use simpler_host::prelude::*;
-//! fn orch(rt: &mut Rt<'_, '_>, k: AivKernel) -> Result<(), RtError> {
-//!     rt.task(k).scalar("0.5").submit().map(drop) // a string is no scalar: does not compile
+//! fn orch(s: &mut Scope<'_>, k: AivKernel) -> Result<(), RtError> {
+//!     s.task(k).scalar("0.5").submit().map(drop) // a string is no scalar: does not compile
 //! }
 //! ```
 
+use crate::scope::{ScopeRt, Tensor, TensorInfo};
+use core::marker::PhantomData;
 use simpler_aicore::KernelFn;
 pub use simpler_aicpu::NO_KERNEL;
-use simpler_aicpu::{MixedKernels, Rt, RtError};
+use simpler_aicpu::{MixedKernels, RtError};
 use simpler_core::deps::ExplicitDep;
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::orchestrator::{SubmitError, TaskArg, MAX_EXPLICIT_DEPS};
+use simpler_core::predicate::{Predicate, PredicateError, PredicateOp};
 use simpler_core::{TaskId, TaskTensor, TensorArgType};
 
 /// A callable's kernels, indexed in the order they were added; each `aic` / `aiv` call returns
@@ -199,11 +202,17 @@ impl TaskKernels for Mix {
 pub trait TaskScalar: Copy {
     /// The word the kernel receives.
     fn to_word(self) -> u64;
+    /// The value back from its word (the bits [`Self::to_word`] does not set are ignored).
+    fn from_word(word: u64) -> Self;
 }
 
 impl TaskScalar for f32 {
     fn to_word(self) -> u64 {
         u64::from(self.to_bits())
+    }
+
+    fn from_word(word: u64) -> Self {
+        f32::from_bits(word as u32)
     }
 }
 
@@ -211,11 +220,19 @@ impl TaskScalar for i32 {
     fn to_word(self) -> u64 {
         i64::from(self) as u64
     }
+
+    fn from_word(word: u64) -> Self {
+        word as u32 as i32
+    }
 }
 
 impl TaskScalar for u32 {
     fn to_word(self) -> u64 {
         u64::from(self)
+    }
+
+    fn from_word(word: u64) -> Self {
+        word as u32
     }
 }
 
@@ -223,11 +240,19 @@ impl TaskScalar for i64 {
     fn to_word(self) -> u64 {
         self as u64
     }
+
+    fn from_word(word: u64) -> Self {
+        word as i64
+    }
 }
 
 impl TaskScalar for u64 {
     fn to_word(self) -> u64 {
         self
+    }
+
+    fn from_word(word: u64) -> Self {
+        word
     }
 }
 
@@ -235,37 +260,17 @@ impl TaskScalar for bool {
     fn to_word(self) -> u64 {
         u64::from(self)
     }
-}
 
-/// Submits through typed kernel handles and a task builder: `rt.task(kernel)...submit()`.
-pub trait TaskBuilderExt<'r, 'g> {
-    /// Starts a task that runs `kernels`, with no arguments yet.
-    fn task<K: TaskKernels>(&mut self, kernels: K) -> TaskBuilder<'_, 'r, 'g>;
-}
-
-impl<'r, 'g> TaskBuilderExt<'r, 'g> for Rt<'r, 'g> {
-    fn task<K: TaskKernels>(&mut self, kernels: K) -> TaskBuilder<'_, 'r, 'g> {
-        let none = TaskArg {
-            tensor: bytemuck::Zeroable::zeroed(),
-            tag: TensorArgType::Input,
-        };
-        TaskBuilder {
-            rt: self,
-            kernels: kernels.kernels(),
-            block_num: 1,
-            args: [none; CORE_MAX_TENSOR_ARGS],
-            scalars: [0; CORE_MAX_SCALAR_ARGS],
-            deps: [ExplicitDep::on(TaskId::INVALID); MAX_EXPLICIT_DEPS],
-            counts: [0; 3],
-        }
+    fn from_word(word: u64) -> Self {
+        word & 1 != 0
     }
 }
 
-/// One task's arguments, in the order they are added; see the module docs. Held in arrays at
-/// the task caps, so building a task allocates nothing; past a cap the builder only counts,
-/// and [`Self::submit`] refuses.
-pub struct TaskBuilder<'t, 'r, 'g> {
-    rt: &'t mut Rt<'r, 'g>,
+/// One task's arguments, in the order they are added, from [`Scope::task`](crate::scope::Scope::task) or
+/// [`Scope::dummy`](crate::scope::Scope::dummy); see the module docs. Held in arrays at the task caps, so building a task
+/// allocates nothing; past a cap the builder only counts, and [`Self::submit`] refuses.
+pub struct TaskBuilder<'t, 's> {
+    rt: &'t mut dyn ScopeRt,
     kernels: MixedKernels,
     block_num: u16,
     args: [TaskArg; CORE_MAX_TENSOR_ARGS],
@@ -273,6 +278,8 @@ pub struct TaskBuilder<'t, 'r, 'g> {
     deps: [ExplicitDep; MAX_EXPLICIT_DEPS],
     /// Tensors, scalars and dependencies added (possibly past the arrays).
     counts: [usize; 3],
+    predicate: Option<Result<Predicate, PredicateError>>,
+    _scope: PhantomData<Tensor<'s>>,
 }
 
 /// Stores `value` at `items[*count]` if there is room; counts it either way.
@@ -283,31 +290,49 @@ fn push<T>(items: &mut [T], count: &mut usize, value: T) {
     *count += 1;
 }
 
-impl TaskBuilder<'_, '_, '_> {
+impl<'t, 's> TaskBuilder<'t, 's> {
+    pub(crate) fn new(rt: &'t mut dyn ScopeRt, kernels: MixedKernels) -> Self {
+        let none = TaskArg {
+            tensor: bytemuck::Zeroable::zeroed(),
+            tag: TensorArgType::Input,
+        };
+        Self {
+            rt,
+            kernels,
+            block_num: 1,
+            args: [none; CORE_MAX_TENSOR_ARGS],
+            scalars: [0; CORE_MAX_SCALAR_ARGS],
+            deps: [ExplicitDep::on(TaskId::INVALID); MAX_EXPLICIT_DEPS],
+            counts: [0; 3],
+            predicate: None,
+            _scope: PhantomData,
+        }
+    }
+
     fn arg(mut self, tensor: TaskTensor, tag: TensorArgType) -> Self {
         push(&mut self.args, &mut self.counts[0], TaskArg { tensor, tag });
         self
     }
 
     /// A tensor the task reads.
-    pub fn input(self, tensor: TaskTensor) -> Self {
-        self.arg(tensor, TensorArgType::Input)
+    pub fn input(self, tensor: Tensor<'_>) -> Self {
+        self.arg(*tensor.raw(), TensorArgType::Input)
     }
 
-    /// A tensor the runtime allocates for the task to write, described by `info`
-    /// (`TaskTensor::create_info`); [`TaskOutputs::output`] returns it.
-    pub fn output(self, info: TaskTensor) -> Self {
-        self.arg(info, TensorArgType::Output)
+    /// A tensor the runtime allocates in this scope for the task to write, described by
+    /// `info`; [`TaskOutputs::output`] returns it.
+    pub fn output(self, info: TensorInfo) -> Self {
+        self.arg(info.raw(), TensorArgType::Output)
     }
 
     /// A tensor the task reads and writes in place.
-    pub fn inout(self, tensor: TaskTensor) -> Self {
-        self.arg(tensor, TensorArgType::InOut)
+    pub fn inout(self, tensor: Tensor<'_>) -> Self {
+        self.arg(*tensor.raw(), TensorArgType::InOut)
     }
 
     /// An existing tensor the task writes without reading.
-    pub fn output_existing(self, tensor: TaskTensor) -> Self {
-        self.arg(tensor, TensorArgType::OutputExisting)
+    pub fn output_existing(self, tensor: Tensor<'_>) -> Self {
+        self.arg(*tensor.raw(), TensorArgType::OutputExisting)
     }
 
     /// A scalar, packed as the module docs say.
@@ -316,7 +341,13 @@ impl TaskBuilder<'_, '_, '_> {
         self
     }
 
-    /// An explicit dependency on `dep`'s task, besides the ones the tensors imply.
+    /// An explicit dependency on `task` (ordering and lifetime, `WAIT | RETAIN`), besides the
+    /// ones the tensors imply; the way to order tasks in a MANUAL scope.
+    pub fn after(self, task: &TaskOutputs<'_>) -> Self {
+        self.dep(ExplicitDep::on(task.task()))
+    }
+
+    /// An explicit dependency with the kinds `dep` names.
     pub fn dep(mut self, dep: ExplicitDep) -> Self {
         push(&mut self.deps, &mut self.counts[2], dep);
         self
@@ -328,9 +359,23 @@ impl TaskBuilder<'_, '_, '_> {
         self
     }
 
+    /// Runs the task only if `operand[indices] op target` holds when it is ready to dispatch;
+    /// otherwise it retires without running, and its consumers go on. The operand's producer
+    /// becomes the task's producer. A bad operand or index is refused at [`Self::submit`].
+    pub fn when(
+        mut self,
+        operand: &Tensor<'_>,
+        indices: &[u32],
+        op: PredicateOp,
+        target: i64,
+    ) -> Self {
+        self.predicate = Some(Predicate::new(operand.raw(), indices, op, target));
+        self
+    }
+
     /// Submits the task. Every cap is checked here, so a task built past one is refused with
     /// the error a plain submit gives.
-    pub fn submit(mut self) -> Result<TaskOutputs, RtError> {
+    pub fn submit(mut self) -> Result<TaskOutputs<'s>, RtError> {
         let [tensors, scalars, deps] = self.counts;
         if tensors > CORE_MAX_TENSOR_ARGS {
             return Err(RtError::Submit(SubmitError::TooManyTensors {
@@ -350,33 +395,48 @@ impl TaskBuilder<'_, '_, '_> {
                 limit: MAX_EXPLICIT_DEPS,
             }));
         }
-        let args = &mut self.args[..tensors];
+        let predicate = match self.predicate.take().transpose() {
+            Ok(p) => p,
+            Err(e) => return Err(RtError::Predicate(e)),
+        };
         let task = self.rt.submit(
+            predicate.as_ref(),
             self.kernels,
             self.block_num,
-            args,
+            &mut self.args[..tensors],
             &self.scalars[..scalars],
             &self.deps[..deps],
         )?;
-        let outputs = args
-            .iter()
-            .filter(|a| a.tag == TensorArgType::Output)
-            .map(|a| a.tensor)
-            .collect();
-        Ok(TaskOutputs { task, outputs })
+        let mut outputs = TaskOutputs {
+            task,
+            count: 0,
+            outputs: [0; CORE_MAX_TENSOR_ARGS],
+            args: self.args,
+            _scope: PhantomData,
+        };
+        for (i, a) in outputs.args[..tensors].iter().enumerate() {
+            if a.tag == TensorArgType::Output {
+                outputs.outputs[outputs.count] = i as u8;
+                outputs.count += 1;
+            }
+        }
+        Ok(outputs)
     }
 }
 
 /// What a submitted task gives back: its id and the tensors the runtime allocated for its
-/// outputs, in the order they were added (the reference's `TaskOutputTensors`).
-#[derive(Clone, Debug)]
-pub struct TaskOutputs {
+/// outputs in scope `'s`, in the order they were added (the reference's `TaskOutputTensors`).
+pub struct TaskOutputs<'s> {
     task: TaskId,
-    outputs: Vec<TaskTensor>,
+    /// Where, among `args`, each output is.
+    outputs: [u8; CORE_MAX_TENSOR_ARGS],
+    count: usize,
+    args: [TaskArg; CORE_MAX_TENSOR_ARGS],
+    _scope: PhantomData<Tensor<'s>>,
 }
 
-impl TaskOutputs {
-    /// The task, for an explicit dependency of a later one ([`ExplicitDep::on`]).
+impl<'s> TaskOutputs<'s> {
+    /// The task, for an explicit dependency of a later one ([`TaskBuilder::after`]).
     pub fn task(&self) -> TaskId {
         self.task
     }
@@ -387,12 +447,22 @@ impl TaskOutputs {
     ///
     /// If the task has fewer outputs: the builder that added them is in the same function, so
     /// this is a programming error, not a runtime condition.
-    pub fn output(&self, i: usize) -> TaskTensor {
-        self.outputs[i]
+    pub fn output(&self, i: usize) -> Tensor<'s> {
+        assert!(
+            i < self.count,
+            "output {i} of a task with {} outputs",
+            self.count
+        );
+        Tensor::new(self.args[self.outputs[i] as usize].tensor)
     }
 
-    /// Every output, in order.
-    pub fn outputs(&self) -> &[TaskTensor] {
-        &self.outputs
+    /// How many outputs the task has.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the task has no outputs.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 }

@@ -3,7 +3,6 @@
 //! caps a built task is held to.
 
 use simpler_host::prelude::*;
-use std::sync::Arc;
 
 const N: u32 = 256;
 
@@ -34,68 +33,152 @@ fn add(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     stage::store_range(ctx.gm, out, 2, 0, x)
 }
 
-fn info() -> TaskTensor {
-    TaskTensor::create_info(&[N], DataType::Float32).expect("a valid shape")
+fn info() -> TensorInfo {
+    TensorInfo::new(&[N], DataType::Float32).expect("a valid shape")
 }
 
 /// y = (x * 2 - 3) + (x * 0.5 + 7), through three tasks whose intermediates the runtime
-/// allocates and the builder hands back.
-fn orchestration(
-    rt: &mut Rt<'_, '_>,
-    scale_bias: AivKernel,
-    add: AivKernel,
-) -> Result<(), RtError> {
-    let [x, y] = *rt.args().tensors() else {
-        return Err(rt.report_fatal(1));
-    };
-    rt.scope(ScopeMode::Auto, |rt| {
-        let left = rt
-            .task(scale_bias)
-            .input(x)
-            .output(info())
-            .scalar(2.0f32)
-            .scalar(-3i32);
-        let left = left.submit()?;
-        let right = rt
-            .task(scale_bias)
-            .input(x)
-            .output(info())
-            .scalar(0.5f32)
-            .scalar(7i32);
-        let right = right.submit()?;
-        rt.task(add)
-            .input(left.output(0))
-            .input(right.output(0))
+/// allocates and the builder hands back, inside an inner scope; the sum lands in an
+/// accumulator the outer scope allocated, which a last task copies out with a scalar from the
+/// entry (`k * acc`).
+fn callable() -> Callable {
+    let mut table = KernelTable::new();
+    let (sb, plus) = (table.aiv(scale_bias), table.aiv(add));
+    let signature = Signature::new([ArgDirection::In, ArgDirection::Out]).scalars::<1>();
+    Callable::new(table, signature, move |s, entry| {
+        let Entry {
+            tensors: [x, y], ..
+        } = entry;
+        let k: f32 = entry.scalar(0);
+        let [acc] = s.alloc([info()])?;
+        s.scope(ScopeMode::Auto, |inner| {
+            let left = inner
+                .task(sb)
+                .input(x)
+                .output(info())
+                .scalar(2.0f32)
+                .scalar(-3i32)
+                .submit()?;
+            let right = inner
+                .task(sb)
+                .input(x)
+                .output(info())
+                .scalar(0.5f32)
+                .scalar(7i32)
+                .submit()?;
+            inner
+                .task(plus)
+                .input(left.output(0))
+                .input(right.output(0))
+                .output_existing(acc)
+                .submit()?;
+            Ok(())
+        })?;
+        s.task(sb)
+            .input(acc)
             .output_existing(y)
+            .scalar(k)
+            .scalar(0i32)
             .submit()?;
         Ok(())
     })
 }
 
-#[test]
-fn a_graph_built_from_kernel_handles_and_the_builder_computes_its_golden() {
-    let mut table = KernelTable::new();
-    let (sb, plus) = (table.aiv(scale_bias), table.aiv(add));
-    let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
-    let callable = worker.register_callable(
-        Arc::new(move |rt: &mut Rt<'_, '_>| orchestration(rt, sb, plus)),
-        table.into_kernels(),
-        vec![ArgDirection::In, ArgDirection::Out],
-    );
-    let x: Vec<f32> = (0..N).map(|i| i as f32 * 0.25 - 10.0).collect();
-    let mut tensors = [
-        HostTensor::f32(&x, &[N], ArgDirection::In),
+fn golden(x: &[f32], k: f32) -> Vec<f32> {
+    x.iter()
+        .map(|&v| ((v * 2.0 - 3.0) + (v * 0.5 + 7.0)) * k)
+        .collect()
+}
+
+fn entry(x: &[f32]) -> [HostTensor; 2] {
+    [
+        HostTensor::f32(x, &[N], ArgDirection::In),
         HostTensor::f32(&vec![0.0; N as usize], &[N], ArgDirection::Out),
-    ];
-    let report = worker
-        .run(callable, &mut tensors, &[], RunOptions::default())
-        .expect("the run succeeds");
-    assert_eq!((report.outcome.tasks, report.outcome.edges), (3, 2));
-    let want: Vec<f32> = x
-        .iter()
-        .map(|&v| (v * 2.0 - 3.0) + (v * 0.5 + 7.0))
-        .collect();
-    assert_eq!(tensors[1].to_f32(), want);
+    ]
+}
+
+#[test]
+fn a_typed_orchestration_computes_its_golden_on_both_runtimes() {
+    let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
+    let handle = worker.register(callable());
+    let x: Vec<f32> = (0..N).map(|i| i as f32 * 0.25 - 10.0).collect();
+    for runtime in [Runtime::Tmr, Runtime::Hbg] {
+        let mut tensors = entry(&x);
+        let report = worker
+            .run(
+                handle,
+                &mut tensors,
+                &[3.0f32.to_word()],
+                RunOptions {
+                    runtime,
+                    ..RunOptions::default()
+                },
+            )
+            .expect("the run succeeds");
+        // The allocation, three tasks in the scope, the copy-out; left and right feed the
+        // sum, the allocation feeds the sum (its OUTPUT_EXISTING follows the creator) and the
+        // sum feeds the copy-out.
+        assert_eq!(report.outcome.tasks, 5, "{runtime:?}");
+        assert_eq!(tensors[1].to_f32(), golden(&x, 3.0), "{runtime:?}");
+    }
+}
+
+#[test]
+fn a_run_that_does_not_fit_the_signature_is_refused_at_its_start() {
+    let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
+    let handle = worker.register(callable());
+    let x = vec![1.0f32; N as usize];
+    let k = [1.0f32.to_word()];
+    let run = |worker: &mut ChipWorker, tensors: &mut [HostTensor], scalars: &[u64]| {
+        let e = worker
+            .run(handle, tensors, scalars, RunOptions::default())
+            .expect_err("the run does not fit the signature");
+        let message = ErrorChain(&e).to_string();
+        (e, message)
+    };
+    let (e, message) = run(&mut worker, &mut entry(&x)[..1], &k);
+    assert!(matches!(e, WorkerError::Signature { expected: 2, got: 1 }), "{e:?}");
+    assert_eq!(message, "callable takes 2 tensors, 1 given");
+    let (e, message) = run(&mut worker, &mut entry(&x), &[]);
+    assert!(matches!(e, WorkerError::Scalars { expected: 1, got: 0 }), "{e:?}");
+    assert_eq!(message, "callable takes 1 scalars, 0 given");
+    let (e, _) = run(&mut worker, &mut entry(&x), &[1, 2]);
+    assert!(matches!(e, WorkerError::Scalars { expected: 1, got: 2 }), "{e:?}");
+    let mut swapped = entry(&x);
+    swapped[1].dir = ArgDirection::In;
+    let (e, message) = run(&mut worker, &mut swapped, &k);
+    assert!(
+        matches!(
+            e,
+            WorkerError::Direction {
+                index: 1,
+                expected: ArgDirection::Out,
+                got: ArgDirection::In
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(message, "tensor 1 is In, the callable takes it Out");
+    // Each refusal left the worker and its tensors as they were: a fitting run still passes.
+    let mut tensors = entry(&x);
+    worker
+        .run(handle, &mut tensors, &k, RunOptions::default())
+        .expect("a fitting run succeeds");
+    assert_eq!(tensors[1].to_f32(), golden(&x, 1.0));
+}
+
+#[test]
+fn entry_scalars_read_back_as_the_type_they_were_packed_from() {
+    for v in [0.0f32, -1.5, f32::MAX, f32::MIN_POSITIVE] {
+        assert_eq!(f32::from_word(v.to_word()).to_bits(), v.to_bits());
+    }
+    for v in [0i32, -3, i32::MIN, i32::MAX] {
+        assert_eq!(i32::from_word(v.to_word()), v);
+    }
+    assert_eq!(u32::from_word(u32::MAX.to_word()), u32::MAX);
+    assert_eq!(i64::from_word((-7i64).to_word()), -7);
+    assert_eq!(u64::from_word(u64::MAX), u64::MAX);
+    assert!(bool::from_word(true.to_word()) && !bool::from_word(false.to_word()));
 }
 
 #[test]
@@ -137,36 +220,33 @@ fn a_built_task_past_a_cap_is_refused_with_the_plain_submits_error() {
     let mut table = KernelTable::new();
     let k = table.aiv(noop);
     let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("a device");
-    let callable = worker.register_callable(
-        Arc::new(move |rt: &mut Rt<'_, '_>| {
-            let mut task = rt.task(k);
-            for _ in 0..40 {
-                task = task.output(info());
+    let callable = Callable::new(table, Signature::new([]), move |s, _| {
+        let mut task = s.task(k);
+        for _ in 0..40 {
+            task = task.output(info());
+        }
+        match task.submit() {
+            Err(e) => {
+                assert_eq!(
+                    e,
+                    RtError::Submit(SubmitError::TooManyTensors {
+                        count: 40,
+                        limit: 32
+                    })
+                );
+                assert_eq!(
+                    ErrorChain(&e).to_string(),
+                    "the submit was refused: task has 40 tensor arguments; a task carries at most 32"
+                );
+                Ok(())
             }
-            match task.submit() {
-                Err(e) => {
-                    assert_eq!(
-                        e,
-                        RtError::Submit(SubmitError::TooManyTensors {
-                            count: 40,
-                            limit: 32
-                        })
-                    );
-                    assert_eq!(
-                        ErrorChain(&e).to_string(),
-                        "the submit was refused: task has 40 tensor arguments; a task carries at most 32"
-                    );
-                    Ok(())
-                }
-                Ok(_) => Err(rt.report_fatal(7)),
-            }
-        }),
-        table.into_kernels(),
-        vec![],
-    );
+            Ok(_) => Err(s.fail(7)),
+        }
+    });
+    let handle = worker.register(callable);
     let report = worker
         .run(
-            callable,
+            handle,
             &mut [] as &mut [ChipArg],
             &[],
             RunOptions::default(),
