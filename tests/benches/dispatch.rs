@@ -76,7 +76,9 @@ fn chain(length: u32) -> Callable {
         let info = TensorInfo::new(&[64], DataType::Float32).expect("a valid shape");
         let [t] = s.alloc([info])?;
         for _ in 0..length {
-            s.scope(ScopeMode::Auto, |s| s.task(link).inout(t).submit().map(drop))?;
+            s.scope(ScopeMode::Auto, |s| {
+                s.task(link).inout(t).submit().map(drop)
+            })?;
         }
         Ok(())
     })

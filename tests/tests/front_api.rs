@@ -137,13 +137,40 @@ fn a_run_that_does_not_fit_the_signature_is_refused_at_its_start() {
         (e, message)
     };
     let (e, message) = run(&mut worker, &mut entry(&x)[..1], &k);
-    assert!(matches!(e, WorkerError::Signature { expected: 2, got: 1 }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            WorkerError::Signature {
+                expected: 2,
+                got: 1
+            }
+        ),
+        "{e:?}"
+    );
     assert_eq!(message, "callable takes 2 tensors, 1 given");
     let (e, message) = run(&mut worker, &mut entry(&x), &[]);
-    assert!(matches!(e, WorkerError::Scalars { expected: 1, got: 0 }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            WorkerError::Scalars {
+                expected: 1,
+                got: 0
+            }
+        ),
+        "{e:?}"
+    );
     assert_eq!(message, "callable takes 1 scalars, 0 given");
     let (e, _) = run(&mut worker, &mut entry(&x), &[1, 2]);
-    assert!(matches!(e, WorkerError::Scalars { expected: 1, got: 2 }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            WorkerError::Scalars {
+                expected: 1,
+                got: 2
+            }
+        ),
+        "{e:?}"
+    );
     let mut swapped = entry(&x);
     swapped[1].dir = ArgDirection::In;
     let (e, message) = run(&mut worker, &mut swapped, &k);

@@ -35,6 +35,10 @@ fn main() -> ExitCode {
         ),
         ("three_chips", three_chips),
         (
+            "fewer_chips_than_the_scene_needs_are_refused",
+            fewer_chips_than_the_scene_needs_are_refused,
+        ),
+        (
             "sub_reads_exactly_the_view_at_an_offset",
             sub_reads_exactly_the_view_at_an_offset,
         ),
@@ -281,6 +285,24 @@ fn three_chips() {
     }
     scene.worker_mut().close(CLOSE).expect("close");
     assert_eq!(scene.worker().lifecycle(), Lifecycle::Closed);
+}
+
+/// Chip 0 feeds chip 1: with fewer chips the scene cannot run as asked, and says so before it
+/// forks anything (it used to run on two anyway).
+fn fewer_chips_than_the_scene_needs_are_refused() {
+    for chips in [0, 1] {
+        let e = L3Vector::new(chips)
+            .err()
+            .expect("too few chips are refused");
+        assert_eq!(
+            e,
+            L3Error::TooFewChips {
+                needed: 2,
+                have: chips
+            }
+        );
+        assert_eq!(e.to_string(), format!("needs 2 chips, {chips} given"));
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

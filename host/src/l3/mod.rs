@@ -233,6 +233,13 @@ pub enum L3Error {
         /// SUB children the Worker has.
         have: usize,
     },
+    /// A scene needs more chip children than it was given.
+    TooFewChips {
+        /// Chip children needed.
+        needed: usize,
+        /// Chip children given.
+        have: usize,
+    },
     /// A DEVICE tensor given to a SUB task.
     DeviceToSub {
         /// The tensor's index.
@@ -399,6 +406,9 @@ impl fmt::Display for L3Error {
             ),
             Self::NoSubWorkers { needed, have } => {
                 write!(f, "needs {needed} SUB workers, the Worker has {have}")
+            }
+            Self::TooFewChips { needed, have } => {
+                write!(f, "needs {needed} chips, {have} given")
             }
             Self::DeviceToSub { index } => write!(
                 f,

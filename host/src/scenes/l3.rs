@@ -89,10 +89,20 @@ fn sum_task(args: &mut MappedArgs) -> Result<(), String> {
 }
 
 impl L3Vector {
-    /// Builds the Worker (`chips` >= 2 chip children, one SUB child), forks it, and creates
-    /// the buffers.
+    /// The chips the scene runs on: chip 0 feeds chip 1.
+    pub const CHIPS: usize = 2;
+
+    /// Builds the Worker (`chips` chip children, one SUB child), forks it, and creates the
+    /// buffers. Chip 0 feeds chip 1, so fewer than [`Self::CHIPS`] is refused
+    /// ([`L3Error::TooFewChips`]); more leaves the others idle.
     pub fn new(chips: usize) -> Result<Self, L3Error> {
-        let mut worker = Worker::new(WorkerConfig::new(chips.max(2), 1))?;
+        if chips < Self::CHIPS {
+            return Err(L3Error::TooFewChips {
+                needed: Self::CHIPS,
+                have: chips,
+            });
+        }
+        let mut worker = Worker::new(WorkerConfig::new(chips, 1))?;
         let p = VectorExample
             .prepare("default")
             .expect("vector_example has a default case");
