@@ -105,6 +105,7 @@ impl<const T: usize, const S: usize> Entry<'_, T, S> {
 
 /// An orchestration, its kernels and its signature: what [`crate::ChipWorker::register`]
 /// takes.
+#[derive(Clone)]
 pub struct Callable {
     pub(crate) orch: OrchFn,
     pub(crate) kernels: Vec<KernelFn>,
@@ -157,5 +158,12 @@ impl Callable {
     /// How many scalars the entry has.
     pub fn scalar_count(&self) -> usize {
         self.scalars
+    }
+
+    /// The orchestration, kernels and tensor directions, for a registration that takes them
+    /// apart ([`crate::ChipWorker::register_callable`], the level-3 Worker's `register_chip`,
+    /// a scene's [`crate::scenes::Prepared`]); the scalar count is not checked there.
+    pub fn into_parts(self) -> (OrchFn, Vec<KernelFn>, Vec<ArgDirection>) {
+        (self.orch, self.kernels, self.tensors)
     }
 }
