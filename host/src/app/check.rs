@@ -248,9 +248,15 @@ pub(super) fn run_check(
                         run.scene, run.case, run.check.max_diff, run.tasks, run.edges
                     ),
                 )?,
-                Err(failure) => {
+                Err(CaseFailure {
+                    scene,
+                    case,
+                    round,
+                    failure,
+                }) => {
                     all = false;
-                    say(out, format_args!("{failure}: FAIL"))?;
+                    let round = round.map_or(String::new(), |r| format!(" round {r}"));
+                    say(out, format_args!("{scene} {case}{round}: FAIL, {failure}"))?;
                 }
             }
         }
