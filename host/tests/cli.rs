@@ -113,7 +113,9 @@ fn list_shows_every_scene_then_the_l3_scene_of_the_project_subcommand() {
     want.push("l3_vector");
     assert_eq!(names, want);
     assert!(
-        out.lines().next().is_some_and(|l| l.starts_with("vector_example ")),
+        out.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("vector_example ")),
         "{out}"
     );
     assert!(
@@ -124,7 +126,10 @@ fn list_shows_every_scene_then_the_l3_scene_of_the_project_subcommand() {
     );
     let (code, help) = simpler_out(&["--help"]);
     assert_eq!(code, Some(0));
-    assert!(help.starts_with("Run task graphs on the simulated NPU\n"), "{help}");
+    assert!(
+        help.starts_with("Run task graphs on the simulated NPU\n"),
+        "{help}"
+    );
     for sub in ["list", "run", "check", "l3"] {
         assert!(help.contains(&format!("  {sub} ")), "{sub} in {help}");
     }

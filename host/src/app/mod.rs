@@ -240,7 +240,9 @@ where
         .and_then(|a| std::path::Path::new(a).file_stem())
         .map_or("simpler".into(), |s| s.to_string_lossy().into_owned());
     let outcome = match parse::<E>(args) {
-        Ok(Parsed::Builtin(command)) => run_command(scenes, &program, command, E::LISTED, out, err),
+        Ok(Parsed::Builtin(command)) => {
+            run_command(scenes, &program, *command, E::LISTED, out, err)
+        }
         Ok(Parsed::Extension(e)) => e.run(out),
         Err(e) => {
             let mut text = e.render().to_string();
@@ -270,7 +272,7 @@ where
 }
 
 enum Parsed<E> {
-    Builtin(Command),
+    Builtin(Box<Command>),
     Extension(E),
 }
 
@@ -286,7 +288,7 @@ fn parse<E: Extension>(args: Vec<OsString>) -> Result<Parsed<E>, clap::Error> {
         Some(name) if E::has_subcommand(name) => {
             E::from_arg_matches(&matches).map(Parsed::Extension)
         }
-        _ => Cli::from_arg_matches(&matches).map(|cli| Parsed::Builtin(cli.command)),
+        _ => Cli::from_arg_matches(&matches).map(|cli| Parsed::Builtin(Box::new(cli.command))),
     }
 }
 
