@@ -148,7 +148,8 @@ impl From<Exit> for ExitCode {
 }
 
 /// A program's own subcommands beside `list`, `run` and `check` (the project's `simpler l3`
-/// is one): a clap [`Subcommand`] enum whose variants the command line may name.
+/// is one): a clap [`Subcommand`] enum whose variants the command line may name, written with
+/// clap 4's derive (the program depends on `clap` for it; [`main`] alone needs no clap).
 pub trait Extension: Subcommand {
     /// Lines `list` prints after the scenes, each a name and what to print beside it.
     const LISTED: &'static [(&'static str, &'static str)] = &[];
@@ -217,7 +218,7 @@ pub fn run_cli<I, T>(
 ) -> Exit
 where
     I: IntoIterator<Item = T>,
-    T: Into<OsString> + Clone,
+    T: Into<OsString>,
 {
     run_cli_with::<NoExtension, I, T>(scenes, args, out, err)
 }
@@ -232,7 +233,7 @@ pub fn run_cli_with<E, I, T>(
 where
     E: Extension,
     I: IntoIterator<Item = T>,
-    T: Into<OsString> + Clone,
+    T: Into<OsString>,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let program = args
