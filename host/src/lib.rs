@@ -1,7 +1,8 @@
 //! `simpler-host`: everything that runs in the host process.
 //!
 //! The host side of the task-argument wire ([`TaskArgs`]), the [`ChipWorker`] that drives a
-//! simulated chip, and the example scenes the `simpler` command runs.
+//! simulated chip, the scene framework behind the `simpler` command, and the example scenes it
+//! runs.
 //!
 //! `unsafe` lives in one private module, `os` (mappings, shared memory, `fork`, futexes,
 //! thread accounting and scheduling class), every block with its SAFETY comment. The only other
@@ -43,11 +44,16 @@
 //!
 //! - `os`: the crate's OS calls: mappings, shared memory, processes, futexes, thread accounting.
 //!
-//! ## Example scenes (what the simpler command and the tests run)
+//! ## Scenes and the simpler command
 //!
-//! - [`scenes`]: the example scenes and their goldens.
+//! - [`scenes`]: the [`scenes::Scene`] a program defines, golden checks, and the example scenes
+//!   and their goldens.
+//! - [`app`]: the `simpler` command (`list`, `run`, `check`) for any program's scenes in one
+//!   call, and the test helper that checks every case of a scene.
 
 pub mod alloc_count;
+#[cfg(feature = "sim")]
+pub mod app;
 pub mod callable;
 pub mod chip_worker;
 pub mod dag;

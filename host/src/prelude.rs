@@ -20,6 +20,8 @@
 //!   ([`Gm`]), argument checks ([`kernel_args`]), the tile moves between GM and the local buffer
 //!   ([`tile`]) and the chunked moves that stream a tensor larger than it ([`stage`]), and the
 //!   buffer's size ([`LOCAL_BUFFER_WORDS`]);
+//! - scenes: the [`Scene`] a program defines for [`crate::app`], its [`Prepared`] case and the
+//!   golden check ([`golden_check`], [`golden_checks`], [`Tolerance`], [`Check`], [`CheckFn`]);
 //! - the errors each of these return, and [`ErrorChain`] to print one with its causes.
 //!
 //! A whole program, an own kernel and a two-task orchestration, with this import alone:
@@ -86,6 +88,7 @@ pub use crate::chip_worker::{
 };
 pub use crate::error::ErrorChain;
 pub use crate::hbg::HbgError;
+pub use crate::scenes::{golden_check, golden_checks, Check, CheckFn, Prepared, Scene, Tolerance};
 pub use crate::scope::{Scope, Tensor, TensorInfo};
 pub use crate::task::{
     AicKernel, AivKernel, KernelTable, Mix, TaskBuilder, TaskKernels, TaskOutputs, TaskScalar,

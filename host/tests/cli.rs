@@ -1,5 +1,7 @@
 //! The `simpler` command refuses a command line it cannot run as asked, with exit status 2 and
-//! a message that says what is wrong in words, instead of running something else.
+//! a message that says what is wrong in words, instead of running something else; it lists the
+//! project's scenes and its own `l3` subcommand beside the framework's, and checks a scene.
+//! The framework itself is tested in-process in `app.rs`.
 
 use std::process::Command;
 
@@ -82,4 +84,66 @@ fn l3_chips_other_than_the_two_it_runs_are_refused() {
 fn the_largest_cluster_count_of_a_platform_runs() {
     let (code, stderr) = simpler(&["run", "vector_example", "--rounds", "1", "--clusters", "24"]);
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// Runs `simpler` with `args`: its exit status and what it wrote to stdout.
+fn simpler_out(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_simpler"))
+        .args(args)
+        .output()
+        .expect("the simpler binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn list_shows_every_scene_then_the_l3_scene_of_the_project_subcommand() {
+    let (code, out) = simpler_out(&["list"]);
+    assert_eq!(code, Some(0));
+    let names: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    let mut want: Vec<&str> = simpler_host::scenes::all()
+        .iter()
+        .map(|s| s.name())
+        .collect();
+    want.push("l3_vector");
+    assert_eq!(names, want);
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("vector_example ")),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(
+            "l3_vector                    (simpler l3) two chips + a SUB worker in child processes\n"
+        ),
+        "{out}"
+    );
+    let (code, help) = simpler_out(&["--help"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        help.starts_with("Run task graphs on the simulated NPU\n"),
+        "{help}"
+    );
+    for sub in ["list", "run", "check", "l3"] {
+        assert!(help.contains(&format!("  {sub} ")), "{sub} in {help}");
+    }
+}
+
+#[test]
+fn check_runs_a_scene_once_against_its_golden_and_counts() {
+    let (code, out) = simpler_out(&["check", "vector_example"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "vector_example default: PASS (max diff 1.121e-5, 5 tasks, 6 edges)",
+            "PASS"
+        ]
+    );
 }

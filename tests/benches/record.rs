@@ -23,7 +23,8 @@ use simpler_tests::fixtures::scene_boundary as boundary;
 /// The nodes a recording of `scene`'s `case` body holds: the tasks its graph has.
 fn nodes(scene: &str, case: &str) -> usize {
     let p = scenes::find(scene).and_then(|s| s.prepare(case)).unwrap();
-    p.tasks as usize
+    p.tasks
+        .expect("the project's scenes state their task counts") as usize
 }
 
 fn main() {

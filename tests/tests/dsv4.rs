@@ -232,8 +232,8 @@ fn the_model_has_the_reference_shape() {
         .unwrap()
         .prepare("default")
         .unwrap();
-    assert_eq!(p.tasks, t.tmr_tasks, "tasks: Prepared vs the model");
-    assert_eq!(p.edges, t.tmr_edges, "edges: Prepared vs the model");
+    assert_eq!(p.tasks, Some(t.tmr_tasks), "tasks: Prepared vs the model");
+    assert_eq!(p.edges, Some(t.tmr_edges), "edges: Prepared vs the model");
 }
 
 fn prepared() -> Prepared {
@@ -314,6 +314,6 @@ fn dsv4_shaped_on_tmr() {
     assert!(check.pass, "max diff {}", check.max_diff);
     assert_eq!(report.outcome.tasks, t.tmr_tasks);
     assert_eq!(report.outcome.edges, t.tmr_edges);
-    assert_eq!(report.outcome.tasks, p.tasks);
-    assert_eq!(report.outcome.edges, p.edges);
+    assert_eq!(Some(report.outcome.tasks), p.tasks);
+    assert_eq!(Some(report.outcome.edges), p.edges);
 }

@@ -177,7 +177,7 @@ fn assert_vector_example_runs(worker: &mut ChipWorker) {
         check.max_diff
     );
     assert_eq!(
-        (report.outcome.tasks, report.outcome.edges),
+        (Some(report.outcome.tasks), Some(report.outcome.edges)),
         (prepared.tasks, prepared.edges)
     );
 }

@@ -4,9 +4,9 @@
 //! the reference's MANUAL scope drops; that scene's docs count both). bgemm's
 //! Case0, Case2 and Case3 and paged attention's Bench16704 are left to `simpler run`.
 
+use simpler_host::app::{self, check_case};
 use simpler_host::scenes::{self, Prepared, Scene};
-use simpler_host::ChipWorker;
-use simpler_host::RunOptions;
+use simpler_host::{ChipWorker, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 
 fn run_case(worker: &mut ChipWorker, scene: &dyn Scene, case: &str, rounds: usize) {
@@ -14,6 +14,8 @@ fn run_case(worker: &mut ChipWorker, scene: &dyn Scene, case: &str, rounds: usiz
     run_prepared(worker, scene, case, &prepared, rounds);
 }
 
+/// `rounds` rounds of `prepared` on `worker`, each against the golden and the reference's
+/// counts, which every project scene states.
 fn run_prepared(
     worker: &mut ChipWorker,
     scene: &dyn Scene,
@@ -21,40 +23,13 @@ fn run_prepared(
     prepared: &Prepared,
     rounds: usize,
 ) {
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
+    assert!(
+        prepared.tasks.is_some() && prepared.edges.is_some(),
+        "{} {case}: the reference's counts are stated",
+        scene.name()
     );
-    for round in 0..rounds {
-        let mut tensors = prepared.tensors.clone();
-        let report = worker
-            .run(
-                handle,
-                &mut tensors,
-                &prepared.scalars,
-                RunOptions::default(),
-            )
-            .unwrap_or_else(|e| panic!("{} {case} round {round}: {e}", scene.name()));
-        let check = (prepared.check)(&tensors);
-        assert!(
-            check.pass,
-            "{} {case} round {round}: max diff {}",
-            scene.name(),
-            check.max_diff
-        );
-        assert_eq!(
-            report.outcome.tasks,
-            prepared.tasks,
-            "{} {case}: tasks",
-            scene.name()
-        );
-        assert_eq!(
-            report.outcome.edges,
-            prepared.edges,
-            "{} {case}: edges",
-            scene.name()
-        );
+    if let Err(failure) = check_case(worker, scene, case, prepared, Runtime::Tmr, rounds) {
+        panic!("{failure}");
     }
 }
 
@@ -112,4 +87,18 @@ fn bgemm_small_cases_on_both_topologies() {
             run_prepared(worker, scene, case, &prepared, rounds);
         }
     }
+}
+
+/// The framework's helper on the project's own scenes: every case once on a fresh chip, on
+/// each runtime the scene's counts hold for (a Graph replays as one task per invocation on
+/// hbg, so `graph_vector`'s counts are tmr's).
+#[test]
+fn check_scene_passes_every_case_of_the_small_scenes() {
+    for runtime in [Runtime::Tmr, Runtime::Hbg] {
+        let runs = app::assert_scene(scenes::find("vector_example").unwrap(), runtime);
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].tasks, runs[0].edges), (5, 6), "{runtime:?}");
+    }
+    let runs = app::assert_scene(scenes::find("graph_vector").unwrap(), Runtime::Tmr);
+    assert_eq!((runs[0].tasks, runs[0].edges), (40, 48));
 }

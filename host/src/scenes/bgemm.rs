@@ -32,7 +32,7 @@
 //! golden sums the products in f64; tolerance 1e-3 absolute plus 1e-3 relative.
 
 use super::stream::{StreamEntry, StreamTensor, TaskStream};
-use super::{compare, Prepared, Scene, XorShift};
+use super::{golden_check, Prepared, Scene, Tolerance, XorShift};
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -239,9 +239,16 @@ impl Scene for Bgemm {
                 HostTensor::f32(&vec![0.0; n_c], &s.c_shape(), ArgDirection::InOut),
             ],
             scalars: Vec::new(),
-            check: Box::new(move |t| compare(&t[2].to_f32(), &golden, 1e-3, 1e-3)),
-            tasks: s.tasks(),
-            edges: s.edges(),
+            check: golden_check(
+                2,
+                golden,
+                Tolerance {
+                    atol: 1e-3,
+                    rtol: 1e-3,
+                },
+            ),
+            tasks: Some(s.tasks()),
+            edges: Some(s.edges()),
         })
     }
 }
@@ -313,7 +320,7 @@ mod tests {
         let p = Bgemm.prepare("Bgemm64").unwrap();
         let e = stream_entry("Bgemm64").unwrap();
         assert_eq!(
-            (e.tasks, e.edges, &e.scalars),
+            (Some(e.tasks), Some(e.edges), &e.scalars),
             (p.tasks, p.edges, &p.scalars)
         );
         let shapes = |t: &[StreamTensor]| -> Vec<(Vec<u32>, DataType)> {

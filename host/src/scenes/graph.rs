@@ -6,7 +6,7 @@
 //! the body into a Definition and every submission is one outer task that the device expands
 //! into the body's 5 nodes; on tmr (no Graph sink) each body runs inline, 40 tasks in all.
 
-use super::{compare, Prepared, Scene};
+use super::{golden_check, Prepared, Scene, Tolerance};
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -88,9 +88,16 @@ impl Scene for GraphVector {
                 HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
             ],
             scalars: Vec::new(),
-            check: Box::new(move |t| compare(&t[2].to_f32(), &golden, 1e-4, 1e-5)),
-            tasks: 5 * INVOCATIONS as u64,
-            edges: 6 * INVOCATIONS as u64,
+            check: golden_check(
+                2,
+                golden,
+                Tolerance {
+                    atol: 1e-4,
+                    rtol: 1e-5,
+                },
+            ),
+            tasks: Some(5 * INVOCATIONS as u64),
+            edges: Some(6 * INVOCATIONS as u64),
         })
     }
 }

@@ -1,8 +1,14 @@
-//! The example scenes: what `simpler run` runs and the scene tests check.
+//! Scenes: the [`Scene`] a program defines, and the example scenes the `simpler` command
+//! runs and the scene tests check.
 //!
 //! A scene prepares, for one of its cases, a callable (orchestration function, kernel table,
 //! entry signature), the entry tensors and scalars, and a check that compares the outputs
-//! with a golden computed by independent reference code (never by the kernels).
+//! with a golden computed by independent reference code (never by the kernels). The check is
+//! usually [`golden_check`]: a golden and a [`Tolerance`], compared by [`compare`]. A program
+//! runs its own scenes through [`crate::app`], which gives them the `simpler` command and a
+//! test helper.
+//!
+//! The project's scenes:
 //!
 //! - [`vector`]: `vector_example`, five elementwise tasks over 16,384 fp32 elements;
 //! - [`bgemm`]: the tiled batched matmul benchmark (`Case0`..`Case4`, `Bgemm64`);
@@ -41,7 +47,8 @@ pub struct Check {
 /// A golden comparison over a round's tensors.
 pub type CheckFn = Box<dyn Fn(&[HostTensor]) -> Check + Send + Sync>;
 
-/// One case, ready to run.
+/// One case, ready to run: build it with [`Prepared::new`] and the `with_` methods, or with a
+/// struct expression (every field is public).
 pub struct Prepared {
     /// The orchestration function.
     pub orch: OrchFn,
@@ -55,10 +62,88 @@ pub struct Prepared {
     pub scalars: Vec<u64>,
     /// Compares a round's tensors with the golden.
     pub check: CheckFn,
-    /// Tasks the reference's graph has (including allocation tasks).
-    pub tasks: u64,
-    /// Producer-consumer edges the reference's graph has.
-    pub edges: u64,
+    /// Tasks a run of the case reports (including allocation tasks), when the scene states
+    /// them: [`crate::app::check_case`] compares every round's count with it; `None` checks
+    /// nothing. The project's scenes give the reference's counts.
+    pub tasks: Option<u64>,
+    /// Producer-consumer edges a run of the case reports, when the scene states them; checked
+    /// as [`Prepared::tasks`] is.
+    pub edges: Option<u64>,
+}
+
+impl Prepared {
+    /// A case of callable `orch` + `kernels` + `signature` on entry `tensors`, checked by
+    /// `check` (usually [`golden_check`]); no scalars and no expected counts.
+    pub fn new(
+        orch: OrchFn,
+        kernels: Vec<KernelFn>,
+        signature: Vec<ArgDirection>,
+        tensors: Vec<HostTensor>,
+        check: CheckFn,
+    ) -> Self {
+        Prepared {
+            orch,
+            kernels,
+            signature,
+            tensors,
+            scalars: Vec::new(),
+            check,
+            tasks: None,
+            edges: None,
+        }
+    }
+
+    /// The case with entry scalars `scalars`.
+    pub fn with_scalars(mut self, scalars: Vec<u64>) -> Self {
+        self.scalars = scalars;
+        self
+    }
+
+    /// The case with the task and edge counts every run of it must report.
+    pub fn with_counts(mut self, tasks: u64, edges: u64) -> Self {
+        self.tasks = Some(tasks);
+        self.edges = Some(edges);
+        self
+    }
+}
+
+/// How far an output element may be from its golden: `|got - golden| <= atol + rtol * |golden|`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    /// The absolute part.
+    pub atol: f64,
+    /// The part relative to the golden's magnitude.
+    pub rtol: f64,
+}
+
+/// A check comparing entry tensor `output` (read as f32) with `golden` within `tolerance`
+/// ([`compare`]). A round with fewer tensors fails with an infinite `max_diff`.
+pub fn golden_check(output: usize, golden: Vec<f64>, tolerance: Tolerance) -> CheckFn {
+    golden_checks(vec![(output, golden)], tolerance)
+}
+
+/// A check comparing each `(entry tensor index, golden)` pair as [`golden_check`] does: it
+/// passes when every output does, and its `max_diff` is the largest over them.
+pub fn golden_checks(goldens: Vec<(usize, Vec<f64>)>, tolerance: Tolerance) -> CheckFn {
+    let Tolerance { atol, rtol } = tolerance;
+    Box::new(move |tensors| {
+        let mut all = Check {
+            max_diff: 0.0,
+            pass: true,
+        };
+        for (index, golden) in &goldens {
+            let Some(got) = tensors.get(*index) else {
+                return Check {
+                    max_diff: f64::INFINITY,
+                    pass: false,
+                };
+            };
+            let c = compare(&got.to_f32(), golden, atol, rtol);
+            all.max_diff = all.max_diff.max(c.max_diff);
+            all.pass &= c.pass;
+        }
+        all
+    })
 }
 
 /// A scene and its cases.
@@ -71,7 +156,7 @@ pub trait Scene: Sync {
     fn prepare(&self, case: &str) -> Option<Prepared>;
 }
 
-/// Every scene.
+/// Every scene of the project (`l3_vector`, which needs child processes, is run by `simpler l3`).
 pub fn all() -> &'static [&'static dyn Scene] {
     &[
         &vector::VectorExample,

@@ -49,7 +49,7 @@
 //! bf16 inputs as stored; tolerance 1e-3 absolute plus 1e-3 relative.
 
 use super::stream::{StreamEntry, StreamTensor, TaskStream};
-use super::{compare, Prepared, Scene};
+use super::{golden_check, Prepared, Scene, Tolerance};
 use crate::chip_worker::HostTensor;
 use crate::transport::OrchFn;
 use simpler_aicore::kernels;
@@ -678,9 +678,16 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
             HostTensor::f32(&out, &c.q_shape(), ArgDirection::Out),
         ],
         scalars: vec![scale.to_bits() as u64],
-        check: Box::new(move |t| compare(&t[5].to_f32(), &golden, 1e-3, 1e-3)),
-        tasks: c.tasks(),
-        edges,
+        check: golden_check(
+            5,
+            golden,
+            Tolerance {
+                atol: 1e-3,
+                rtol: 1e-3,
+            },
+        ),
+        tasks: Some(c.tasks()),
+        edges: Some(edges),
     }
 }
 
@@ -755,7 +762,7 @@ mod tests {
             let p = PagedAttention.prepare(name).unwrap();
             let e = stream_entry(name).unwrap();
             assert_eq!(
-                (e.tasks, e.edges, &e.scalars),
+                (Some(e.tasks), Some(e.edges), &e.scalars),
                 (p.tasks, p.edges, &p.scalars)
             );
             assert_eq!(e.tensors.len(), p.tensors.len());

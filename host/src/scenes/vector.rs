@@ -10,7 +10,7 @@
 //! s by 1/2048 = 4.9e-4 and f by at least 14/2048, so an element read from another position
 //! (of an input or an intermediate) or written to another position fails the check.
 
-use super::{compare, Prepared, Scene};
+use super::{golden_check, Prepared, Scene, Tolerance};
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -110,9 +110,16 @@ impl Scene for VectorExample {
                 HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
             ],
             scalars: Vec::new(),
-            check: Box::new(move |t| compare(&t[2].to_f32(), &golden, 1e-6, 1e-6)),
-            tasks: 5,
-            edges: 6,
+            check: golden_check(
+                2,
+                golden,
+                Tolerance {
+                    atol: 1e-6,
+                    rtol: 1e-6,
+                },
+            ),
+            tasks: Some(5),
+            edges: Some(6),
         })
     }
 }

@@ -76,7 +76,7 @@ pub mod ops;
 pub mod shapes;
 pub mod step;
 
-use super::{compare, Check, Prepared, Scene, XorShift};
+use super::{golden_checks, Prepared, Scene, Tolerance, XorShift};
 use crate::chip_worker::HostTensor;
 use inputs::{fill, ENTRIES};
 use simpler_aicore::kernels;
@@ -167,26 +167,15 @@ impl Scene for Dsv4Shaped {
             signature: ENTRIES.iter().map(|spec| spec.dir).collect(),
             tensors,
             scalars: Vec::new(),
-            check: Box::new(move |t| {
-                let mut all = Check {
-                    max_diff: 0.0,
-                    pass: t.len() == ENTRIES.len(),
-                };
-                for (i, g) in &golden {
-                    let Some(got) = t.get(*i) else {
-                        return Check {
-                            max_diff: f64::INFINITY,
-                            pass: false,
-                        };
-                    };
-                    let c = compare(&got.to_f32(), g, ATOL, RTOL);
-                    all.max_diff = all.max_diff.max(c.max_diff);
-                    all.pass &= c.pass;
-                }
-                all
-            }),
-            tasks: 3805,
-            edges: 5235,
+            check: golden_checks(
+                golden,
+                Tolerance {
+                    atol: ATOL,
+                    rtol: RTOL,
+                },
+            ),
+            tasks: Some(3805),
+            edges: Some(5235),
         })
     }
 }

@@ -1,0 +1,176 @@
+//! `run` on the hbg runtime: per round, one bind (host orchestration into the mirror, the image
+//! shipped, the device scheduling), a table line per round; optionally the phase table over
+//! the warm binds, the first bind's trace, or host-only binds.
+
+use super::{round_tensors, say, setup, RunArgs, Scene};
+use crate::chip_worker::{ChipArg, ChipWorker};
+use crate::error::ErrorChain;
+use crate::hbg::{BindPhase, GraphPhases};
+use crate::transport::{RunOptions, Runtime};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub(super) fn run(
+    scenes: &[&dyn Scene],
+    program: &str,
+    args: &RunArgs,
+    out: &mut dyn Write,
+) -> Result<bool, String> {
+    let RunArgs {
+        rounds,
+        platform,
+        trace,
+        phases,
+        host_only,
+        ..
+    } = args;
+    let (rounds, host_only) = (*rounds, *host_only);
+    let (scene, case, prepared, config) = setup(scenes, program, args, Runtime::Hbg)?;
+    let scene = scene.name();
+    let clusters = config.clusters;
+    let mut worker = ChipWorker::init(config).map_err(|e| ErrorChain(&e).to_string())?;
+    let handle = worker.register_callable(
+        prepared.orch.clone(),
+        prepared.kernels.clone(),
+        prepared.signature.clone(),
+    );
+    say(
+        out,
+        format_args!(
+            "{scene} {case} on {platform} ({clusters} clusters), hbg{}, {rounds} rounds",
+            if host_only { " host-only" } else { "" }
+        ),
+    )?;
+    say(
+        out,
+        format_args!(
+            "{:>5} {:>10} {:>10} {:>12} {:>8} {:>10}  result",
+            "round", "host ms", "device ms", "host_orch ms", "tasks", "image KiB"
+        ),
+    )?;
+    let mut all_pass = true;
+    let mut binds = Vec::with_capacity(rounds);
+    let stage = || -> Vec<ChipArg> {
+        round_tensors(&prepared)
+            .into_iter()
+            .map(ChipArg::Host)
+            .collect()
+    };
+    let mut staged = None;
+    for round in 0..rounds {
+        let mut args = staged.take().unwrap_or_else(stage);
+        let sink = (round == 0 && trace.is_some()).then(|| Arc::new(Mutex::new(Vec::new())));
+        let options = RunOptions {
+            runtime: Runtime::Hbg,
+            host_only,
+            trace: sink.clone(),
+            ..RunOptions::default()
+        };
+        let run = worker
+            .run(handle, &mut args, &prepared.scalars, options)
+            .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
+        let bind = run.bind.expect("an hbg run reports its bind");
+        if let (Some(sink), Some(path)) = (&sink, trace) {
+            let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
+            let text = crate::trace::to_chrome_json(&events, None);
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let verdict = if host_only {
+            staged = Some(args);
+            "built".to_string()
+        } else {
+            let tensors: Vec<_> = args.into_iter().filter_map(ChipArg::into_host).collect();
+            let check = (prepared.check)(&tensors);
+            all_pass &= check.pass;
+            format!(
+                "{} (max diff {:.3e})",
+                if check.pass { "PASS" } else { "FAIL" },
+                check.max_diff
+            )
+        };
+        say(
+            out,
+            format_args!(
+                "{:>5} {:>10.3} {:>10.3} {:>12.3} {:>8} {:>10.1}  {verdict}",
+                round,
+                run.host.as_secs_f64() * 1e3,
+                run.outcome.device.as_secs_f64() * 1e3,
+                bind.phase(BindPhase::HostOrch).time.as_secs_f64() * 1e3,
+                bind.tasks,
+                bind.image_bytes as f64 / 1024.0
+            ),
+        )?;
+        binds.push(bind);
+    }
+    if *phases {
+        if binds.len() < 2 {
+            return Err("--phases needs at least 2 rounds (the first, cold, is dropped)".into());
+        }
+        say(
+            out,
+            format_args!(
+                "bind phases over {} warm binds (the cold one dropped):",
+                binds.len() - 1
+            ),
+        )?;
+        say(
+            out,
+            format_args!(
+                "{:<12} {:>10} {:>10} {:>10} {:>12} {:>10}",
+                "phase", "min us", "median us", "max us", "cpu med us", "minflt med"
+            ),
+        )?;
+        for phase in BindPhase::ALL {
+            let mut t: Vec<f64> = binds[1..]
+                .iter()
+                .map(|b| b.phase(phase).time.as_secs_f64() * 1e6)
+                .collect();
+            let mut c: Vec<f64> = binds[1..]
+                .iter()
+                .map(|b| b.phase(phase).cpu.as_secs_f64() * 1e6)
+                .collect();
+            let mut f: Vec<u64> = binds[1..].iter().map(|b| b.phase(phase).minflt).collect();
+            t.sort_by(f64::total_cmp);
+            c.sort_by(f64::total_cmp);
+            f.sort_unstable();
+            say(
+                out,
+                format_args!(
+                    "{:<12} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>10}",
+                    phase.name(),
+                    t[0],
+                    t[t.len() / 2],
+                    t[t.len() - 1],
+                    c[c.len() / 2],
+                    f[f.len() / 2]
+                ),
+            )?;
+        }
+        let median = |pick: fn(&GraphPhases) -> Duration| {
+            let mut v: Vec<f64> = binds[1..]
+                .iter()
+                .map(|b| pick(&b.graph_phases).as_secs_f64() * 1e6)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        say(
+            out,
+            format_args!(
+                "graphs (median us): graph_begin {:.1} (orchestration thread), record_node {:.1} and build_definition {:.1} (recorder threads, summed), recording_wait {:.1} (in graph_commit)",
+                median(|g| g.graph_begin),
+                median(|g| g.record_node),
+                median(|g| g.build_definition),
+                median(|g| g.recording_wait)
+            ),
+        )?;
+    }
+    if !host_only {
+        say(
+            out,
+            format_args!("{}", if all_pass { "PASS" } else { "FAIL" }),
+        )?;
+    }
+    Ok(all_pass)
+}
