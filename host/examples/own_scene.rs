@@ -16,7 +16,6 @@
 use simpler_host::app;
 use simpler_host::prelude::*;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// `z = alpha * x + y`. Tensors `[x, y, z OUT]` of one element count; scalar 0 is `alpha` as
 /// f32 bits. Both inputs stream through halves of the local buffer.
@@ -74,44 +73,24 @@ fn softsign(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     Ok(())
 }
 
-/// The kernel table's indices.
-const AXPY: u32 = 0;
-const SOFTSIGN: u32 = 1;
-
-/// Entry `[x, y, w OUT]`, scalar 0 `alpha`: `z = axpy(alpha, x, y)` into a tensor the runtime
-/// allocates, then `w = softsign(z)`, which waits for it (one edge).
-fn orchestration(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let (&[x, y, w], &[alpha]) = (rt.args().tensors(), rt.args().scalars()) else {
-        return Err(rt.report_fatal(1));
-    };
-    let z = TaskTensor::create_info(x.shapes(), DataType::Float32).expect("the entry's shape");
-    let mut first = [
-        TaskArg {
-            tensor: x,
-            tag: TensorArgType::Input,
-        },
-        TaskArg {
-            tensor: y,
-            tag: TensorArgType::Input,
-        },
-        TaskArg {
-            tensor: z,
-            tag: TensorArgType::Output,
-        },
-    ];
-    rt.submit_aiv(AXPY, &mut first, &[alpha])?;
-    let mut second = [
-        TaskArg {
-            tensor: first[2].tensor,
-            tag: TensorArgType::Input,
-        },
-        TaskArg {
-            tensor: w,
-            tag: TensorArgType::OutputExisting,
-        },
-    ];
-    rt.submit_aiv(SOFTSIGN, &mut second, &[])?;
-    Ok(())
+/// Entry `[x, y, w OUT]` and one scalar, `alpha` (f32): `z = axpy(alpha, x, y)` into a tensor
+/// the runtime allocates, then `w = softsign(z)`, which waits for it (one edge).
+fn callable() -> Callable {
+    let mut table = KernelTable::new();
+    let (axpy, softsign) = (table.aiv(axpy), table.aiv(softsign));
+    let signature = Signature::new([ArgDirection::In, ArgDirection::In, ArgDirection::Out]);
+    Callable::new(table, signature.scalars::<1>(), move |s, entry| {
+        let [x, y, w] = entry.tensors;
+        let alpha: f32 = entry.scalar(0);
+        let z = TensorInfo::new(x.shapes(), DataType::Float32).expect("the entry's shape");
+        let first = s.task(axpy).input(x).input(y).output(z).scalar(alpha);
+        let z = first.submit()?.output(0);
+        s.task(softsign)
+            .input(z)
+            .output_existing(w)
+            .submit()
+            .map(drop)
+    })
 }
 
 /// A case: the element count, `alpha`, and the inputs' seed.
@@ -197,15 +176,9 @@ impl Scene for OwnScene {
             },
         );
         Some(
-            Prepared::new(
-                Arc::new(orchestration),
-                vec![axpy, softsign],
-                vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
-                tensors,
-                check,
-            )
-            .with_scalars(vec![c.alpha.to_bits() as u64])
-            .with_counts(2, 1),
+            Prepared::new(callable(), tensors, check)
+                .with_scalars(vec![c.alpha.to_word()])
+                .with_counts(2, 1),
         )
     }
 }

@@ -110,7 +110,8 @@ pub struct Callable {
     pub(crate) orch: OrchFn,
     pub(crate) kernels: Vec<KernelFn>,
     pub(crate) tensors: Vec<ArgDirection>,
-    pub(crate) scalars: usize,
+    /// The scalars a run must give; `None` for a [`Self::raw`] callable, which reads its own.
+    pub(crate) scalars: Option<usize>,
 }
 
 impl Callable {
@@ -146,7 +147,19 @@ impl Callable {
             orch,
             kernels: kernels.into_kernels(),
             tensors: signature.tensors.to_vec(),
-            scalars: S,
+            scalars: Some(S),
+        }
+    }
+
+    /// A low-level orchestration on [`Rt`] (a Graph body's form), with its kernel table by id
+    /// and the directions of the tensors it takes; the scalars it reads from `rt.args()` are
+    /// its own to check, and its tensors carry no scope.
+    pub fn raw(orch: OrchFn, kernels: Vec<KernelFn>, signature: Vec<ArgDirection>) -> Self {
+        Self {
+            orch,
+            kernels,
+            tensors: signature,
+            scalars: None,
         }
     }
 
@@ -155,15 +168,13 @@ impl Callable {
         &self.tensors
     }
 
-    /// How many scalars the entry has.
-    pub fn scalar_count(&self) -> usize {
+    /// How many scalars a run must give (`None`: not declared, a [`Self::raw`] callable).
+    pub fn scalar_count(&self) -> Option<usize> {
         self.scalars
     }
 
-    /// The orchestration, kernels and tensor directions, for a registration that takes them
-    /// apart ([`crate::ChipWorker::register_callable`], the level-3 Worker's `register_chip`,
-    /// a scene's [`crate::scenes::Prepared`]); the scalar count is not checked there.
-    pub fn into_parts(self) -> (OrchFn, Vec<KernelFn>, Vec<ArgDirection>) {
-        (self.orch, self.kernels, self.tensors)
+    /// The kernel table, by id.
+    pub fn kernels(&self) -> &[KernelFn] {
+        &self.kernels
     }
 }

@@ -498,9 +498,9 @@ impl ChipWorker {
         CallableHandle(self.callables.len() - 1)
     }
 
-    /// Registers a [`Callable`]: an orchestration written against [`crate::scope::Scope`] with
-    /// its kernel table and signature. A run of it must give the signature's tensors, with
-    /// their directions, and exactly its scalars.
+    /// Registers a [`Callable`]: an orchestration with its kernel table and signature. A run
+    /// of it must give the signature's tensors, with their directions, and exactly its scalars
+    /// when it declares them ([`Callable::new`]).
     pub fn register(&mut self, callable: Callable) -> CallableHandle {
         let Callable {
             orch,
@@ -509,7 +509,7 @@ impl ChipWorker {
             scalars,
         } = callable;
         let handle = self.register_callable(orch, kernels, tensors);
-        self.callables[handle.0].scalars = Some(scalars);
+        self.callables[handle.0].scalars = scalars;
         handle
     }
 

@@ -4,7 +4,6 @@
 
 use simpler_host::app::{self, CaseFailure, Exit, Failure};
 use simpler_host::prelude::*;
-use std::sync::Arc;
 
 /// `y = -x` over one chunk of the local buffer (the cases here are small).
 fn negate(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
@@ -17,21 +16,18 @@ fn negate(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     stage::store_range(ctx.gm, y, 1, 0, buf)
 }
 
-fn orchestration(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-    let [x, y] = *rt.args().tensors() else {
-        return Err(rt.report_fatal(1));
-    };
-    let mut args = [
-        TaskArg {
-            tensor: x,
-            tag: TensorArgType::Input,
-        },
-        TaskArg {
-            tensor: y,
-            tag: TensorArgType::OutputExisting,
-        },
-    ];
-    rt.submit_aiv(0, &mut args, &[]).map(drop)
+fn callable() -> Callable {
+    let mut table = KernelTable::new();
+    let negate = table.aiv(negate);
+    let signature = Signature::new([ArgDirection::In, ArgDirection::Out]);
+    Callable::new(table, signature, move |s, entry| {
+        let [x, y] = entry.tensors;
+        s.task(negate)
+            .input(x)
+            .output_existing(y)
+            .submit()
+            .map(drop)
+    })
 }
 
 /// A negation scene: `golden_sign` -1 is the right golden, +1 a wrong one; `counts` the task
@@ -60,9 +56,7 @@ impl Scene for Negate {
         let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 + 1.0).collect();
         let golden = x.iter().map(|&v| self.golden_sign * v as f64).collect();
         let p = Prepared::new(
-            Arc::new(orchestration),
-            vec![negate],
-            vec![ArgDirection::In, ArgDirection::Out],
+            callable(),
             vec![
                 HostTensor::f32(&x, &[n], ArgDirection::In),
                 HostTensor::f32(&vec![0.0; n as usize], &[n], ArgDirection::Out),

@@ -61,7 +61,7 @@ fn worker(scene: &str, case: &str) -> (Prepared, ChipWorker, CallableHandle) {
     config.ring.heap_bytes = 256 << 20;
     config.gm_bytes = 512 << 20;
     let mut w = ChipWorker::init(config).expect("device");
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = w.register(p.callable.clone());
     w.wait_for_recorders();
     (p, w, h)
 }

@@ -127,7 +127,10 @@ fn main() {
         .register_sub("empty", Arc::new(|_args| Ok(())))
         .expect("register");
     let chip = worker
-        .register_chip("empty", Arc::new(|_rt| Ok(())), Vec::new(), Vec::new())
+        .register_chip(
+            "empty",
+            simpler_host::callable::Callable::raw(Arc::new(|_rt| Ok(())), Vec::new(), Vec::new()),
+        )
         .expect("register");
     worker.init().expect("init");
     let buf = worker

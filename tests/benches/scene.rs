@@ -73,11 +73,7 @@ fn main() {
             .sum();
         config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
         let mut worker = ChipWorker::init(config).expect("a device");
-        let handle = worker.register_callable(
-            prepared.orch.clone(),
-            prepared.kernels.clone(),
-            prepared.signature.clone(),
-        );
+        let handle = worker.register(prepared.callable.clone());
         let (mut device, mut host, mut rate) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..=rounds.min(cap) {
             let mut tensors = prepared.tensors.clone();

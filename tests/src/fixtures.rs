@@ -101,7 +101,7 @@ pub fn entry_tensor(i: usize, shapes: &[u32], dtype: DataType) -> TaskTensor {
 /// EXISTING if OUT and `inout` otherwise (INOUT); the case's scalars follow.
 pub fn boundary(p: &Prepared, inout: TensorArgType) -> GraphBoundary {
     let mut b = GraphBoundary::default();
-    for (i, (t, dir)) in p.tensors.iter().zip(&p.signature).enumerate() {
+    for (i, (t, dir)) in p.tensors.iter().zip(p.callable.signature()).enumerate() {
         b.tensors.push(entry_tensor(i, &t.shapes, t.dtype));
         b.tags.push(match dir {
             ArgDirection::In => TensorArgType::Input,
@@ -137,7 +137,7 @@ pub fn pattern(n: usize, salt: usize) -> Vec<u8> {
 
 /// Registers prepared case `p`'s callable (orchestration, kernel table, signature) on `w`.
 pub fn register_prepared(w: &mut ChipWorker, p: &Prepared) -> CallableHandle {
-    w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone())
+    w.register(p.callable.clone())
 }
 
 /// Fresh copies of `p`'s entry tensors as host arguments of a run.

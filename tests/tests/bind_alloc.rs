@@ -28,7 +28,7 @@ fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
     config.ring.heap_bytes = 256 << 20;
     config.gm_bytes = 512 << 20;
     let mut w = ChipWorker::init(config).expect("device");
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = w.register(p.callable.clone());
     let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
     let mut binds = Vec::with_capacity(10);
     for round in 0..12 {

@@ -61,7 +61,7 @@ fn vector_worker(config: DeviceConfig) -> (ChipWorker, simpler_host::CallableHan
         .unwrap()
         .prepare("default")
         .unwrap();
-    let handle = worker.register_callable(prepared.orch, prepared.kernels, prepared.signature);
+    let handle = worker.register(prepared.callable);
     (worker, handle)
 }
 

@@ -10,11 +10,7 @@ use std::sync::{Arc, Mutex};
 fn record(scene: &str, case: &str) -> Arc<Mutex<DagRecorder>> {
     let prepared = scenes::find(scene).unwrap().prepare(case).unwrap();
     let mut worker = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).unwrap();
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
+    let handle = worker.register(prepared.callable.clone());
     let recorder = Arc::new(Mutex::new(DagRecorder::new()));
     let mut tensors = prepared.tensors.clone();
     worker

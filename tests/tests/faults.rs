@@ -155,11 +155,7 @@ fn fill_scope(rt: &mut Rt<'_, '_>, seen: &Ids, count: u32, shape: &[u32]) -> Res
 fn assert_vector_example_runs(worker: &mut ChipWorker) {
     let scene = scenes::find("vector_example").expect("the vector scene");
     let prepared = scene.prepare("default").expect("its default case");
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
+    let handle = worker.register(prepared.callable.clone());
     let mut tensors = prepared.tensors.clone();
     let report = worker
         .run(
@@ -315,12 +311,8 @@ fn entry_tensors_must_match_the_signature_and_their_shapes() {
     let mut w = worker(a2a3());
     let scene = scenes::find("vector_example").expect("the vector scene");
     let prepared = scene.prepare("default").expect("its default case");
-    let h = w.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
-    assert_eq!(prepared.signature.len(), 3);
+    let h = w.register(prepared.callable.clone());
+    assert_eq!(prepared.callable.signature().len(), 3);
 
     // Too few, too many, none.
     let mut two = prepared.tensors[..2].to_vec();
@@ -751,11 +743,7 @@ fn tensor_directions_must_match_the_signature() {
             .unwrap();
     let scene = simpler_host::scenes::find("vector_example").unwrap();
     let prepared = scene.prepare("default").unwrap();
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
+    let handle = worker.register(prepared.callable.clone());
     let mut tensors = prepared.tensors.clone();
     tensors[2].dir = ArgDirection::In;
     match worker.run(
@@ -831,7 +819,7 @@ fn a_stopped_device_is_a_transport_error() {
         .unwrap()
         .prepare("default")
         .unwrap();
-    let handle = worker.register_callable(prepared.orch, prepared.kernels, prepared.signature);
+    let handle = worker.register(prepared.callable);
     let mut tensors = prepared.tensors;
     match worker.run(handle, &mut tensors, &[], RunOptions::default()) {
         Err(simpler_host::WorkerError::Transport(simpler_host::TransportError::Stopped)) => {}

@@ -177,17 +177,22 @@ fn new_worker(chips: usize, subs: usize) -> (Worker, Callables) {
         .expect("vector_example has a default case");
     let c = Callables {
         vector: w
-            .register_chip("vector_example", p.orch, p.kernels, p.signature)
+            .register_chip("vector_example", p.callable)
             .expect("register"),
         blocker: w
-            .register_chip("blocker", blocker(), vec![], vec![])
+            .register_chip(
+                "blocker",
+                simpler_host::callable::Callable::raw(blocker(), vec![], vec![]),
+            )
             .expect("register"),
         failing: w
             .register_chip(
                 "failing",
-                failing(),
-                vec![kernels::fail],
-                vec![ArgDirection::In, ArgDirection::Out],
+                simpler_host::callable::Callable::raw(
+                    failing(),
+                    vec![kernels::fail],
+                    vec![ArgDirection::In, ArgDirection::Out],
+                ),
             )
             .expect("register"),
         copy: register_sub(&mut w, "copy", copy),

@@ -116,7 +116,7 @@ fn new_rig(chips: usize, subs: usize) -> Rig {
         .prepare("default")
         .expect("vector_example has a default case");
     let vector = w
-        .register_chip("vector_example", p.orch, p.kernels, p.signature)
+        .register_chip("vector_example", p.callable)
         .expect("register vector_example");
     let fill = register_sub(&mut w, "fill", fill);
     let sleep = register_sub(&mut w, "sleep", sleep);
@@ -819,10 +819,7 @@ fn s5_unregistered_callable() {
     let mut r = rig(1, 1);
     let mut big = new_rig(0, 1);
     let p = VectorExample.prepare("default").expect("default case");
-    let chip2 = big
-        .w
-        .register_chip("second", p.orch, p.kernels, p.signature)
-        .expect("register");
+    let chip2 = big.w.register_chip("second", p.callable).expect("register");
     let sub4 = register_sub(&mut big.w, "fourth", fill);
     let (a, b, _, _) = vector_inputs(&r.w);
     let f = buffer(&r.w, VBYTES, ReadWrite, PosixShm);
@@ -1876,8 +1873,7 @@ fn l_register_after_init() {
     );
     let p = VectorExample.prepare("default").expect("default case");
     assert_eq!(
-        r.w.register_chip("late", p.orch, p.kernels, p.signature)
-            .err(),
+        r.w.register_chip("late", p.callable).err(),
         Some(L3Error::RegisterAfterInit)
     );
     close(&mut r.w);

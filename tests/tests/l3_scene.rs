@@ -216,7 +216,7 @@ fn worker_with(config: WorkerConfig) -> (Worker, Callables) {
         .expect("vector_example has a default case");
     let c = Callables {
         vector: w
-            .register_chip("vector_example", p.orch, p.kernels, p.signature)
+            .register_chip("vector_example", p.callable)
             .expect("register"),
         copy: register_sub(&mut w, "copy", copy_view),
         fill: register_sub(&mut w, "fill", fill_view),

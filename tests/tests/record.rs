@@ -117,7 +117,7 @@ fn a_definitions_edges_are_the_per_task_submissions_edges() {
     let mut w =
         simpler_host::ChipWorker::init(simpler_sim::DeviceConfig::new(simpler_sim::Topology::A2a3))
             .expect("device");
-    let h = w.register_callable(p.orch.clone(), p.kernels.clone(), p.signature.clone());
+    let h = w.register(p.callable.clone());
     let dag = std::sync::Arc::new(std::sync::Mutex::new(simpler_host::dag::DagRecorder::new()));
     let mut tensors = p.tensors.clone();
     w.run(

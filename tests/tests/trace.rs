@@ -11,11 +11,7 @@ use std::sync::{Arc, Mutex};
 fn traced(scene: &str, case: &str, topology: Topology) -> (Vec<TraceEvent>, DagRecorder, u64) {
     let prepared = scenes::find(scene).unwrap().prepare(case).unwrap();
     let mut worker = ChipWorker::init(DeviceConfig::new(topology)).unwrap();
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
+    let handle = worker.register(prepared.callable.clone());
     let dag = Arc::new(Mutex::new(DagRecorder::new()));
     let sink: TraceSink = Arc::new(Mutex::new(Vec::new()));
     let mut tensors = prepared.tensors.clone();

@@ -120,11 +120,7 @@ pub fn check_case(
         round,
         failure,
     };
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
+    let handle = worker.register(prepared.callable.clone());
     let mut last = None;
     for round in 0..rounds {
         let mut tensors = round_tensors(prepared);

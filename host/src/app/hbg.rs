@@ -30,11 +30,7 @@ pub(super) fn run(
     let scene = scene.name();
     let clusters = config.clusters;
     let mut worker = ChipWorker::init(config).map_err(|e| ErrorChain(&e).to_string())?;
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
+    let handle = worker.register(prepared.callable.clone());
     say(
         out,
         format_args!(

@@ -31,7 +31,6 @@
 //! ```no_run
 //! use simpler_host::app;
 //! use simpler_host::prelude::*;
-//! use std::sync::Arc;
 //!
 //! /// `y = x + 1`, the whole tensor at once (the cases here fit the local buffer).
 //! fn add_one(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
@@ -44,16 +43,14 @@
 //!     stage::store_range(ctx.gm, y, 1, 0, buf)
 //! }
 //!
-//! fn orchestration(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
-//!     let [x, y] = *rt.args().tensors() else {
-//!         return Err(rt.report_fatal(1));
-//!     };
-//!     let mut args = [
-//!         TaskArg { tensor: x, tag: TensorArgType::Input },
-//!         TaskArg { tensor: y, tag: TensorArgType::OutputExisting },
-//!     ];
-//!     rt.submit_aiv(0, &mut args, &[])
-//!         .map(|_| ())
+//! fn callable() -> Callable {
+//!     let mut table = KernelTable::new();
+//!     let add_one = table.aiv(add_one);
+//!     let signature = Signature::new([ArgDirection::In, ArgDirection::Out]);
+//!     Callable::new(table, signature, move |s, entry| {
+//!         let [x, y] = entry.tensors;
+//!         s.task(add_one).input(x).output_existing(y).submit().map(drop)
+//!     })
 //! }
 //!
 //! struct AddOne;
@@ -75,14 +72,7 @@
 //!         ];
 //!         let check = golden_check(1, golden, Tolerance { atol: 1e-6, rtol: 0.0 });
 //!         Some(
-//!             Prepared::new(
-//!                 Arc::new(orchestration),
-//!                 vec![add_one],
-//!                 vec![ArgDirection::In, ArgDirection::Out],
-//!                 tensors,
-//!                 check,
-//!             )
-//!             .with_counts(1, 0),
+//!             Prepared::new(callable(), tensors, check).with_counts(1, 0),
 //!         )
 //!     }
 //! }

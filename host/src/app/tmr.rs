@@ -37,11 +37,7 @@ pub(super) fn run(
     log::info!("{scene} {case} on {platform}: {} clusters", config.clusters);
     let clusters = config.clusters;
     let mut worker = ChipWorker::init(config).map_err(|e| ErrorChain(&e).to_string())?;
-    let handle = worker.register_callable(
-        prepared.orch.clone(),
-        prepared.kernels.clone(),
-        prepared.signature.clone(),
-    );
+    let handle = worker.register(prepared.callable.clone());
     say(
         out,
         format_args!("{scene} {case} on {platform} ({clusters} clusters), {rounds} rounds"),

@@ -7,9 +7,7 @@
 use super::import::MappedArgs;
 use super::worker::{Lifecycle, Worker};
 use super::L3Error;
-use crate::transport::OrchFn;
-use simpler_aicore::KernelFn;
-use simpler_core::ArgDirection;
+use crate::callable::Callable;
 use std::sync::Arc;
 
 /// A host function a SUB child runs: it receives the task's mapped tensors and scalars.
@@ -39,9 +37,7 @@ pub struct SubCallableId {
 #[cfg_attr(not(feature = "sim"), allow(dead_code))]
 pub(super) struct ChipCallable {
     pub(super) name: String,
-    pub(super) orch: OrchFn,
-    pub(super) kernels: Vec<KernelFn>,
-    pub(super) signature: Vec<ArgDirection>,
+    pub(super) callable: Callable,
     pub(super) digest: [u8; 32],
 }
 
@@ -73,14 +69,12 @@ pub(super) fn digest(kind: u8, index: usize, name: &str) -> [u8; 32] {
 }
 
 impl Worker {
-    /// Registers a chip callable (before `init()`): an orchestration function, its kernel
-    /// table and the directions of the tensors it takes.
+    /// Registers a chip callable (before `init()`): an orchestration with its kernel table and
+    /// signature, as a chip's [`crate::ChipWorker::register`] takes it.
     pub fn register_chip(
         &mut self,
         name: &str,
-        orch: OrchFn,
-        kernels: Vec<KernelFn>,
-        signature: Vec<ArgDirection>,
+        callable: Callable,
     ) -> Result<ChipCallableId, L3Error> {
         if self.lifecycle != Lifecycle::New {
             return Err(L3Error::RegisterAfterInit);
@@ -88,9 +82,7 @@ impl Worker {
         let index = self.chip_callables.len();
         self.chip_callables.push(ChipCallable {
             name: name.to_string(),
-            orch,
-            kernels,
-            signature,
+            callable,
             digest: digest(1, index, name),
         });
         Ok(ChipCallableId {

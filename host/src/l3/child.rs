@@ -78,9 +78,7 @@ fn start(setup: &ChildSetup<'_>) -> Result<Role, String> {
             let handles = setup
                 .chip_callables
                 .iter()
-                .map(|c| {
-                    worker.register_callable(c.orch.clone(), c.kernels.clone(), c.signature.clone())
-                })
+                .map(|c| worker.register(c.callable.clone()))
                 .collect();
             Ok(Role::Chip { worker, handles })
         }
@@ -217,10 +215,10 @@ fn task(
                 .tensors()
                 .collect::<Result<Vec<ValidTensor>, _>>()
                 .map_err(|e| format!("task arguments: {}", ErrorChain(&e)))?;
-            if tensors.len() != c.signature.len() {
+            if tensors.len() != c.callable.signature().len() {
                 return Err(format!(
                     "the callable takes {} tensors, got {}",
-                    c.signature.len(),
+                    c.callable.signature().len(),
                     tensors.len()
                 ));
             }
@@ -228,7 +226,7 @@ fn task(
                 .materialize_args(&tensors)
                 .map_err(|e| ErrorChain(&e).to_string())?;
             let mut args = Vec::with_capacity(views.len());
-            for (i, ((t, v), &dir)) in views.iter().zip(&c.signature).enumerate() {
+            for (i, ((t, v), &dir)) in views.iter().zip(c.callable.signature()).enumerate() {
                 args.push(chip_arg(i, t, v, dir)?);
             }
             let scalars: Vec<u64> = view.scalars().collect();

@@ -240,7 +240,7 @@ impl L3Orch<'_> {
                 return Err(L3Error::DuplicateChip { chip });
             }
             check_args(args)?;
-            check_signature(args, &c.signature)?;
+            check_signature(args, c.callable.signature())?;
             self.check_device_args(chip, args)?;
             self.check_live(args)?;
             members.push(NewMember {

@@ -33,6 +33,7 @@
 
 use super::stream::{StreamEntry, StreamTensor, TaskStream};
 use super::{golden_check, Prepared, Scene, Tolerance, XorShift};
+use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -230,9 +231,11 @@ impl Scene for Bgemm {
         let b = inputs(&mut rng, n_ab);
         let golden = golden(&s, &a, &b);
         Some(Prepared {
-            orch: Arc::new(orchestrate),
-            kernels: vec![kernels::matmul, kernels::accumulate],
-            signature: vec![ArgDirection::In, ArgDirection::In, ArgDirection::InOut],
+            callable: Callable::raw(
+                Arc::new(orchestrate),
+                vec![kernels::matmul, kernels::accumulate],
+                vec![ArgDirection::In, ArgDirection::In, ArgDirection::InOut],
+            ),
             tensors: vec![
                 HostTensor::f32(&a, &ab, ArgDirection::In),
                 HostTensor::f32(&b, &ab, ArgDirection::In),

@@ -7,6 +7,7 @@
 //! into the body's 5 nodes; on tmr (no Graph sink) each body runs inline, 40 tasks in all.
 
 use super::{golden_check, Prepared, Scene, Tolerance};
+use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -79,9 +80,11 @@ impl Scene for GraphVector {
             .map(|i| super::vector::golden(a[i] as f64, b[i % row] as f64))
             .collect();
         Some(Prepared {
-            orch: Arc::new(orchestrate),
-            kernels: vec![kernels::add, kernels::add_scalar, kernels::mul],
-            signature: vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
+            callable: Callable::raw(
+                Arc::new(orchestrate),
+                vec![kernels::add, kernels::add_scalar, kernels::mul],
+                vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
+            ),
             tensors: vec![
                 HostTensor::f32(&a, &SHAPE, ArgDirection::In),
                 HostTensor::f32(&b, &[128, 128], ArgDirection::In),

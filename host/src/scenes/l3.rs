@@ -106,7 +106,7 @@ impl L3Vector {
         let p = VectorExample
             .prepare("default")
             .expect("vector_example has a default case");
-        let chip = worker.register_chip("vector_example", p.orch, p.kernels, p.signature)?;
+        let chip = worker.register_chip("vector_example", p.callable)?;
         let sum = worker.register_sub("sum", Arc::new(sum_task))?;
         worker.init()?;
         let bytes = (N * 4) as u64;

@@ -21,10 +21,8 @@
 //! - [`stream`]: [`stream::TaskStream`], the runtime calls a scene's orchestration makes, so
 //!   the `submit` benchmark drives the scenes' own task streams on a bare orchestrator.
 
+use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
-use crate::transport::OrchFn;
-use simpler_aicore::KernelFn;
-use simpler_core::ArgDirection;
 
 pub mod bgemm;
 pub mod dsv4;
@@ -50,12 +48,9 @@ pub type CheckFn = Box<dyn Fn(&[HostTensor]) -> Check + Send + Sync>;
 /// One case, ready to run: build it with [`Prepared::new`] and the `with_` methods, or with a
 /// struct expression (every field is public).
 pub struct Prepared {
-    /// The orchestration function.
-    pub orch: OrchFn,
-    /// The kernel table.
-    pub kernels: Vec<KernelFn>,
-    /// The entry tensors' directions.
-    pub signature: Vec<ArgDirection>,
+    /// The orchestration, its kernels and its signature; register it with
+    /// [`crate::ChipWorker::register`] (it is cheap to clone).
+    pub callable: Callable,
     /// Fresh entry tensors (outputs zeroed); clone per round.
     pub tensors: Vec<HostTensor>,
     /// Entry scalars.
@@ -72,19 +67,11 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// A case of callable `orch` + `kernels` + `signature` on entry `tensors`, checked by
-    /// `check` (usually [`golden_check`]); no scalars and no expected counts.
-    pub fn new(
-        orch: OrchFn,
-        kernels: Vec<KernelFn>,
-        signature: Vec<ArgDirection>,
-        tensors: Vec<HostTensor>,
-        check: CheckFn,
-    ) -> Self {
+    /// A case of `callable` on entry `tensors`, checked by `check` (usually
+    /// [`golden_check`]); no scalars and no expected counts.
+    pub fn new(callable: Callable, tensors: Vec<HostTensor>, check: CheckFn) -> Self {
         Prepared {
-            orch,
-            kernels,
-            signature,
+            callable,
             tensors,
             scalars: Vec::new(),
             check,

@@ -50,6 +50,7 @@
 
 use super::stream::{StreamEntry, StreamTensor, TaskStream};
 use super::{golden_check, Prepared, Scene, Tolerance};
+use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use crate::transport::OrchFn;
 use simpler_aicore::kernels;
@@ -654,21 +655,23 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
     });
     let out = vec![0.0f32; golden.len()];
     Prepared {
-        orch,
-        kernels: vec![
-            kernels::pa_qk,
-            kernels::pa_softmax,
-            kernels::pa_pv,
-            kernels::pa_update,
-        ],
-        signature: vec![
-            ArgDirection::In,
-            ArgDirection::In,
-            ArgDirection::In,
-            ArgDirection::In,
-            ArgDirection::In,
-            ArgDirection::Out,
-        ],
+        callable: Callable::raw(
+            orch,
+            vec![
+                kernels::pa_qk,
+                kernels::pa_softmax,
+                kernels::pa_pv,
+                kernels::pa_update,
+            ],
+            vec![
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::In,
+                ArgDirection::Out,
+            ],
+        ),
         tensors: vec![
             bf16_tensor(&x.query, &c.q_shape()),
             bf16_tensor(&x.key_cache, &c.kv_shape()),

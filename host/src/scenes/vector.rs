@@ -11,6 +11,7 @@
 //! (of an input or an intermediate) or written to another position fails the check.
 
 use super::{golden_check, Prepared, Scene, Tolerance};
+use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
 use simpler_aicpu::{Rt, RtError};
@@ -101,9 +102,11 @@ impl Scene for VectorExample {
             .map(|(&x, &y)| golden(x as f64, y as f64))
             .collect();
         Some(Prepared {
-            orch: Arc::new(orchestrate),
-            kernels: vec![kernels::add, kernels::add_scalar, kernels::mul],
-            signature: vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
+            callable: Callable::raw(
+                Arc::new(orchestrate),
+                vec![kernels::add, kernels::add_scalar, kernels::mul],
+                vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
+            ),
             tensors: vec![
                 HostTensor::f32(&a, &SHAPE, ArgDirection::In),
                 HostTensor::f32(&b, &SHAPE, ArgDirection::In),

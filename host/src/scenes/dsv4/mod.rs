@@ -77,6 +77,7 @@ pub mod shapes;
 pub mod step;
 
 use super::{golden_checks, Prepared, Scene, Tolerance, XorShift};
+use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use inputs::{fill, ENTRIES};
 use simpler_aicore::kernels;
@@ -156,15 +157,17 @@ impl Scene for Dsv4Shaped {
             .map(|(spec, d)| HostTensor::f32(d, &spec.shape, spec.dir))
             .collect();
         Some(Prepared {
-            orch: Arc::new(step::orchestrate),
-            kernels: vec![
-                kernels::add,
-                kernels::mul,
-                kernels::add_scalar,
-                kernels::matmul,
-                kernels::accumulate,
-            ],
-            signature: ENTRIES.iter().map(|spec| spec.dir).collect(),
+            callable: Callable::raw(
+                Arc::new(step::orchestrate),
+                vec![
+                    kernels::add,
+                    kernels::mul,
+                    kernels::add_scalar,
+                    kernels::matmul,
+                    kernels::accumulate,
+                ],
+                ENTRIES.iter().map(|spec| spec.dir).collect(),
+            ),
             tensors,
             scalars: Vec::new(),
             check: golden_checks(
