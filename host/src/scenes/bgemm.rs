@@ -230,29 +230,29 @@ impl Scene for Bgemm {
         let a = inputs(&mut rng, n_ab);
         let b = inputs(&mut rng, n_ab);
         let golden = golden(&s, &a, &b);
-        Some(Prepared {
-            callable: Callable::raw(
-                Arc::new(orchestrate),
-                vec![kernels::matmul, kernels::accumulate],
-                vec![ArgDirection::In, ArgDirection::In, ArgDirection::InOut],
-            ),
-            tensors: vec![
-                HostTensor::f32(&a, &ab, ArgDirection::In),
-                HostTensor::f32(&b, &ab, ArgDirection::In),
-                HostTensor::f32(&vec![0.0; n_c], &s.c_shape(), ArgDirection::InOut),
-            ],
-            scalars: Vec::new(),
-            check: golden_check(
-                2,
-                golden,
-                Tolerance {
-                    atol: 1e-3,
-                    rtol: 1e-3,
-                },
-            ),
-            tasks: Some(s.tasks()),
-            edges: Some(s.edges()),
-        })
+        Some(
+            Prepared::new(
+                Callable::raw(
+                    Arc::new(orchestrate),
+                    vec![kernels::matmul, kernels::accumulate],
+                    vec![ArgDirection::In, ArgDirection::In, ArgDirection::InOut],
+                ),
+                vec![
+                    HostTensor::f32(&a, &ab, ArgDirection::In),
+                    HostTensor::f32(&b, &ab, ArgDirection::In),
+                    HostTensor::f32(&vec![0.0; n_c], &s.c_shape(), ArgDirection::InOut),
+                ],
+                golden_check(
+                    2,
+                    golden,
+                    Tolerance {
+                        atol: 1e-3,
+                        rtol: 1e-3,
+                    },
+                ),
+            )
+            .with_counts(s.tasks(), s.edges()),
+        )
     }
 }
 

@@ -4,7 +4,8 @@
 //! The orchestration submits it once per k over a_k (row k of a [8, 128, 128] input), the
 //! shared b, and f_k (row k of the output). On the hbg runtime the first submission records
 //! the body into a Definition and every submission is one outer task that the device expands
-//! into the body's 5 nodes; on tmr (no Graph sink) each body runs inline, 40 tasks in all.
+//! into the body's 5 nodes (8 outer tasks and no edges: the invocations share only b, which
+//! they read); on tmr (no Graph sink) each body runs inline, 40 tasks in all.
 
 use super::{golden_check, Prepared, Scene, Tolerance};
 use crate::callable::Callable;
@@ -79,28 +80,29 @@ impl Scene for GraphVector {
         let golden: Vec<f64> = (0..n)
             .map(|i| super::vector::golden(a[i] as f64, b[i % row] as f64))
             .collect();
-        Some(Prepared {
-            callable: Callable::raw(
-                Arc::new(orchestrate),
-                vec![kernels::add, kernels::add_scalar, kernels::mul],
-                vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
-            ),
-            tensors: vec![
-                HostTensor::f32(&a, &SHAPE, ArgDirection::In),
-                HostTensor::f32(&b, &[128, 128], ArgDirection::In),
-                HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
-            ],
-            scalars: Vec::new(),
-            check: golden_check(
-                2,
-                golden,
-                Tolerance {
-                    atol: 1e-4,
-                    rtol: 1e-5,
-                },
-            ),
-            tasks: Some(5 * INVOCATIONS as u64),
-            edges: Some(6 * INVOCATIONS as u64),
-        })
+        Some(
+            Prepared::new(
+                Callable::raw(
+                    Arc::new(orchestrate),
+                    vec![kernels::add, kernels::add_scalar, kernels::mul],
+                    vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
+                ),
+                vec![
+                    HostTensor::f32(&a, &SHAPE, ArgDirection::In),
+                    HostTensor::f32(&b, &[128, 128], ArgDirection::In),
+                    HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
+                ],
+                golden_check(
+                    2,
+                    golden,
+                    Tolerance {
+                        atol: 1e-4,
+                        rtol: 1e-5,
+                    },
+                ),
+            )
+            .with_counts(5 * INVOCATIONS as u64, 6 * INVOCATIONS as u64)
+            .with_hbg_counts(INVOCATIONS as u64, 0),
+        )
     }
 }

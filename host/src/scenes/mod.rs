@@ -23,6 +23,7 @@
 
 use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
+use crate::transport::Runtime;
 
 pub mod bgemm;
 pub mod dsv4;
@@ -64,6 +65,10 @@ pub struct Prepared {
     /// Producer-consumer edges a run of the case reports, when the scene states them; checked
     /// as [`Prepared::tasks`] is.
     pub edges: Option<u64>,
+    /// The task and edge counts of an hbg run, when they differ from [`Prepared::tasks`] and
+    /// [`Prepared::edges`]: a host-built run counts each Graph invocation as one outer task,
+    /// whose nodes the device expands.
+    pub hbg_counts: Option<(u64, u64)>,
 }
 
 impl Prepared {
@@ -77,6 +82,7 @@ impl Prepared {
             check,
             tasks: None,
             edges: None,
+            hbg_counts: None,
         }
     }
 
@@ -91,6 +97,20 @@ impl Prepared {
         self.tasks = Some(tasks);
         self.edges = Some(edges);
         self
+    }
+
+    /// The case with other counts for an hbg run ([`Prepared::hbg_counts`]).
+    pub fn with_hbg_counts(mut self, tasks: u64, edges: u64) -> Self {
+        self.hbg_counts = Some((tasks, edges));
+        self
+    }
+
+    /// The tasks and edges a run on `runtime` must report, as far as the case states them.
+    pub fn counts(&self, runtime: Runtime) -> (Option<u64>, Option<u64>) {
+        match (runtime, self.hbg_counts) {
+            (Runtime::Hbg, Some((tasks, edges))) => (Some(tasks), Some(edges)),
+            _ => (self.tasks, self.edges),
+        }
     }
 }
 

@@ -654,8 +654,8 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
         scale: scale as f64,
     });
     let out = vec![0.0f32; golden.len()];
-    Prepared {
-        callable: Callable::raw(
+    Prepared::new(
+        Callable::raw(
             orch,
             vec![
                 kernels::pa_qk,
@@ -672,7 +672,7 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
                 ArgDirection::Out,
             ],
         ),
-        tensors: vec![
+        vec![
             bf16_tensor(&x.query, &c.q_shape()),
             bf16_tensor(&x.key_cache, &c.kv_shape()),
             bf16_tensor(&x.value_cache, &c.kv_shape()),
@@ -680,8 +680,7 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
             c.context_lens_tensor(),
             HostTensor::f32(&out, &c.q_shape(), ArgDirection::Out),
         ],
-        scalars: vec![scale.to_bits() as u64],
-        check: golden_check(
+        golden_check(
             5,
             golden,
             Tolerance {
@@ -689,9 +688,9 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
                 rtol: 1e-3,
             },
         ),
-        tasks: Some(c.tasks()),
-        edges: Some(edges),
-    }
+    )
+    .with_scalars(vec![scale.to_bits() as u64])
+    .with_counts(c.tasks(), edges)
 }
 
 /// `case`'s entry as [`stream`] sees it: the bytes of the block table and the context lengths

@@ -101,29 +101,29 @@ impl Scene for VectorExample {
             .zip(&b)
             .map(|(&x, &y)| golden(x as f64, y as f64))
             .collect();
-        Some(Prepared {
-            callable: Callable::raw(
-                Arc::new(orchestrate),
-                vec![kernels::add, kernels::add_scalar, kernels::mul],
-                vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
-            ),
-            tensors: vec![
-                HostTensor::f32(&a, &SHAPE, ArgDirection::In),
-                HostTensor::f32(&b, &SHAPE, ArgDirection::In),
-                HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
-            ],
-            scalars: Vec::new(),
-            check: golden_check(
-                2,
-                golden,
-                Tolerance {
-                    atol: 1e-6,
-                    rtol: 1e-6,
-                },
-            ),
-            tasks: Some(5),
-            edges: Some(6),
-        })
+        Some(
+            Prepared::new(
+                Callable::raw(
+                    Arc::new(orchestrate),
+                    vec![kernels::add, kernels::add_scalar, kernels::mul],
+                    vec![ArgDirection::In, ArgDirection::In, ArgDirection::Out],
+                ),
+                vec![
+                    HostTensor::f32(&a, &SHAPE, ArgDirection::In),
+                    HostTensor::f32(&b, &SHAPE, ArgDirection::In),
+                    HostTensor::f32(&vec![0.0; n], &SHAPE, ArgDirection::Out),
+                ],
+                golden_check(
+                    2,
+                    golden,
+                    Tolerance {
+                        atol: 1e-6,
+                        rtol: 1e-6,
+                    },
+                ),
+            )
+            .with_counts(5, 6),
+        )
     }
 }
 

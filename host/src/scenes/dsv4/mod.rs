@@ -156,29 +156,29 @@ impl Scene for Dsv4Shaped {
             .zip(&data)
             .map(|(spec, d)| HostTensor::f32(d, &spec.shape, spec.dir))
             .collect();
-        Some(Prepared {
-            callable: Callable::raw(
-                Arc::new(step::orchestrate),
-                vec![
-                    kernels::add,
-                    kernels::mul,
-                    kernels::add_scalar,
-                    kernels::matmul,
-                    kernels::accumulate,
-                ],
-                ENTRIES.iter().map(|spec| spec.dir).collect(),
-            ),
-            tensors,
-            scalars: Vec::new(),
-            check: golden_checks(
-                golden,
-                Tolerance {
-                    atol: ATOL,
-                    rtol: RTOL,
-                },
-            ),
-            tasks: Some(3805),
-            edges: Some(5235),
-        })
+        Some(
+            Prepared::new(
+                Callable::raw(
+                    Arc::new(step::orchestrate),
+                    vec![
+                        kernels::add,
+                        kernels::mul,
+                        kernels::add_scalar,
+                        kernels::matmul,
+                        kernels::accumulate,
+                    ],
+                    ENTRIES.iter().map(|spec| spec.dir).collect(),
+                ),
+                tensors,
+                golden_checks(
+                    golden,
+                    Tolerance {
+                        atol: ATOL,
+                        rtol: RTOL,
+                    },
+                ),
+            )
+            .with_counts(3805, 5235),
+        )
     }
 }
