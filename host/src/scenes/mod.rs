@@ -12,6 +12,7 @@
 //! - [`graph`]: `graph_vector`, one body submitted as a Graph eight times;
 //! - [`dsv4`]: `dsv4_shaped`, a synthetic decode step shaped like the reference's DeepSeek-V4;
 //! - [`l3`]: `l3_vector`, vector_example on two chips in child processes and a SUB worker;
+//! - [`dummy_task`]: `dummy_task`, dependency-only tasks between a cube producer and consumer;
 //! - [`stream`]: [`stream::TaskStream`], the runtime calls a scene's orchestration makes, so
 //!   the `submit` benchmark drives the scenes' own task streams on a bare orchestrator.
 
@@ -22,6 +23,7 @@ use simpler_core::ArgDirection;
 
 pub mod bgemm;
 pub mod dsv4;
+pub mod dummy_task;
 pub mod graph;
 pub mod l3;
 pub mod paged_attention;
@@ -80,6 +82,7 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &bgemm::Bgemm,
         &graph::GraphVector,
         &dsv4::Dsv4Shaped,
+        &dummy_task::DummyTask,
     ]
 }
 
@@ -125,4 +128,31 @@ impl XorShift {
     pub(crate) fn unit(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32
     }
+}
+
+/// [`compare`] of each `(tensor index, golden)` pair: the largest difference over all of
+/// them, and a pass only if every one passes (a missing tensor fails).
+pub(crate) fn compare_each(
+    got: &[HostTensor],
+    golden: &[(usize, Vec<f64>)],
+    atol: f64,
+    rtol: f64,
+) -> Check {
+    let all = Check {
+        max_diff: 0.0,
+        pass: true,
+    };
+    golden.iter().fold(all, |all, (i, g)| {
+        let c = got.get(*i).map_or(
+            Check {
+                max_diff: f64::INFINITY,
+                pass: false,
+            },
+            |t| compare(&t.to_f32(), g, atol, rtol),
+        );
+        Check {
+            max_diff: all.max_diff.max(c.max_diff),
+            pass: all.pass && c.pass,
+        }
+    })
 }
