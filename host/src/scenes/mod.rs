@@ -13,6 +13,8 @@
 //! - [`dsv4`]: `dsv4_shaped`, a synthetic decode step shaped like the reference's DeepSeek-V4;
 //! - [`l3`]: `l3_vector`, vector_example on two chips in child processes and a SUB worker;
 //! - [`dummy_task`]: `dummy_task`, dependency-only tasks between a cube producer and consumer;
+//! - [`spmd_multiblock`]: `spmd_multiblock_aiv` and `spmd_multiblock_mix`, SPMD tasks of more
+//!   blocks than the device has cores, each block writing its index;
 //! - [`stream`]: [`stream::TaskStream`], the runtime calls a scene's orchestration makes, so
 //!   the `submit` benchmark drives the scenes' own task streams on a bare orchestrator.
 
@@ -28,6 +30,7 @@ pub mod graph;
 pub mod l3;
 pub mod paged_attention;
 pub mod paged_attention_manual_scope;
+pub mod spmd_multiblock;
 pub mod stream;
 pub mod vector;
 
@@ -83,6 +86,8 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &graph::GraphVector,
         &dsv4::Dsv4Shaped,
         &dummy_task::DummyTask,
+        &spmd_multiblock::SpmdMultiblockAiv,
+        &spmd_multiblock::SpmdMultiblockMix,
     ]
 }
 
