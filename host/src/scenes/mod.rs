@@ -15,6 +15,7 @@
 //! - [`dummy_task`]: `dummy_task`, dependency-only tasks between a cube producer and consumer;
 //! - [`spmd_multiblock`]: `spmd_multiblock_aiv` and `spmd_multiblock_mix`, SPMD tasks of more
 //!   blocks than the device has cores, each block writing its index;
+//! - [`mixed_example`]: `mixed_example`, a task of every resource shape per scoped iteration;
 //! - [`stream`]: [`stream::TaskStream`], the runtime calls a scene's orchestration makes, so
 //!   the `submit` benchmark drives the scenes' own task streams on a bare orchestrator.
 
@@ -28,6 +29,7 @@ pub mod dsv4;
 pub mod dummy_task;
 pub mod graph;
 pub mod l3;
+pub mod mixed_example;
 pub mod paged_attention;
 pub mod paged_attention_manual_scope;
 pub mod spmd_multiblock;
@@ -88,6 +90,7 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &dummy_task::DummyTask,
         &spmd_multiblock::SpmdMultiblockAiv,
         &spmd_multiblock::SpmdMultiblockMix,
+        &mixed_example::MixedExample,
     ]
 }
 
