@@ -16,6 +16,7 @@
 //! - [`spmd_multiblock`]: `spmd_multiblock_aiv` and `spmd_multiblock_mix`, SPMD tasks of more
 //!   blocks than the device has cores, each block writing its index;
 //! - [`mixed_example`]: `mixed_example`, a task of every resource shape per scoped iteration;
+//! - [`scalar_data`]: `scalar_data`, element reads and writes by the orchestration between tasks;
 //! - [`stream`]: [`stream::TaskStream`], the runtime calls a scene's orchestration makes, so
 //!   the `submit` benchmark drives the scenes' own task streams on a bare orchestrator.
 
@@ -32,6 +33,7 @@ pub mod l3;
 pub mod mixed_example;
 pub mod paged_attention;
 pub mod paged_attention_manual_scope;
+pub mod scalar_data;
 pub mod spmd_multiblock;
 pub mod stream;
 pub mod vector;
@@ -91,6 +93,7 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &spmd_multiblock::SpmdMultiblockAiv,
         &spmd_multiblock::SpmdMultiblockMix,
         &mixed_example::MixedExample,
+        &scalar_data::ScalarData,
     ]
 }
 
