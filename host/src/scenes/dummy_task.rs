@@ -30,7 +30,7 @@ use super::{compare_each, Prepared, Scene};
 use crate::callable::{Callable, Signature};
 use crate::chip_worker::HostTensor;
 use crate::scope::{Scope, Tensor};
-use crate::task::{AicKernel, TaskOutputs};
+use crate::task::{AicKernel, KernelTable, TaskOutputs};
 use simpler_aicore::kernels::{args as kernel_args, stage};
 use simpler_aicore::{KernelCtx, KernelFailure};
 use simpler_aicpu::RtError;
@@ -81,7 +81,7 @@ struct Kernels {
 }
 
 fn callable() -> Callable {
-    let mut table = crate::task::KernelTable::new();
+    let mut table = KernelTable::new();
     let k = Kernels {
         write_const: table.aic(write_const),
         copy_first: table.aic(copy_first),

@@ -27,8 +27,8 @@
 //! No task reads what another writes, and an OUTPUT_EXISTING takes no TensorMap lookup, so the
 //! graph has 5 tasks per iteration and no edges (20 and 0 for `case1`, 5 and 0 for `case2`).
 //!
-//! Inputs are multiples of 1/16 in [-1, 1) from [`XorShift`](super::XorShift), so every
-//! product, sum and matmul entry (at most 128 terms of 1/256ths, below 2^15 of them) is exact
+//! Inputs are multiples of 1/16 in [-1, 1) from the scenes' xorshift64* source, so every
+//! product, sum and matmul entry (128 terms of whole 1/256ths, at most 2^15 of them) is exact
 //! in f32 in any summation order, and the golden (f64, the definitions) is checked exactly.
 //! The reference checks within 1e-3 because its random-normal inputs round.
 

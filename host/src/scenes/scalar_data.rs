@@ -44,7 +44,7 @@
 use super::{compare_each, Prepared, Scene};
 use crate::callable::{Callable, Signature};
 use crate::chip_worker::HostTensor;
-use crate::scope::{Scope, Tensor};
+use crate::scope::{Scope, Tensor, TensorInfo};
 use crate::task::{KernelTable, TaskScalar};
 use simpler_aicore::kernels;
 use simpler_aicpu::RtError;
@@ -80,8 +80,8 @@ fn callable() -> Callable {
         let [a, b, result, check] = entry.tensors;
         let size = a.numel();
         let (Ok(inter), Ok(one)) = (
-            crate::scope::TensorInfo::new(&[size as u32], DataType::Float32),
-            crate::scope::TensorInfo::new(&[1], DataType::Float32),
+            TensorInfo::new(&[size as u32], DataType::Float32),
+            TensorInfo::new(&[1], DataType::Float32),
         ) else {
             return Err(s.fail(BAD_ENTRY));
         };
