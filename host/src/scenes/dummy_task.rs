@@ -18,10 +18,10 @@
 //! last writer of `X` and becomes its writer, so the dummies chain. In the last two, the
 //! dummies carry no tensors and every edge to or from them is explicit (`WAIT | RETAIN`); the
 //! consumer's INPUT of `X` still finds `X`'s last writer, the producer, through the TensorMap,
-//! which is the fourth edge of case 3 and the 37th of case 4 (one edge per producer per
-//! consumer: an explicit dependency and a lookup that name the same task are one edge). Every
-//! task is in the orchestration's scope, open until the end, so no producer retires before a
-//! consumer names it and the counts are those of every run.
+//! a WAIT-only edge: the fourth edge of case 3 (`P_A → C`, beside `P_A → D`, `P_B → D` and
+//! `D → C`) and the 37th of case 4 (beside 18 `P → D` and 18 `D → C`). Every task is in the
+//! orchestration's scope, open until the end, so no producer retires before a consumer names
+//! it and the counts are those of every run.
 //!
 //! The golden is exact: `X[0] = Y[0] = 42`, and `W[0] = 42` in case 3 (its second producer);
 //! every other element stays `-1`.
