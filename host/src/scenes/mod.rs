@@ -18,6 +18,11 @@
 //! - [`graph`]: `graph_vector`, one body submitted as a Graph eight times;
 //! - [`dsv4`]: `dsv4_shaped`, a synthetic decode step shaped like the reference's DeepSeek-V4;
 //! - [`l3`]: `l3_vector`, vector_example on two chips in child processes and a SUB worker;
+//! - [`dummy_task`]: `dummy_task`, dependency-only tasks between a cube producer and consumer;
+//! - [`spmd_multiblock`]: `spmd_multiblock_aiv` and `spmd_multiblock_mix`, SPMD tasks of more
+//!   blocks than the device has cores, each block writing its index;
+//! - [`mixed_example`]: `mixed_example`, a task of every resource shape per scoped iteration;
+//! - [`scalar_data`]: `scalar_data`, element reads and writes by the orchestration between tasks;
 //! - [`stream`]: [`stream::TaskStream`], the runtime calls a scene's orchestration makes, so
 //!   the `submit` benchmark drives the scenes' own task streams on a bare orchestrator.
 
@@ -27,10 +32,14 @@ use crate::transport::Runtime;
 
 pub mod bgemm;
 pub mod dsv4;
+pub mod dummy_task;
 pub mod graph;
 pub mod l3;
+pub mod mixed_example;
 pub mod paged_attention;
 pub mod paged_attention_manual_scope;
+pub mod scalar_data;
+pub mod spmd_multiblock;
 pub mod stream;
 pub mod vector;
 
@@ -172,6 +181,11 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &bgemm::Bgemm,
         &graph::GraphVector,
         &dsv4::Dsv4Shaped,
+        &dummy_task::DummyTask,
+        &spmd_multiblock::SpmdMultiblockAiv,
+        &spmd_multiblock::SpmdMultiblockMix,
+        &mixed_example::MixedExample,
+        &scalar_data::ScalarData,
     ]
 }
 
@@ -217,4 +231,31 @@ impl XorShift {
     pub(crate) fn unit(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 / (1u32 << 24) as f32
     }
+}
+
+/// [`compare`] of each `(tensor index, golden)` pair: the largest difference over all of
+/// them, and a pass only if every one passes (a missing tensor fails).
+pub(crate) fn compare_each(
+    got: &[HostTensor],
+    golden: &[(usize, Vec<f64>)],
+    atol: f64,
+    rtol: f64,
+) -> Check {
+    let all = Check {
+        max_diff: 0.0,
+        pass: true,
+    };
+    golden.iter().fold(all, |all, (i, g)| {
+        let c = got.get(*i).map_or(
+            Check {
+                max_diff: f64::INFINITY,
+                pass: false,
+            },
+            |t| compare(&t.to_f32(), g, atol, rtol),
+        );
+        Check {
+            max_diff: all.max_diff.max(c.max_diff),
+            pass: all.pass && c.pass,
+        }
+    })
 }
