@@ -178,18 +178,16 @@ impl Scene for DummyTask {
             (1, golden(true)),
             (2, golden(number == 3)),
         ];
-        let (orch, kernels, signature) = callable().into_parts();
         let (tasks, edges) = counts(number);
-        Some(Prepared {
-            orch,
-            kernels,
-            signature,
-            tensors: vec![tensor(), tensor(), tensor()],
-            scalars: vec![number],
-            check: Box::new(move |t| compare_each(t, &want, 0.0, 0.0)),
-            tasks,
-            edges,
-        })
+        Some(
+            Prepared::new(
+                callable(),
+                vec![tensor(), tensor(), tensor()],
+                Box::new(move |t| compare_each(t, &want, 0.0, 0.0)),
+            )
+            .with_scalars(vec![number])
+            .with_counts(tasks, edges),
+        )
     }
 }
 

@@ -287,17 +287,14 @@ impl Scene for MixedExample {
             out(),
             out(),
         ];
-        let (orch, kernels, signature) = callable().into_parts();
-        Some(Prepared {
-            orch,
-            kernels,
-            signature,
-            tensors,
-            scalars: Vec::new(),
-            check: Box::new(move |t| compare_each(t, &golden, 0.0, 0.0)),
-            tasks: 5 * u64::from(iters),
-            edges: 0,
-        })
+        Some(
+            Prepared::new(
+                callable(),
+                tensors,
+                Box::new(move |t| compare_each(t, &golden, 0.0, 0.0)),
+            )
+            .with_counts(5 * u64::from(iters), 0),
+        )
     }
 }
 

@@ -184,22 +184,19 @@ impl Scene for ScalarData {
             55.0,
         ];
         let golden = vec![(2, result), (3, check)];
-        let (orch, kernels, signature) = callable().into_parts();
-        Some(Prepared {
-            orch,
-            kernels,
-            signature,
-            tensors: vec![
-                HostTensor::f32(&a, &[SIZE], In),
-                HostTensor::f32(&b, &[SIZE], In),
-                HostTensor::f32(&vec![0.0; SIZE as usize], &[SIZE], Out),
-                HostTensor::f32(&[0.0; CHECKS as usize], &[CHECKS], Out),
-            ],
-            scalars: Vec::new(),
-            check: Box::new(move |t| compare_each(t, &golden, 0.0, 0.0)),
-            tasks: 8,
-            edges: 4,
-        })
+        Some(
+            Prepared::new(
+                callable(),
+                vec![
+                    HostTensor::f32(&a, &[SIZE], In),
+                    HostTensor::f32(&b, &[SIZE], In),
+                    HostTensor::f32(&vec![0.0; SIZE as usize], &[SIZE], Out),
+                    HostTensor::f32(&[0.0; CHECKS as usize], &[CHECKS], Out),
+                ],
+                Box::new(move |t| compare_each(t, &golden, 0.0, 0.0)),
+            )
+            .with_counts(8, 4),
+        )
     }
 }
 

@@ -98,17 +98,12 @@ fn prepare(callable: Callable, lines: usize, golden: &[(usize, f64)]) -> Prepare
         want[line * FLOATS_PER_CACHE_LINE] = value;
     }
     let want = vec![(0, want)];
-    let (orch, kernels, signature) = callable.into_parts();
-    Prepared {
-        orch,
-        kernels,
-        signature,
-        tensors: vec![HostTensor::f32(&vec![0.0; n], &[n as u32], InOut)],
-        scalars: Vec::new(),
-        check: Box::new(move |t| compare_each(t, &want, 0.0, 0.0)),
-        tasks: 5,
-        edges: 4,
-    }
+    Prepared::new(
+        callable,
+        vec![HostTensor::f32(&vec![0.0; n], &[n as u32], InOut)],
+        Box::new(move |t| compare_each(t, &want, 0.0, 0.0)),
+    )
+    .with_counts(5, 4)
 }
 
 impl Scene for SpmdMultiblockAiv {
