@@ -9,6 +9,12 @@
 //! - [`paged_attention`]: decode-style paged attention with online softmax;
 //! - [`paged_attention_manual_scope`]: the same, each query tile in a MANUAL scope with
 //!   explicit dependencies;
+//! - [`batch_paged_attention`]: the same attention over chunks of up to 16 sequences, each
+//!   chunk's tasks covering all of its sequences;
+//! - [`multi_round_paged_attention`]: paged attention under the reference's multi-round case
+//!   names, for several rounds on one chip;
+//! - [`paged_attention_ringbuffer`]: `ringbuffer_stress`, batch paged attention on rings far
+//!   too small for it ([`paged_attention_ringbuffer::ring`]);
 //! - [`graph`]: `graph_vector`, one body submitted as a Graph eight times;
 //! - [`dsv4`]: `dsv4_shaped`, a synthetic decode step shaped like the reference's DeepSeek-V4;
 //! - [`l3`]: `l3_vector`, vector_example on two chips in child processes and a SUB worker;
@@ -20,12 +26,15 @@ use crate::transport::OrchFn;
 use simpler_aicore::KernelFn;
 use simpler_core::ArgDirection;
 
+pub mod batch_paged_attention;
 pub mod bgemm;
 pub mod dsv4;
 pub mod graph;
 pub mod l3;
+pub mod multi_round_paged_attention;
 pub mod paged_attention;
 pub mod paged_attention_manual_scope;
+pub mod paged_attention_ringbuffer;
 pub mod stream;
 pub mod vector;
 
@@ -80,6 +89,9 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &bgemm::Bgemm,
         &graph::GraphVector,
         &dsv4::Dsv4Shaped,
+        &batch_paged_attention::BatchPagedAttention,
+        &multi_round_paged_attention::MultiRoundPagedAttention,
+        &paged_attention_ringbuffer::PagedAttentionRingbuffer,
     ]
 }
 
