@@ -18,13 +18,13 @@ const TOPOLOGIES: [Topology; 2] = [Topology::A2a3, Topology::A5];
 
 /// Runs `prepared` for `rounds` rounds on `worker` (registered once), each round from `fresh`
 /// tensors or, when `fresh` is false, from the previous round's tensors (the output left as the
-/// last round wrote it); checks every round's golden and graph counts.
+/// last round wrote it); checks every round's golden and task count, and that its edges are
+/// the prepared count less at most `slack` (edges a submit may find retired, see below).
 fn run_rounds(
     worker: &mut ChipWorker,
     label: &str,
     prepared: &Prepared,
-    rounds: usize,
-    fresh: bool,
+    (rounds, fresh, slack): (usize, bool, u64),
     options: impl Fn() -> RunOptions,
 ) -> Vec<RunReport> {
     let handle = worker.register_callable(
@@ -47,11 +47,12 @@ fn run_rounds(
             "{label} round {round}: max diff {}",
             check.max_diff
         );
-        let got = (report.outcome.tasks, report.outcome.edges);
-        assert_eq!(
-            got,
-            (prepared.tasks, prepared.edges),
-            "{label} round {round}"
+        let (tasks, edges) = (report.outcome.tasks, report.outcome.edges);
+        assert_eq!(tasks, prepared.tasks, "{label} round {round}: tasks");
+        let range = prepared.edges - slack..=prepared.edges;
+        assert!(
+            range.contains(&edges),
+            "{label} round {round}: {edges} edges, not in {range:?}"
         );
         reports.push(report);
     }
@@ -84,7 +85,7 @@ fn batch_paged_attention_every_case_on_both_topologies() {
             let p = s.prepare(case).unwrap();
             assert_eq!((p.tasks, p.edges), want, "{case}");
             let label = format!("batch_paged_attention {case} on {}", topology.name());
-            run_rounds(&mut worker, &label, &p, 2, true, RunOptions::default);
+            run_rounds(&mut worker, &label, &p, (2, true, 0), RunOptions::default);
         }
     }
 }
@@ -104,8 +105,9 @@ fn multi_round_paged_attention_runs_many_rounds_per_chip_each_checked() {
             let label = format!("multi_round_paged_attention {case} on {}", topology.name());
             // The reference resets the outputs before each round; a round that starts from
             // the previous round's output must come out the same.
-            run_rounds(&mut worker, &label, &p, rounds, true, RunOptions::default);
-            run_rounds(&mut worker, &label, &p, 2, false, RunOptions::default);
+            let default = RunOptions::default;
+            run_rounds(&mut worker, &label, &p, (rounds, true, 0), default);
+            run_rounds(&mut worker, &label, &p, (2, false, 0), default);
         }
     }
 }
@@ -146,7 +148,7 @@ fn ringbuffer_stress_wraps_the_small_rings_on_both_topologies() {
     );
     // Prepared once (its f64 golden is the costly part) for both chips.
     let p = s.prepare("ringbuffer_stress").unwrap();
-    assert_eq!((p.tasks, p.edges), (258, 383));
+    assert_eq!((p.tasks, p.edges), (258, 382));
     for topology in TOPOLOGIES {
         let mut config = DeviceConfig::new(topology);
         config.ring = ring;
@@ -158,7 +160,11 @@ fn ringbuffer_stress_wraps_the_small_rings_on_both_topologies() {
             hook: Some(shared.clone()),
             ..RunOptions::default()
         };
-        run_rounds(&mut worker, &label, &p, 1, true, options);
+        // On these rings the orchestrator waits for slots, so an `UP` can complete and retire
+        // before the next block's `UP` is submitted; that edge, WAIT-only through the TensorMap
+        // (every other edge is a creator edge, whose producer its scope keeps alive), is then
+        // not recorded: up to 31 per chunk.
+        run_rounds(&mut worker, &label, &p, (1, true, 2 * 31), options);
         let used = hook.lock().unwrap();
         // Scope depth picks the ring: the two alloc tasks on one, the 256 block tasks on the
         // next, through its 64 slots four times over.
