@@ -100,7 +100,9 @@ pub(crate) enum KvPool {
     Full,
     /// `batch · ceil(max context / block_size)` blocks (the reference's input generator's
     /// size): the table's first `ceil(max context / block_size)` columns are a seeded
-    /// permutation of them, its other columns (never read) seeded draws among them.
+    /// permutation of them, its other columns (never read) seeded draws among them. The
+    /// reference draws every entry independently, so its sequences may share blocks; a
+    /// permutation keeps every block read by one sequence, which the kernels do not rely on.
     Used,
 }
 
