@@ -28,8 +28,8 @@
 //! - [`stage`]: carving the local buffer into one buffer per operand, and moving an element
 //!   range of a tensor through it, so a tensor larger than the buffer streams in chunks.
 //!
-//! The kernels' own modules, `vector`, `matmul`, `attention` and `batch_attention`, are private; their kernels are
-//! re-exported here.
+//! The kernels' own modules, `vector`, `matmul`, `attention` and `batch_attention`, are
+//! private; their kernels are re-exported here.
 
 use crate::kernel::{KernelCtx, KernelFailure, KernelFn};
 

@@ -16,6 +16,10 @@
 //! [`paged_attention_manual_scope`](super::paged_attention_manual_scope) submits the same
 //! tasks in MANUAL scopes with explicit dependencies; the cases, the entry checks, the
 //! per-tile tensors and argument lists, the inputs and the golden here serve both.
+//! [`multi_round_paged_attention`](super::multi_round_paged_attention) runs this scene's
+//! orchestration under its own case names; [`batch_paged_attention`](super::batch_paged_attention)
+//! and [`paged_attention_ringbuffer`](super::paged_attention_ringbuffer) take the entry checks,
+//! the case geometry, the inputs and the golden, with their own orchestration and kernels.
 //!
 //! Per sequence `b` and query tile of at most 128 heads (one tile in every case here), in its
 //! own AUTO scope: one `alloc_tensors` task for the running `oi` `[H, D]`, `li` `[H]` and `mi`
