@@ -830,6 +830,106 @@ fn three_blocks_of_online_softmax_match_direct_attention() {
     assert!(scene.read(&untouched).iter().all(|&x| x == -1.0));
 }
 
+/// A dense row-major int32 tensor holding `values`.
+fn i32_tensor(scene: &mut Scene, shapes: &[u32], values: &[i32]) -> TaskTensor {
+    let buffer = scene.reserve(values.len() as u64 * 4);
+    for (i, v) in values.iter().enumerate() {
+        scene
+            .gm
+            .write(buffer.addr + i as u64 * 4, &v.to_le_bytes())
+            .unwrap();
+    }
+    TaskTensor::new(
+        buffer,
+        0,
+        shapes,
+        &row_major(shapes),
+        DataType::Int32,
+        AddressSpace::Device,
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_batched_kernels_match_direct_attention_per_sequence() {
+    // Sequences 1 and 2 of a batch of 3 (chunk start 1, count 2), contexts 20 and 9: two block
+    // indices, the second past sequence 2's context, so its block is masked out entirely.
+    let mut rng = Rng(48);
+    let mut scene = Scene::new(1 << 20);
+    let (hu, du, bsu) = (H as u32, D as u32, BS as u32);
+    let (batch, block_num, blocks) = (3usize, 4usize, 6usize);
+    let lens = [5i32, 20, 9];
+    let table: Vec<i32> = vec![0, 0, 0, 0, 4, 1, 0, 0, 3, 5, 0, 0];
+    let k_cache = rng.bf16_values(blocks * BS * D);
+    let v_cache = rng.bf16_values(blocks * BS * D);
+    let qv = rng.bf16_values(batch * H * D);
+    let query = scene.tensor(&[batch as u32, hu, du], BF16, &qv);
+    let key_cache = scene.tensor(&[blocks as u32, bsu, 1, du], BF16, &k_cache);
+    let value_cache = scene.tensor(&[blocks as u32, bsu, 1, du], BF16, &v_cache);
+    let bt = i32_tensor(&mut scene, &[batch as u32, block_num as u32], &table);
+    let cl = i32_tensor(&mut scene, &[batch as u32], &lens);
+    let out = scene.filled(&[batch as u32, hu, du], F32, -1.0);
+    let rows = 2 * hu;
+    let sij = scene.filled(&[rows, bsu], F32, 0.0);
+    let pij = scene.filled(&[rows, bsu], BF16, 0.0);
+    let (mij, lij) = (
+        scene.filled(&[rows], F32, 0.0),
+        scene.filled(&[rows], F32, 0.0),
+    );
+    let oi_new = scene.filled(&[rows, du], F32, 0.0);
+    let (mi, li) = (
+        scene.filled(&[rows], F32, 0.0),
+        scene.filled(&[rows], F32, 0.0),
+    );
+    let oi = scene.filled(&[rows, du], F32, 0.0);
+    let scale = 1.0 / (D as f32).sqrt();
+    let (count, start, heads) = (2u64, 1u64, H as u64);
+    for bn in 0..2u64 {
+        let qk = [count, bn, 0, block_num as u64, heads, start];
+        scene
+            .run(kernels::pa_qk_batch, &[query, key_cache, bt, sij], &qk)
+            .unwrap();
+        let sf = [scale.to_bits() as u64, count, bn, start];
+        scene
+            .run(kernels::pa_softmax_batch, &[sij, cl, pij, mij, lij], &sf)
+            .unwrap();
+        let pv = [count, bn, block_num as u64, start];
+        scene
+            .run(kernels::pa_pv_batch, &[pij, value_cache, bt, oi_new], &pv)
+            .unwrap();
+        let up = [(bn == 0) as u64, (bn == 1) as u64, count, 0, heads, start];
+        let args = [mij, lij, oi_new, mi, li, oi, out];
+        scene.run(kernels::pa_update_batch, &args, &up).unwrap();
+    }
+    // Sequence 2's masked block: m = -1e30, l = 0, p = 0.
+    let m_last = scene.read(&mij);
+    assert!(m_last[H..].iter().all(|&m| m == -1e30), "{m_last:?}");
+    assert!(scene.read(&lij)[H..].iter().all(|&l| l == 0.0));
+    assert!(scene.read(&pij)[H * BS..].iter().all(|&p| p == 0.0));
+    let got = scene.read(&out);
+    for seq in 1..batch {
+        let ctx = lens[seq] as usize;
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        for t in 0..ctx {
+            let block = table[seq * block_num + t / BS] as usize;
+            let row = (block * BS + t % BS) * D..(block * BS + t % BS + 1) * D;
+            keys.extend_from_slice(&k_cache[row.clone()]);
+            values.extend_from_slice(&v_cache[row]);
+        }
+        let want = reference_attention(
+            &qv[seq * H * D..(seq + 1) * H * D],
+            &keys,
+            &values,
+            scale as f64,
+        );
+        let rows = &got[seq * H * D..(seq + 1) * H * D];
+        assert_close(rows, &want, 1e-3, &format!("sequence {seq}"));
+    }
+    // Sequence 0 is outside the chunk: untouched.
+    assert!(got[..H * D].iter().all(|&x| x == -1.0));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Refusals
 

@@ -39,13 +39,18 @@ pub fn pa_qk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let [q_buf, k_buf, s_buf] = carve(ctx.local, [h * d, bs * d, h * bs])?;
     tile::load(ctx.gm, q, q_buf)?;
     tile::load(ctx.gm, k, k_buf)?;
-    for (s_row, q_row) in s_buf.chunks_exact_mut(bs).zip(q_buf.chunks_exact(d)) {
-        for (out, k_row) in s_row.iter_mut().zip(k_buf.chunks_exact(d)) {
+    scores(q_buf, k_buf, s_buf, d, bs, scale);
+    tile::store(ctx.gm, s, s_buf)
+}
+
+/// `s = scale · q kᵀ` on local buffers: `q` is `(H, d)`, `k` `(bs, d)`, `s` `(H, bs)`.
+pub(super) fn scores(q: &[f32], k: &[f32], s: &mut [f32], d: usize, bs: usize, scale: f32) {
+    for (s_row, q_row) in s.chunks_exact_mut(bs).zip(q.chunks_exact(d)) {
+        for (out, k_row) in s_row.iter_mut().zip(k.chunks_exact(d)) {
             let dot: f32 = q_row.iter().zip(k_row).map(|(&x, &y)| x * y).sum();
             *out = scale * dot;
         }
     }
-    tile::store(ctx.gm, s, s_buf)
 }
 
 /// Row softmax numerators of one block. Tensors: `[s (H, Bs), p OUT (H·Bs), m OUT (H),
@@ -69,22 +74,7 @@ pub fn pa_softmax(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let round = p.dtype() == DataType::Bfloat16;
     let [s_buf, m_buf, l_buf] = carve(ctx.local, [h * bs, h, h])?;
     tile::load(ctx.gm, s, s_buf)?;
-    let rows = s_buf
-        .chunks_exact_mut(bs)
-        .zip(m_buf.iter_mut().zip(l_buf.iter_mut()));
-    for (row, (row_max, row_sum)) in rows {
-        let (live, masked) = row.split_at_mut(valid);
-        let max = live.iter().fold(f32::NEG_INFINITY, |acc, &x| acc.max(x));
-        let mut sum = 0.0f32;
-        for x in live.iter_mut() {
-            let e = libm::expf(*x - max);
-            *x = if round { Bf16::from_f32(e).to_f32() } else { e };
-            sum += *x;
-        }
-        masked.fill(0.0);
-        *row_max = max;
-        *row_sum = sum;
-    }
+    softmax_rows(s_buf, m_buf, l_buf, bs, valid, round);
     tile::store(ctx.gm, p, s_buf)?;
     tile::store(ctx.gm, m, m_buf)?;
     tile::store(ctx.gm, l, l_buf)
@@ -105,6 +95,87 @@ pub fn pa_pv(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     tile::load(ctx.gm, v, v_buf)?;
     gemm(p_buf, v_buf, o_buf, bs, d);
     tile::store(ctx.gm, o, o_buf)
+}
+
+/// [`pa_softmax`]'s math on local buffers, in place: each row of `s` (`bs` wide) becomes its
+/// numerators over the first `valid` columns (rounded to bf16 when `round`) and 0 past them;
+/// `m` and `l` get the rows' max and sum. `valid` is `1..=bs`.
+pub(super) fn softmax_rows(
+    s: &mut [f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    bs: usize,
+    valid: usize,
+    round: bool,
+) {
+    let rows = s.chunks_exact_mut(bs).zip(m.iter_mut().zip(l.iter_mut()));
+    for (row, (row_max, row_sum)) in rows {
+        let (live, masked) = row.split_at_mut(valid);
+        let max = live.iter().fold(f32::NEG_INFINITY, |acc, &x| acc.max(x));
+        let mut sum = 0.0f32;
+        for x in live.iter_mut() {
+            let e = libm::expf(*x - max);
+            *x = if round { Bf16::from_f32(e).to_f32() } else { e };
+            sum += *x;
+        }
+        masked.fill(0.0);
+        *row_max = max;
+        *row_sum = sum;
+    }
+}
+
+/// The running triple `(mi, li, oi)` and one block's `(mij, lij, otmp)`, on local buffers:
+/// `H` rows, `oi` and `otmp` `d` wide.
+pub(super) struct Fold<'a> {
+    pub(super) mi: &'a mut [f32],
+    pub(super) li: &'a mut [f32],
+    pub(super) oi: &'a mut [f32],
+    pub(super) mij: &'a [f32],
+    pub(super) lij: &'a [f32],
+    pub(super) otmp: &'a [f32],
+    pub(super) d: usize,
+}
+
+impl Fold<'_> {
+    /// Folds the block into the running triple (the first block copies it).
+    pub(super) fn run(self, is_first: bool) {
+        let d = self.d;
+        if is_first {
+            self.mi.copy_from_slice(self.mij);
+            self.li.copy_from_slice(self.lij);
+            self.oi.copy_from_slice(self.otmp);
+        } else {
+            let running = self
+                .mi
+                .iter_mut()
+                .zip(self.li.iter_mut())
+                .zip(self.oi.chunks_exact_mut(d));
+            let block = self
+                .mij
+                .iter()
+                .zip(self.lij.iter())
+                .zip(self.otmp.chunks_exact(d));
+            for (((m_run, l_run), o_run), ((&m_blk, &l_blk), o_blk)) in running.zip(block) {
+                let m_new = m_run.max(m_blk);
+                let alpha = libm::expf(*m_run - m_new);
+                let beta = libm::expf(m_blk - m_new);
+                *l_run = alpha * *l_run + beta * l_blk;
+                for (x, &y) in o_run.iter_mut().zip(o_blk) {
+                    *x = alpha * *x + beta * y;
+                }
+                *m_run = m_new;
+            }
+        }
+    }
+}
+
+/// `oi / li` row by row, in place: the output after the last block.
+pub(super) fn normalise(oi: &mut [f32], li: &[f32], d: usize) {
+    for (row, &l_run) in oi.chunks_exact_mut(d).zip(li) {
+        for x in row.iter_mut() {
+            *x /= l_run;
+        }
+    }
 }
 
 /// Folds one block's `(mij, lij, otmp)` into the running `(mi, li, oi)`. Tensors: `[mij (H),
@@ -145,42 +216,26 @@ pub fn pa_update(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     tile::load(ctx.gm, mij, mij_buf)?;
     tile::load(ctx.gm, lij, lij_buf)?;
     tile::load(ctx.gm, otmp, otmp_buf)?;
-    if is_first {
-        mi_buf.copy_from_slice(mij_buf);
-        li_buf.copy_from_slice(lij_buf);
-        oi_buf.copy_from_slice(otmp_buf);
-    } else {
+    if !is_first {
         tile::load(ctx.gm, mi, mi_buf)?;
         tile::load(ctx.gm, li, li_buf)?;
         tile::load(ctx.gm, oi, oi_buf)?;
-        let running = mi_buf
-            .iter_mut()
-            .zip(li_buf.iter_mut())
-            .zip(oi_buf.chunks_exact_mut(d));
-        let block = mij_buf
-            .iter()
-            .zip(lij_buf.iter())
-            .zip(otmp_buf.chunks_exact(d));
-        for (((m_run, l_run), o_run), ((&m_blk, &l_blk), o_blk)) in running.zip(block) {
-            let m_new = m_run.max(m_blk);
-            let alpha = libm::expf(*m_run - m_new);
-            let beta = libm::expf(m_blk - m_new);
-            *l_run = alpha * *l_run + beta * l_blk;
-            for (x, &y) in o_run.iter_mut().zip(o_blk) {
-                *x = alpha * *x + beta * y;
-            }
-            *m_run = m_new;
-        }
     }
+    Fold {
+        mi: mi_buf,
+        li: li_buf,
+        oi: oi_buf,
+        mij: mij_buf,
+        lij: lij_buf,
+        otmp: otmp_buf,
+        d,
+    }
+    .run(is_first);
     tile::store(ctx.gm, mi, mi_buf)?;
     tile::store(ctx.gm, li, li_buf)?;
     tile::store(ctx.gm, oi, oi_buf)?;
     if let Some(out) = out {
-        for (row, &l_run) in oi_buf.chunks_exact_mut(d).zip(li_buf.iter()) {
-            for x in row.iter_mut() {
-                *x /= l_run;
-            }
-        }
+        normalise(oi_buf, li_buf, d);
         tile::store(ctx.gm, out, oi_buf)?;
     }
     Ok(())

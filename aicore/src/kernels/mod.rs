@@ -1,5 +1,6 @@
 //! The reference kernels the example scenes run: elementwise vector ops, a tiled matmul with
-//! its accumulate step (bgemm), and the four stages of paged attention's online softmax.
+//! its accumulate step (bgemm), and the four stages of paged attention's online softmax, per
+//! query tile and batched over a chunk of sequences.
 //!
 //! Every kernel checks its arguments before it touches GM and reports a typed
 //! [`KernelFailure`] for any input it cannot run, never a panic:
@@ -27,18 +28,20 @@
 //! - [`stage`]: carving the local buffer into one buffer per operand, and moving an element
 //!   range of a tensor through it, so a tensor larger than the buffer streams in chunks.
 //!
-//! The kernels' own modules, `vector`, `matmul` and `attention`, are private; their kernels are
-//! re-exported here.
+//! The kernels' own modules, `vector`, `matmul`, `attention` and `batch_attention`, are
+//! private; their kernels are re-exported here.
 
 use crate::kernel::{KernelCtx, KernelFailure, KernelFn};
 
 pub mod args;
 mod attention;
+mod batch_attention;
 mod matmul;
 pub mod stage;
 mod vector;
 
 pub use attention::{pa_pv, pa_qk, pa_softmax, pa_update};
+pub use batch_attention::{pa_pv_batch, pa_qk_batch, pa_softmax_batch, pa_update_batch};
 pub use matmul::{matmul, MAX_TILE};
 pub use vector::{accumulate, add, add_scalar, mul};
 
@@ -67,6 +70,10 @@ pub const ALL: &[(&str, KernelFn)] = &[
     ("pa_softmax", pa_softmax),
     ("pa_pv", pa_pv),
     ("pa_update", pa_update),
+    ("pa_qk_batch", pa_qk_batch),
+    ("pa_softmax_batch", pa_softmax_batch),
+    ("pa_pv_batch", pa_pv_batch),
+    ("pa_update_batch", pa_update_batch),
     ("fail", fail),
     ("empty", empty),
 ];

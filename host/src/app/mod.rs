@@ -451,9 +451,10 @@ fn find<'s>(scenes: &[&'s dyn Scene], program: &str, name: &str) -> Result<&'s d
 const HBG_HEAP_BYTES: u64 = 256 << 20;
 
 /// A device configuration for `prepared` on `runtime`: `topology`, the clusters asked for,
-/// GM for the entry tensors with room to spare beyond the heaps, and on hbg a heap per ring
-/// that holds the whole graph's intermediates (nothing retires while the host builds; the
-/// reference runs dsv4 with a 2 GiB heap).
+/// GM for the entry tensors with room to spare beyond the heaps, the case's ring sizes on tmr
+/// ([`Prepared::ring`]), and on hbg a heap per ring that holds the whole graph's intermediates
+/// (nothing retires while the host builds, so a case's small rings could not hold its graph;
+/// the reference runs dsv4 with a 2 GiB heap).
 fn chip_config(
     topology: Topology,
     clusters: Option<u32>,
@@ -473,8 +474,10 @@ fn chip_config(
         .map(|t| t.data.len() as u64 + 1024)
         .sum();
     config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
-    if runtime == Runtime::Hbg {
-        config.ring.heap_bytes = HBG_HEAP_BYTES;
+    match (runtime, prepared.ring) {
+        (Runtime::Hbg, _) => config.ring.heap_bytes = HBG_HEAP_BYTES,
+        (Runtime::Tmr, Some(ring)) => config.ring = ring,
+        (Runtime::Tmr, None) => {}
     }
     Ok(config)
 }

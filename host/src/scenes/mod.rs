@@ -15,6 +15,12 @@
 //! - [`paged_attention`]: decode-style paged attention with online softmax;
 //! - [`paged_attention_manual_scope`]: the same, each query tile in a MANUAL scope with
 //!   explicit dependencies;
+//! - [`batch_paged_attention`]: the same attention over chunks of up to 16 sequences, each
+//!   chunk's tasks covering all of its sequences;
+//! - [`multi_round_paged_attention`]: paged attention under the reference's multi-round case
+//!   names, for several rounds on one chip;
+//! - [`paged_attention_ringbuffer`]: `ringbuffer_stress`, batch paged attention on rings far
+//!   too small for it ([`paged_attention_ringbuffer::ring`]);
 //! - [`graph`]: `graph_vector`, one body submitted as a Graph eight times;
 //! - [`dsv4`]: `dsv4_shaped`, a synthetic decode step shaped like the reference's DeepSeek-V4;
 //! - [`l3`]: `l3_vector`, vector_example on two chips in child processes and a SUB worker;
@@ -29,15 +35,19 @@
 use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use crate::transport::Runtime;
+use simpler_core::ring::RingConfig;
 
+pub mod batch_paged_attention;
 pub mod bgemm;
 pub mod dsv4;
 pub mod dummy_task;
 pub mod graph;
 pub mod l3;
 pub mod mixed_example;
+pub mod multi_round_paged_attention;
 pub mod paged_attention;
 pub mod paged_attention_manual_scope;
+pub mod paged_attention_ringbuffer;
 pub mod scalar_data;
 pub mod spmd_multiblock;
 pub mod stream;
@@ -78,6 +88,13 @@ pub struct Prepared {
     /// [`Prepared::edges`]: a host-built run counts each Graph invocation as one outer task,
     /// whose nodes the device expands.
     pub hbg_counts: Option<(u64, u64)>,
+    /// Edges a run may report below [`Prepared::edges`]: a WAIT-only edge found through the
+    /// TensorMap is not recorded when its producer has already retired, which small rings
+    /// (whose submits wait for slots) make a matter of timing. 0 unless set.
+    pub edge_slack: u64,
+    /// The ring sizes the case runs on (every ring gets them, as the reference's `runtime_env`
+    /// sets them), on tmr; `None` keeps the device's defaults. An hbg run keeps its own sizes.
+    pub ring: Option<RingConfig>,
 }
 
 impl Prepared {
@@ -92,6 +109,8 @@ impl Prepared {
             tasks: None,
             edges: None,
             hbg_counts: None,
+            edge_slack: 0,
+            ring: None,
         }
     }
 
@@ -111,6 +130,18 @@ impl Prepared {
     /// The case with other counts for an hbg run ([`Prepared::hbg_counts`]).
     pub fn with_hbg_counts(mut self, tasks: u64, edges: u64) -> Self {
         self.hbg_counts = Some((tasks, edges));
+        self
+    }
+
+    /// The case with up to `slack` edges fewer allowed ([`Prepared::edge_slack`]).
+    pub fn with_edge_slack(mut self, slack: u64) -> Self {
+        self.edge_slack = slack;
+        self
+    }
+
+    /// The case on rings of these sizes ([`Prepared::ring`]).
+    pub fn with_ring(mut self, ring: RingConfig) -> Self {
+        self.ring = Some(ring);
         self
     }
 
@@ -186,6 +217,9 @@ pub fn all() -> &'static [&'static dyn Scene] {
         &spmd_multiblock::SpmdMultiblockMix,
         &mixed_example::MixedExample,
         &scalar_data::ScalarData,
+        &batch_paged_attention::BatchPagedAttention,
+        &multi_round_paged_attention::MultiRoundPagedAttention,
+        &paged_attention_ringbuffer::PagedAttentionRingbuffer,
     ]
 }
 

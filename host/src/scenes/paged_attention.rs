@@ -16,6 +16,10 @@
 //! [`paged_attention_manual_scope`](super::paged_attention_manual_scope) submits the same
 //! tasks in MANUAL scopes with explicit dependencies; the cases, the entry checks, the
 //! per-tile tensors and argument lists, the inputs and the golden here serve both.
+//! [`multi_round_paged_attention`](super::multi_round_paged_attention) runs this scene's
+//! orchestration under its own case names; [`batch_paged_attention`](super::batch_paged_attention)
+//! and [`paged_attention_ringbuffer`](super::paged_attention_ringbuffer) take the entry checks,
+//! the case geometry, the inputs and the golden, with their own orchestration and kernels.
 //!
 //! Per sequence `b` and query tile of at most 128 heads (one tile in every case here), in its
 //! own AUTO scope: one `alloc_tensors` task for the running `oi` `[H, D]`, `li` `[H]` and `mi`
@@ -73,14 +77,14 @@ pub(crate) const PA_PV: u32 = 2;
 pub(crate) const PA_UPDATE: u32 = 3;
 
 /// The fatal code of an entry whose tensors or scalars do not have the scene's layout.
-const BAD_ENTRY: u32 = 1;
+pub(crate) const BAD_ENTRY: u32 = 1;
 /// The fatal code of a context length of 0 or past `max_blocks · block_size`.
-const BAD_CONTEXT_LEN: u32 = 2;
+pub(crate) const BAD_CONTEXT_LEN: u32 = 2;
 /// The fatal code of a block-table entry past the cache's blocks.
 const BAD_BLOCK: u32 = 3;
 
 /// Most heads one query tile holds (the reference's `q_tile = min(heads, 128)`).
-const Q_TILE: u32 = 128;
+pub(crate) const Q_TILE: u32 = 128;
 
 const HEADS: u32 = 16;
 const HEAD_DIM: u32 = 16;
@@ -94,10 +98,28 @@ const CASE_NAMES: &[&str] = &[
     "Bench16704",
 ];
 
-/// One case: each sequence's context length, and the block table's width.
+/// How many physical KV blocks a case's caches hold, and how its block table maps onto them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KvPool {
+    /// `batch · max_blocks` blocks, the table a seeded permutation of them.
+    Full,
+    /// `batch · ceil(max context / block_size)` blocks (the reference's input generator's
+    /// size): the table's first `ceil(max context / block_size)` columns are a seeded
+    /// permutation of them, its other columns (never read) seeded draws among them. The
+    /// reference draws every entry independently, so its sequences may share blocks; a
+    /// permutation keeps every block read by one sequence, which the kernels do not rely on.
+    Used,
+}
+
+/// One case: each sequence's context length, the block table's width, the geometry and the
+/// size of the KV caches.
 pub(crate) struct Case {
-    context_lens: &'static [u32],
-    max_blocks: u32,
+    pub(crate) context_lens: &'static [u32],
+    pub(crate) max_blocks: u32,
+    pub(crate) heads: u32,
+    pub(crate) head_dim: u32,
+    pub(crate) block_size: u32,
+    pub(crate) pool: KvPool,
 }
 
 impl Case {
@@ -111,24 +133,48 @@ impl Case {
             "Bench16704" => (&[65 * BLOCK_SIZE; 64], 65 * BLOCK_SIZE),
             _ => return None,
         };
-        Some(Self {
-            context_lens,
-            max_blocks: max_model_len / BLOCK_SIZE,
-        })
+        Some(Self::small(context_lens, max_model_len))
     }
 
-    fn batch(&self) -> u32 {
+    /// A case of the sim geometry (16 heads, head dimension 16, blocks of 16 tokens) over the
+    /// [`KvPool::Full`] caches.
+    pub(crate) fn small(context_lens: &'static [u32], max_model_len: u32) -> Self {
+        Self {
+            context_lens,
+            max_blocks: max_model_len / BLOCK_SIZE,
+            heads: HEADS,
+            head_dim: HEAD_DIM,
+            block_size: BLOCK_SIZE,
+            pool: KvPool::Full,
+        }
+    }
+
+    pub(crate) fn batch(&self) -> u32 {
         self.context_lens.len() as u32
     }
 
     /// The shape of `query` and `out`.
     fn q_shape(&self) -> [u32; 3] {
-        [self.batch(), HEADS, HEAD_DIM]
+        [self.batch(), self.heads, self.head_dim]
+    }
+
+    /// Physical blocks each cache holds.
+    fn total_blocks(&self) -> u32 {
+        match self.pool {
+            KvPool::Full => self.batch() * self.max_blocks,
+            KvPool::Used => self.batch() * self.used_blocks(),
+        }
+    }
+
+    /// KV blocks of the longest sequence.
+    pub(crate) fn used_blocks(&self) -> u32 {
+        let max_ctx = self.context_lens.iter().copied().max().unwrap_or(0);
+        max_ctx.div_ceil(self.block_size)
     }
 
     /// The shape of `key_cache` and `value_cache`.
     fn kv_shape(&self) -> [u32; 4] {
-        [self.batch() * self.max_blocks, BLOCK_SIZE, 1, HEAD_DIM]
+        [self.total_blocks(), self.block_size, 1, self.head_dim]
     }
 
     /// The `block_table` entry tensor holding `table`.
@@ -145,12 +191,12 @@ impl Case {
     pub(crate) fn blocks(&self) -> impl Iterator<Item = u64> + '_ {
         self.context_lens
             .iter()
-            .map(|&ctx| ctx.div_ceil(BLOCK_SIZE) as u64)
+            .map(|&ctx| ctx.div_ceil(self.block_size) as u64)
     }
 
     /// Query tiles per sequence.
     pub(crate) fn tiles_per_sequence(&self) -> u64 {
-        HEADS.div_ceil(Q_TILE) as u64
+        self.heads.div_ceil(Q_TILE) as u64
     }
 
     /// Tasks one run submits: per tile, the alloc task and four per KV block.
@@ -159,35 +205,35 @@ impl Case {
     }
 
     /// Edges the AUTO graph has (the module docs count them).
-    fn edges(&self) -> u64 {
+    pub(crate) fn edges(&self) -> u64 {
         self.tiles_per_sequence() * self.blocks().map(|n| 6 * n - 1).sum::<u64>()
     }
 }
 
 /// The geometry the orchestration reads off the entry tensors.
 #[derive(Clone, Copy, Debug)]
-struct Geometry {
-    batch: u32,
-    heads: u32,
-    head_dim: u32,
-    block_size: u32,
-    total_blocks: u32,
-    max_blocks: u32,
+pub(crate) struct Geometry {
+    pub(crate) batch: u32,
+    pub(crate) heads: u32,
+    pub(crate) head_dim: u32,
+    pub(crate) block_size: u32,
+    pub(crate) total_blocks: u32,
+    pub(crate) max_blocks: u32,
 }
 
 /// The entry tensors, in signature order.
 #[derive(Clone, Copy)]
-struct EntryTensors {
-    query: TaskTensor,
-    key_cache: TaskTensor,
-    value_cache: TaskTensor,
-    block_table: TaskTensor,
-    context_lens: TaskTensor,
-    out: TaskTensor,
+pub(crate) struct EntryTensors {
+    pub(crate) query: TaskTensor,
+    pub(crate) key_cache: TaskTensor,
+    pub(crate) value_cache: TaskTensor,
+    pub(crate) block_table: TaskTensor,
+    pub(crate) context_lens: TaskTensor,
+    pub(crate) out: TaskTensor,
 }
 
 impl EntryTensors {
-    fn of(tensors: &[TaskTensor]) -> Option<Self> {
+    pub(crate) fn of(tensors: &[TaskTensor]) -> Option<Self> {
         match *tensors {
             [query, key_cache, value_cache, block_table, context_lens, out] => Some(Self {
                 query,
@@ -202,7 +248,7 @@ impl EntryTensors {
     }
 
     /// The geometry, if every tensor has the scene's rank, dtype and agreeing extents.
-    fn geometry(&self) -> Option<Geometry> {
+    pub(crate) fn geometry(&self) -> Option<Geometry> {
         let &[batch, heads, head_dim] = self.query.shapes() else {
             return None;
         };
@@ -234,12 +280,12 @@ impl EntryTensors {
     }
 }
 
-fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
+pub(crate) fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
     TaskArg { tensor, tag }
 }
 
 /// `tensor`'s view of `shapes` at `offsets`, or the run's end with [`BAD_ENTRY`].
-fn view<S: TaskStream>(
+pub(crate) fn view<S: TaskStream>(
     s: &mut S,
     tensor: &TaskTensor,
     shapes: &[u32],
@@ -249,18 +295,26 @@ fn view<S: TaskStream>(
 }
 
 /// An output description, or the run's end with [`BAD_ENTRY`].
-fn info<S: TaskStream>(s: &mut S, shapes: &[u32], dtype: DataType) -> Result<TaskTensor, S::Error> {
+pub(crate) fn info<S: TaskStream>(
+    s: &mut S,
+    shapes: &[u32],
+    dtype: DataType,
+) -> Result<TaskTensor, S::Error> {
     TaskTensor::create_info(shapes, dtype).map_err(|_| s.fatal(BAD_ENTRY))
 }
 
 /// Element `index` of an int32 tensor.
-fn read_i32<S: TaskStream>(s: &mut S, tensor: &TaskTensor, index: u64) -> Result<i32, S::Error> {
+pub(crate) fn read_i32<S: TaskStream>(
+    s: &mut S,
+    tensor: &TaskTensor,
+    index: u64,
+) -> Result<i32, S::Error> {
     // The low four bytes are the element, little-endian.
     Ok(s.read_element(tensor, index)? as u32 as i32)
 }
 
 /// The scene's orchestration on the device.
-fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+pub(crate) fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
     stream(rt)
 }
 
@@ -533,18 +587,32 @@ struct Drawn {
 
 impl Drawn {
     fn of(c: &Case) -> Self {
-        let total_blocks = c.batch() * c.max_blocks;
+        let total_blocks = c.total_blocks();
         let mut rng = SplitMix(0x5EED_0000_0000_00A7);
         let mut bf16s = |n: u32| -> Vec<Bf16> { (0..n).map(|_| rng.bf16()).collect() };
         let query = bf16s(c.q_shape().iter().product());
         let key_cache = bf16s(c.kv_shape().iter().product());
         let value_cache = bf16s(c.kv_shape().iter().product());
         // Fisher-Yates over the physical blocks; row b of the table is the b-th run of
-        // `max_blocks` of them.
-        let mut block_table: Vec<u32> = (0..total_blocks).collect();
-        for i in (1..block_table.len()).rev() {
-            block_table.swap(i, rng.below(i + 1));
+        // `max_blocks` of them (Full), or of `used_blocks` of them followed by draws (Used).
+        let mut blocks: Vec<u32> = (0..total_blocks).collect();
+        for i in (1..blocks.len()).rev() {
+            blocks.swap(i, rng.below(i + 1));
         }
+        let block_table = match c.pool {
+            KvPool::Full => blocks,
+            KvPool::Used => {
+                let used = c.used_blocks() as usize;
+                let mut table = Vec::with_capacity((c.batch() * c.max_blocks) as usize);
+                for row in blocks.chunks_exact(used.max(1)) {
+                    table.extend_from_slice(row);
+                    for _ in used..c.max_blocks as usize {
+                        table.push(rng.below(total_blocks as usize) as u32);
+                    }
+                }
+                table
+            }
+        };
         Self {
             query,
             key_cache,
@@ -579,6 +647,9 @@ fn i32_tensor(values: &[u32], shapes: &[u32]) -> HostTensor {
 
 /// The host-side inputs of one case, as f64 for the golden.
 struct Inputs<'a> {
+    heads: usize,
+    head_dim: usize,
+    block_size: usize,
     query: &'a [f64],
     key_cache: &'a [f64],
     value_cache: &'a [f64],
@@ -592,7 +663,7 @@ struct Inputs<'a> {
 /// sequence's valid tokens `t`, token `t` being row `t % block_size` of physical block
 /// `block_table[b, t / block_size]`.
 fn golden(x: &Inputs<'_>) -> Vec<f64> {
-    let (h, d, bs) = (HEADS as usize, HEAD_DIM as usize, BLOCK_SIZE as usize);
+    let (h, d, bs) = (x.heads, x.head_dim, x.block_size);
     let mut out = Vec::with_capacity(x.context_lens.len() * h * d);
     for (b, &ctx) in x.context_lens.iter().enumerate() {
         let token = |t: usize| {
@@ -641,10 +712,35 @@ impl Scene for PagedAttention {
 /// entry, the golden, the kernel table and signature; both of the scene's orchestrations run
 /// on it.
 pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
+    prepare_entry(c, orch, tile_kernels(), (c.tasks(), edges), 1e-3)
+}
+
+/// The per-tile kernel table: `pa_qk`, `pa_softmax`, `pa_pv`, `pa_update` at [`PA_QK`]..
+pub(crate) fn tile_kernels() -> Vec<simpler_aicore::KernelFn> {
+    vec![
+        kernels::pa_qk,
+        kernels::pa_softmax,
+        kernels::pa_pv,
+        kernels::pa_update,
+    ]
+}
+
+/// Case `c`'s seeded entry and f64 golden, for orchestration `orch` over `kernels`, whose graph
+/// has `counts` = (tasks, edges); the check passes within `tol` absolute plus `tol` relative.
+pub(crate) fn prepare_entry(
+    c: &Case,
+    orch: OrchFn,
+    kernels: Vec<simpler_aicore::KernelFn>,
+    (tasks, edges): (u64, u64),
+    tol: f64,
+) -> Prepared {
     let x = Drawn::of(c);
     let scale = 1.0f32;
     let wide = |v: &[Bf16]| -> Vec<f64> { v.iter().map(|x| x.to_f32() as f64).collect() };
     let golden = golden(&Inputs {
+        heads: c.heads as usize,
+        head_dim: c.head_dim as usize,
+        block_size: c.block_size as usize,
         query: &wide(&x.query),
         key_cache: &wide(&x.key_cache),
         value_cache: &wide(&x.value_cache),
@@ -657,12 +753,7 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
     Prepared::new(
         Callable::raw(
             orch,
-            vec![
-                kernels::pa_qk,
-                kernels::pa_softmax,
-                kernels::pa_pv,
-                kernels::pa_update,
-            ],
+            kernels,
             vec![
                 ArgDirection::In,
                 ArgDirection::In,
@@ -684,13 +775,13 @@ pub(crate) fn prepare_case(c: &Case, orch: OrchFn, edges: u64) -> Prepared {
             5,
             golden,
             Tolerance {
-                atol: 1e-3,
-                rtol: 1e-3,
+                atol: tol,
+                rtol: tol,
             },
         ),
     )
     .with_scalars(vec![scale.to_bits() as u64])
-    .with_counts(c.tasks(), edges)
+    .with_counts(tasks, edges)
 }
 
 /// `case`'s entry as [`stream`] sees it: the bytes of the block table and the context lengths
@@ -745,6 +836,9 @@ mod tests {
         value_cache[..d].fill(4.0);
         value_cache[d..2 * d].fill(8.0);
         let out = golden(&Inputs {
+            heads: h,
+            head_dim: d,
+            block_size: bs,
             query: &query,
             key_cache: &key_cache,
             value_cache: &value_cache,
