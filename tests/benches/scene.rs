@@ -7,7 +7,10 @@
 //! start to the last scheduler stopping) and host time per run (staging the entry tensors, the
 //! run, copying back), and for bgemm the GFLOP/s of the device time: 2·loop·tile³ per GEMM
 //! task, from the case's `A` shape `[groups, grid_k, loop, tile, tile]`, times the GEMM tasks
-//! the run dispatched. Cases whose scene is not registered are skipped.
+//! the run dispatched. Also per case: the host overhead per warm round, the wall time of the
+//! `ChipWorker::run` call (what its caller waits for) minus the device time, median and minimum;
+//! and the median minor page faults the process takes during one warm `run` call (a count, so
+//! it does not depend on the machine's load). Cases whose scene is not registered are skipped.
 //!
 //! Not shown: the reference's figures come from its own C++ simulator on the same kind of
 //! machine (vector_example 58.7 ms, Bgemm64 65.5 ms, bgemm Case0 3.3 GFLOP/s); the kernels here
@@ -20,7 +23,8 @@ use simpler_host::scenes::{self, Prepared};
 use simpler_host::ChipWorker;
 use simpler_host::RunOptions;
 use simpler_sim::{DeviceConfig, Topology};
-use simpler_tests::measure::{report_summary, sized, smoke};
+use simpler_tests::measure::{process_minor_faults, report, report_summary, sized, smoke};
+use std::time::Instant;
 
 const ROUNDS: usize = 20;
 
@@ -79,8 +83,11 @@ fn main() {
             prepared.signature.clone(),
         );
         let (mut device, mut host, mut rate) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut overhead, mut faults) = (Vec::new(), Vec::new());
         for round in 0..=rounds.min(cap) {
             let mut tensors = prepared.tensors.clone();
+            let faults_before = process_minor_faults();
+            let call = Instant::now();
             let r = worker
                 .run(
                     handle,
@@ -89,6 +96,8 @@ fn main() {
                     RunOptions::default(),
                 )
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let call = call.elapsed();
+            let faults_in_run = process_minor_faults() - faults_before;
             assert!(
                 (prepared.check)(&tensors).pass,
                 "{name} round {round} failed its golden"
@@ -100,6 +109,8 @@ fn main() {
             let d = r.outcome.device.as_secs_f64();
             device.push(d * 1e3);
             host.push(r.host.as_secs_f64() * 1e3);
+            overhead.push((call.as_secs_f64() - d) * 1e3);
+            faults.push(faults_in_run as f64);
             if let Some(flop) = flop {
                 // Every K step of a group submits one GEMM and one ADD, one subtask each.
                 assert_eq!(r.outcome.dispatched, r.outcome.tasks, "{name}: dispatched");
@@ -109,6 +120,20 @@ fn main() {
         }
         report_summary("scene", &format!("{name}_device_ms"), &mut device, "ms");
         report_summary("scene", &format!("{name}_host_ms"), &mut host, "ms");
+        report_summary(
+            "scene",
+            &format!("{name}_host_overhead_ms"),
+            &mut overhead,
+            "ms",
+        );
+        if let Some(s) = simpler_tests::measure::summarize(&mut faults) {
+            report(
+                "scene",
+                &format!("{name}_minor_faults_per_warm_round"),
+                s.median,
+                "faults",
+            );
+        }
         if !rate.is_empty() {
             report_summary("scene", &format!("{name}_gflops"), &mut rate, "GFLOP/s");
         }
