@@ -505,8 +505,9 @@ impl ChipWorker {
     /// `args` are [`ChipArg`]s, or [`HostTensor`]s when all of them are host bytes. A host
     /// tensor is staged in per-run GM, the same GM every run with the same entry (IN and INOUT
     /// copied in, OUT and INOUT copied back into the tensor's own bytes; an OUT tensor's
-    /// staging starts every run zeroed, its host bytes unread); a device tensor is used in place, and its whole view must lie inside one live persistent
-    /// allocation ([`WorkerError::DeviceRange`] otherwise). A device tensor with no dimensions,
+    /// staging starts every run zeroed, its host bytes unread); a device tensor is used in
+    /// place, and its whole view must lie inside one live persistent allocation
+    /// ([`WorkerError::DeviceRange`] otherwise). A device tensor with no dimensions,
     /// more than the chip allows, or strides not matching its shape is refused as an adoption
     /// error of its rank.
     ///
