@@ -10,7 +10,6 @@
 
 use simpler_core::gm::{Gm, GmFault};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 /// Eight GM words on one host cache line. GM's backing store is a slice of these, so a device
 /// address that is a multiple of 64 bytes from the base (every host allocation is) starts a
@@ -49,10 +48,8 @@ impl GmWords {
     }
 
     /// Copies `src` to the words at device address `addr` (the words addressed from `base`)
-    /// with plain memory copies: the host's bulk copy in, at the speed of `memcpy`, where
-    /// [`Gm::write`] moves a word at a time. A copy of [`SPLIT_COPY_BYTES`] or more is made in
-    /// two halves on two threads (the caller's and a scoped one): one core's copy does not
-    /// reach the memory's bandwidth.
+    /// with one plain memory copy: the host's bulk copy in, at the speed of `memcpy`, where
+    /// [`Gm::write`] moves a word at a time.
     ///
     /// # Safety
     ///
@@ -61,31 +58,23 @@ impl GmWords {
     #[allow(unsafe_code)]
     pub unsafe fn write_exclusive(&self, base: u64, addr: u64, src: &[u8]) -> Result<(), GmFault> {
         let off = self.arena(base).offset(addr, src.len())?;
-        let (near, far) = src.split_at(split_point(src.len()));
-        let copy = |at: usize, part: &[u8]| {
-            // SAFETY: `offset` checked that the whole range `off..off + src.len()` lies inside
-            // the first `self.words * 8` bytes of `self.lines`, and `part` is `src`'s bytes
-            // from `at`, so its image in GM lies inside that range. `self.lines` is one
-            // allocation of `WordLine`s, 64 bytes each, eight `AtomicU64`s and no padding: every
-            // byte written belongs to an `AtomicU64`, whose `UnsafeCell` permits writing
-            // through a pointer derived from a shared borrow (taken from the whole slice, so
-            // its provenance covers the range). `part` is host memory, distinct from GM. The
-            // two halves of a split copy are disjoint, and the caller guarantees that no other
-            // thread accesses the words meanwhile, so each plain write races with nothing;
-            // later accesses are ordered after it by the join below and by whatever ends the
-            // caller's exclusive turn.
-            unsafe {
-                let gm = self.lines.as_ptr().cast::<u8>().cast_mut().add(off + at);
-                std::ptr::copy_nonoverlapping(part.as_ptr(), gm, part.len());
-            }
-        };
-        in_two(far.len(), || copy(0, near), || copy(near.len(), far));
+        // SAFETY: `offset` checked that `off..off + src.len()` lies inside the first
+        // `self.words * 8` bytes of `self.lines`, which is one allocation of `WordLine`s: 64
+        // bytes each, eight `AtomicU64`s and no padding, so every byte written belongs to an
+        // `AtomicU64`, whose `UnsafeCell` permits writing through a pointer derived from a
+        // shared borrow (taken from the whole slice, so its provenance covers the range). `src`
+        // is host memory, distinct from GM. The caller guarantees that no other thread
+        // accesses the words meanwhile, so the plain write races with nothing; later accesses
+        // are ordered after it by whatever ends the caller's exclusive turn.
+        unsafe {
+            let gm = self.lines.as_ptr().cast::<u8>().cast_mut().add(off);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), gm, src.len());
+        }
         Ok(())
     }
 
     /// Fills `dst` from the words at device address `addr` (the words addressed from `base`)
-    /// with plain memory copies, split as [`Self::write_exclusive`] splits; `dst` is unchanged
-    /// on a fault.
+    /// with one plain memory copy; `dst` is unchanged on a fault.
     ///
     /// # Safety
     ///
@@ -99,60 +88,15 @@ impl GmWords {
         dst: &mut [u8],
     ) -> Result<(), GmFault> {
         let off = self.arena(base).offset(addr, dst.len())?;
-        let (near, far) = dst.split_at_mut(split_point(dst.len()));
-        let at = near.len();
-        let copy = |from: usize, part: &mut [u8]| {
-            // SAFETY: as in `write_exclusive`, the part's image in GM lies inside `self.lines`
-            // (checked by `offset`); reading the bytes of `AtomicU64`s through a pointer derived
-            // from the shared slice is allowed, and no other thread writes them meanwhile (the
-            // caller's guarantee). `part` is a unique borrow of host memory, distinct from GM
-            // and from the other half.
-            unsafe {
-                let gm = self.lines.as_ptr().cast::<u8>().add(off + from);
-                std::ptr::copy_nonoverlapping(gm, part.as_mut_ptr(), part.len());
-            }
-        };
-        let far_len = far.len();
-        in_two(far_len, || copy(0, near), || copy(at, far));
-        Ok(())
-    }
-}
-
-/// The size from which a bulk copy between host memory and GM is split over two threads.
-/// Below it, starting a thread costs more than the second half of the copy saves.
-pub const SPLIT_COPY_BYTES: usize = 8 << 20;
-
-/// Where a bulk copy of `len` bytes splits: the whole of it stays on the caller's thread below
-/// [`SPLIT_COPY_BYTES`]; otherwise the middle, rounded down to a page.
-fn split_point(len: usize) -> usize {
-    if len < SPLIT_COPY_BYTES {
-        len
-    } else {
-        len / 2 / 4096 * 4096
-    }
-}
-
-/// Runs `near` on this thread and `far` on a scoped one, both to their end; both here when
-/// `far` has no bytes to copy (`far_len`) or no thread can be started.
-fn in_two(far_len: usize, near: impl FnOnce() + Send, far: impl FnOnce() + Send) {
-    if far_len == 0 {
-        near();
-        return far();
-    }
-    let far = Mutex::new(Some(far));
-    let take = || far.lock().unwrap_or_else(|e| e.into_inner()).take();
-    std::thread::scope(|s| {
-        let spawned = std::thread::Builder::new()
-            .name("simpler-gm-copy".into())
-            .spawn_scoped(s, || take().map(|f| f()));
-        near();
-        if let Ok(h) = spawned {
-            let _ = h.join();
+        // SAFETY: as in `write_exclusive`, the range lies inside `self.lines` (checked by
+        // `offset`); reading the bytes of `AtomicU64`s through a pointer derived from the
+        // shared slice is allowed, and no other thread writes them meanwhile (the caller's
+        // guarantee). `dst` is a unique borrow of host memory, distinct from GM.
+        unsafe {
+            let gm = self.lines.as_ptr().cast::<u8>().add(off);
+            std::ptr::copy_nonoverlapping(gm, dst.as_mut_ptr(), dst.len());
         }
-    });
-    // Left here when the thread could not start.
-    if let Some(f) = take() {
-        f();
+        Ok(())
     }
 }
 
@@ -299,11 +243,11 @@ mod tests {
 
     #[test]
     #[allow(unsafe_code)] // the exclusive copies, on words no other thread can reach
-    fn exclusive_copies_match_the_word_copies_split_or_not() {
+    fn exclusive_copies_match_the_word_copies() {
         let base = 0x1000;
-        let words = GmWords::zeroed((3 * SPLIT_COPY_BYTES) / 8);
+        let words = GmWords::zeroed(1 << 20);
         let gm = words.arena(base);
-        for (at, len) in [(3, 21), (8, 4096), (5, SPLIT_COPY_BYTES + 4099)] {
+        for (at, len) in [(3, 21), (8, 4096), (5, (4 << 20) + 4099)] {
             let data: Vec<u8> = (0..len).map(|i| (i * 7 + at) as u8).collect();
             let addr = base + at as u64;
             // SAFETY: `words` is this test's own; no other thread sees it.
