@@ -57,6 +57,24 @@ impl HostTensor {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect()
     }
+
+    /// Readies this tensor, which a run of `template`'s round wrote back into, for the next
+    /// round, in place: the data of an OUT or INOUT tensor becomes `template`'s again (copied
+    /// into the existing buffer, so it allocates nothing when the sizes match); an IN tensor
+    /// is left as it is, since a run never writes it back. Shape, element type and direction
+    /// are taken from `template`.
+    ///
+    /// A round loop clones its template tensors once and calls this between rounds, instead
+    /// of cloning every round (which allocates and, for large tensors, faults in fresh pages
+    /// that the OS clears first).
+    pub fn reset_outputs_from(&mut self, template: &HostTensor) {
+        self.shapes.clone_from(&template.shapes);
+        self.dtype = template.dtype;
+        self.dir = template.dir;
+        if template.dir != ArgDirection::In || self.data.len() != template.data.len() {
+            self.data.clone_from(&template.data);
+        }
+    }
 }
 
 /// An entry tensor that already lives in persistent device memory ([`ChipWorker::malloc`]):
@@ -97,7 +115,8 @@ impl DeviceTensor {
 /// An entry tensor of [`ChipWorker::run`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ChipArg {
-    /// Host bytes, staged into per-run GM (IN and INOUT copied in, OUT and INOUT copied back).
+    /// Host bytes, staged into per-run GM (IN and INOUT copied in, OUT and INOUT copied back;
+    /// an OUT's staging starts zeroed).
     Host(HostTensor),
     /// A view of persistent device memory, used in place.
     Device(DeviceTensor),
@@ -438,7 +457,7 @@ impl ChipWorker {
     pub fn copy_to_device(&mut self, addr: u64, data: &[u8]) -> Result<(), WorkerError> {
         let len = data.len() as u64;
         self.check_range(addr, len)?;
-        if self.device.copy_to_device(addr, data.to_vec())? {
+        if self.device.copy_to_device(addr, data)? {
             Ok(())
         } else {
             Err(WorkerError::DeviceRange { addr, len })
@@ -450,12 +469,10 @@ impl ChipWorker {
     pub fn copy_from_device(&mut self, addr: u64, out: &mut [u8]) -> Result<(), WorkerError> {
         let len = out.len() as u64;
         self.check_range(addr, len)?;
-        match self.device.copy_from_device(addr, out.len())? {
-            Some(data) if data.len() == out.len() => {
-                out.copy_from_slice(&data);
-                Ok(())
-            }
-            _ => Err(WorkerError::DeviceRange { addr, len }),
+        if self.device.copy_from_device(addr, out)? {
+            Ok(())
+        } else {
+            Err(WorkerError::DeviceRange { addr, len })
         }
     }
 
@@ -517,9 +534,11 @@ impl ChipWorker {
     /// the results. A failed run leaves the worker usable and the host tensors as they were.
     ///
     /// `args` are [`ChipArg`]s, or [`HostTensor`]s when all of them are host bytes. A host
-    /// tensor is staged in per-run GM (IN and INOUT copied in, OUT and INOUT copied back); a
-    /// device tensor is used in place, and its whole view must lie inside one live persistent
-    /// allocation ([`WorkerError::DeviceRange`] otherwise). A device tensor with no dimensions,
+    /// tensor is staged in per-run GM, the same GM every run with the same entry (IN and INOUT
+    /// copied in, OUT and INOUT copied back into the tensor's own bytes; an OUT tensor's
+    /// staging starts every run zeroed, its host bytes unread); a device tensor is used in
+    /// place, and its whole view must lie inside one live persistent allocation
+    /// ([`WorkerError::DeviceRange`] otherwise). A device tensor with no dimensions,
     /// more than the chip allows, or strides not matching its shape is refused as an adoption
     /// error of its rank.
     ///
@@ -669,7 +688,13 @@ impl ChipWorker {
     }
 
     /// Copies every IN and INOUT host tensor to where [`Self::prepare`] placed it (without
-    /// copying).
+    /// copying), straight from the tensor's own bytes; zeroes the staging of every OUT tensor.
+    ///
+    /// An OUT tensor's host bytes are not sent: the callable does not read them. Its staging is
+    /// the same GM every run (see [`Self::stage`]), so it still holds the previous run's
+    /// output; zeroing it keeps a kernel that leaves part of its output unwritten from handing
+    /// back the previous run's values as this run's. A pure OUT starts every run as it starts
+    /// the first one, on fresh (zeroed) GM.
     pub(crate) fn copy_in(
         device: &dyn DeviceTransport,
         args: &[ChipArg],
@@ -677,7 +702,12 @@ impl ChipWorker {
     ) -> Result<(), WorkerError> {
         for (arg, at) in args.iter().zip(staged) {
             if let (ChipArg::Host(t), Some(addr)) = (arg, *at) {
-                if t.dir != ArgDirection::Out && !device.copy_to_device(addr, t.data.clone())? {
+                let copied = if t.dir == ArgDirection::Out {
+                    zero_device(device, addr, t.data.len())?
+                } else {
+                    device.copy_to_device(addr, &t.data)?
+                };
+                if !copied {
                     return Err(WorkerError::OutOfDeviceMemory {
                         bytes: t.data.len() as u64,
                     });
@@ -687,7 +717,9 @@ impl ChipWorker {
         Ok(())
     }
 
-    /// Copies every OUT and INOUT host tensor back from where it was staged.
+    /// Copies every OUT and INOUT host tensor back from where it was staged, into the tensor's
+    /// own bytes (no allocation). IN tensors are not copied back: a run leaves their host bytes
+    /// as they were, whatever the kernels did to the staged copy.
     pub(crate) fn copy_back(
         &self,
         args: &mut [ChipArg],
@@ -695,17 +727,23 @@ impl ChipWorker {
     ) -> Result<(), WorkerError> {
         for (arg, at) in args.iter_mut().zip(staged) {
             if let (ChipArg::Host(t), Some(addr)) = (arg, *at) {
-                if t.dir != ArgDirection::In {
-                    if let Some(data) = self.device.copy_from_device(addr, t.data.len())? {
-                        t.data = data;
-                    }
+                if t.dir != ArgDirection::In && !self.device.copy_from_device(addr, &mut t.data)? {
+                    return Err(WorkerError::DeviceRange {
+                        addr,
+                        len: t.data.len() as u64,
+                    });
                 }
             }
         }
         Ok(())
     }
 
-    /// Allocates per-run GM for host tensor `index` (its contents go in with [`Self::copy_in`]).
+    /// Places host tensor `index` in per-run GM (its contents go in with [`Self::copy_in`]).
+    ///
+    /// Per-run GM is a bump that starts over at every run ([`Self::prepare`] frees it first),
+    /// so runs with the same entry place every tensor at the same address: the staging buffers
+    /// are kept across runs, no run allocates fresh device memory, and on the simulator the
+    /// pages behind them stay resident (no page faults, no clearing by the OS).
     fn stage(&self, index: usize, t: &HostTensor) -> Result<u64, WorkerError> {
         let numel: u64 = t.shapes.iter().map(|&s| s as u64).product();
         let bytes = numel * t.dtype.elem_size() as u64;
@@ -752,4 +790,19 @@ impl ChipWorker {
         };
         Ok(c)
     }
+}
+
+/// Zeroes `len` bytes of GM at `addr` from a static block of zeros (no allocation); `false`
+/// when the range is outside GM.
+fn zero_device(device: &dyn DeviceTransport, addr: u64, len: usize) -> Result<bool, WorkerError> {
+    static ZEROS: [u8; 4096] = [0; 4096];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(ZEROS.len());
+        if !device.copy_to_device(addr + done as u64, &ZEROS[..n])? {
+            return Ok(false);
+        }
+        done += n;
+    }
+    Ok(true)
 }

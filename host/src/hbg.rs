@@ -848,7 +848,7 @@ impl ChipWorker {
         if staged.is_empty() {
             return Ok(());
         }
-        if !self.device.copy_to_device(base, staged.clone())? {
+        if !self.device.copy_to_device(base, staged)? {
             return Err(WorkerError::OutOfDeviceMemory {
                 bytes: staged.len() as u64,
             });

@@ -119,9 +119,9 @@ pub trait DeviceTransport: Send {
     /// start of a live persistent allocation.
     fn free(&self, addr: u64) -> Result<bool, TransportError>;
     /// Copies `data` to GM at `addr`; `false` when the range is outside GM.
-    fn copy_to_device(&self, addr: u64, data: Vec<u8>) -> Result<bool, TransportError>;
-    /// Copies `len` bytes of GM at `addr`; `None` when the range is outside GM.
-    fn copy_from_device(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, TransportError>;
+    fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<bool, TransportError>;
+    /// Fills `out` from GM at `addr`; `false` when the range is outside GM.
+    fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<bool, TransportError>;
     /// The layouts of the device's shared state (inside the orchestrator's) and of its task
     /// payload records, so the host can build a graph into a mirror that imports as is (hbg).
     fn layouts(&self) -> Result<(OrchestratorLayout, PayloadsLayout), TransportError> {
@@ -179,15 +179,11 @@ mod sim {
         fn free(&self, addr: u64) -> Result<bool, TransportError> {
             Ok(Device::free(self, addr)?)
         }
-        fn copy_to_device(&self, addr: u64, data: Vec<u8>) -> Result<bool, TransportError> {
+        fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<bool, TransportError> {
             Ok(self.write(addr, data)?)
         }
-        fn copy_from_device(
-            &self,
-            addr: u64,
-            len: usize,
-        ) -> Result<Option<Vec<u8>>, TransportError> {
-            Ok(self.read(addr, len)?)
+        fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<bool, TransportError> {
+            Ok(self.read(addr, out)?)
         }
         fn layouts(&self) -> Result<(OrchestratorLayout, PayloadsLayout), TransportError> {
             let l = self.config().layouts()?;

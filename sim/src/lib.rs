@@ -5,8 +5,8 @@
 //! it runs (`simpler_aicpu`, `simpler_aicore`, `simpler_core`) is the firmware's code.
 //!
 //! Under `cfg(loom)` (the model checker's build, `tests/loom.sh`) the crate is built without
-//! its device, for `tests/loom_wake.rs` to model-check the wakeup: the device carves GM out of
-//! `std` atomic words, and core's `Carver` hands out only loom's atomics there.
+//! its device, for `tests/loom_wake.rs` to model-check the wakeup: the device's state is carved
+//! by core's `Carver`, which hands out only loom's atomics there.
 //!
 //! ## Modules
 //!

@@ -6,9 +6,9 @@
 //! host-only (the image is built, the device does not run), and in that mode the whole bind
 //! allocates nothing on the binding thread either: entry staging, orchestration, commit and
 //! export all reuse retained storage. The per-phase counts are printed
-//! (`cargo test --test bind_alloc -- --nocapture`). A bind that runs the device also makes
-//! the simulator transport's copies (entry tensors in, images, outputs back), which are
-//! `Vec` messages to the device thread; not counted here.
+//! (`cargo test --test bind_alloc -- --nocapture`). A bind that runs the device also ships
+//! the images, which the simulator's transport copies into the job; not counted here (the
+//! entry tensors go in and out of GM from their own bytes: `host_staging.rs` counts that).
 
 use simpler_host::hbg::{BindPhase, BindReport};
 use simpler_host::{alloc_count, scenes, ChipArg, ChipWorker};

@@ -790,14 +790,10 @@ impl simpler_host::DeviceTransport for Stopped {
     fn free(&self, _: u64) -> Result<bool, simpler_host::TransportError> {
         Err(simpler_host::TransportError::Stopped)
     }
-    fn copy_to_device(&self, _: u64, _: Vec<u8>) -> Result<bool, simpler_host::TransportError> {
+    fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<bool, simpler_host::TransportError> {
         Err(simpler_host::TransportError::Stopped)
     }
-    fn copy_from_device(
-        &self,
-        _: u64,
-        _: usize,
-    ) -> Result<Option<Vec<u8>>, simpler_host::TransportError> {
+    fn copy_from_device(&self, _: u64, _: &mut [u8]) -> Result<bool, simpler_host::TransportError> {
         Err(simpler_host::TransportError::Stopped)
     }
     fn run(

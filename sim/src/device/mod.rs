@@ -3,9 +3,10 @@
 //!
 //! Threads (all created at [`Device::start`], all ended at drop):
 //!
-//! - the **device thread** owns every byte of device state, answers the host's requests
-//!   (allocate, copy in, copy out, run) and, during a run, is the AICPU's orchestrator thread:
-//!   it runs the orchestration function;
+//! - the **device thread** owns the device state but GM, answers the host's run requests and,
+//!   during a run, is the AICPU's orchestrator thread: it runs the orchestration function.
+//!   GM is shared with the [`Device`] handle: the host's copies in and out of it run on the
+//!   caller's thread, with no message and no buffer of their own;
 //! - one **scheduler thread** per AICPU scheduler (3 on a2a3, 4 on a5), each owning whole
 //!   clusters; it runs the `aicpu` scheduler pass and steps the `aicore` loop of each core it
 //!   owns. A core is stepped only when it has a task, so 30 simulated cores cost nothing when
@@ -42,21 +43,21 @@ pub use config::{DeviceConfig, DeviceError, DeviceLayouts, Topology};
 pub use job::{Job, OrchFn, Prebuilt, SharedHook};
 pub use trace::{TraceSink, TRACE_EVENTS_PER_THREAD};
 
-use config::orchestrator_config;
+use crate::gm::GmWords;
+use config::{orchestrator_config, GM_BASE};
 use gm_alloc::GmAllocator;
 use orchestrator::device_main;
 use simpler_aicpu::RunOutcome;
+use simpler_core::layout::Layout;
 use simpler_core::orchestrator::OrchestratorLayout;
+use simpler_core::ring::MAX_RINGS;
+use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 /// A request from the host to the device thread, with the channel its answer goes back on.
 enum Msg {
-    /// Copy the bytes to GM at the address; answers whether the range was inside GM.
-    Write(u64, Vec<u8>, Sender<bool>),
-    /// Copy this many bytes of GM at the address; answers `None` outside GM.
-    Read(u64, usize, Sender<Option<Vec<u8>>>),
     /// Run the job to its end; answers its outcome.
     Run(Job, Sender<RunOutcome>),
 }
@@ -73,6 +74,13 @@ pub struct Device {
     /// GM placement. The host decides where its buffers go; the device thread only reads and
     /// writes GM, so allocating needs no message (and no heap allocation) per call.
     gm_alloc: Mutex<GmAllocator>,
+    /// GM itself, shared with the device thread: the host's copies go straight into it.
+    gm_words: Arc<GmWords>,
+    /// The host's turn at GM: taken by every copy in or out and held for the whole of every
+    /// run, so a copy (a plain memory copy, not atomic) never overlaps a run's accesses or
+    /// another copy. Holds `true` once a run ended without its answer (the device thread is
+    /// gone, its scheduler threads perhaps still in the run): no copy is made after that.
+    gm_turn: Mutex<bool>,
 }
 
 impl Device {
@@ -84,11 +92,17 @@ impl Device {
         // Check the layouts here so a bad configuration is reported, not a dead thread.
         let orch_config = orchestrator_config(&config, 0);
         OrchestratorLayout::new(orch_config)?;
+        let heaps = config.ring.heap_bytes * MAX_RINGS as u64;
+        let words = Layout::new()
+            .array::<AtomicU64>(((heaps + config.gm_bytes) / 8) as usize)?
+            .len();
+        let gm_words = Arc::new(GmWords::zeroed(words));
         let (tx, rx) = channel();
         let (ready_tx, ready_rx) = channel();
+        let device_gm = gm_words.clone();
         let thread = std::thread::Builder::new()
             .name("simpler-device".into())
-            .spawn(move || device_main(config, rx, ready_tx))
+            .spawn(move || device_main(config, device_gm, rx, ready_tx))
             .map_err(|_| DeviceError::Stopped)?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Self {
@@ -96,6 +110,8 @@ impl Device {
                 thread: Some(thread),
                 config,
                 gm_alloc: Mutex::new(GmAllocator::new(&config)),
+                gm_words,
+                gm_turn: Mutex::new(false),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(DeviceError::Stopped),
@@ -124,9 +140,7 @@ impl Device {
 
     /// The GM allocator, while the device runs.
     fn gm(&self) -> Result<MutexGuard<'_, GmAllocator>, DeviceError> {
-        if self.tx.is_none() {
-            return Err(DeviceError::Stopped);
-        }
+        self.live()?;
         // Every update is a single assignment or map operation: a panic elsewhere cannot
         // leave the allocator half-updated, so a poisoned lock is used as it is.
         Ok(self.gm_alloc.lock().unwrap_or_else(|e| e.into_inner()))
@@ -154,24 +168,65 @@ impl Device {
     }
 
     /// Copies `data` to GM at `addr`; `false` if the range is outside GM.
-    pub fn write(&self, addr: u64, data: Vec<u8>) -> Result<bool, DeviceError> {
-        let (tx, rx) = channel();
-        self.send(Msg::Write(addr, data, tx))?;
-        rx.recv().map_err(|_| DeviceError::Stopped)
+    ///
+    /// The copy is one memory copy on the calling thread, straight into GM: no message to the
+    /// device thread and no buffer of its own. A copy asked for while another thread's run is
+    /// under way waits for the run to end.
+    #[allow(unsafe_code)] // the copy into GM: see its SAFETY comment
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<bool, DeviceError> {
+        let turn = self.gm_turn()?;
+        // SAFETY: `turn` is the host's exclusive turn at GM: no run is under way (a run holds
+        // the turn from its request to its answer, and the device's threads touch GM only
+        // inside a run, which ends with every scheduler thread out of it), no other copy
+        // holds it, and a device whose run ended without its answer refuses the turn.
+        let written = unsafe { self.gm_words.write_exclusive(GM_BASE, addr, data) };
+        drop(turn);
+        Ok(written.is_ok())
     }
 
-    /// Copies `len` bytes of GM at `addr`; `None` if the range is outside GM.
-    pub fn read(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, DeviceError> {
-        let (tx, rx) = channel();
-        self.send(Msg::Read(addr, len, tx))?;
-        rx.recv().map_err(|_| DeviceError::Stopped)
+    /// Fills `out` from GM at `addr`; `false` (and `out` unchanged) if the range is outside
+    /// GM. Like [`Device::write`], one memory copy on the calling thread, waiting for a run
+    /// under way to end.
+    #[allow(unsafe_code)] // the copy out of GM: see its SAFETY comment
+    pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<bool, DeviceError> {
+        let turn = self.gm_turn()?;
+        // SAFETY: as in `write`: `turn` is the host's exclusive turn at GM.
+        let read = unsafe { self.gm_words.read_exclusive(GM_BASE, addr, out) };
+        drop(turn);
+        Ok(read.is_ok())
     }
 
-    /// Runs `job` to completion (or failure).
+    /// The host's exclusive turn at GM (the `gm_turn` field says who takes it); refused once
+    /// the device is stopping or a run ended without its answer.
+    fn gm_turn(&self) -> Result<MutexGuard<'_, bool>, DeviceError> {
+        self.live()?;
+        // Nothing panics while holding the turn, so a poisoned lock is used as it is.
+        let turn = self.gm_turn.lock().unwrap_or_else(|e| e.into_inner());
+        if *turn {
+            return Err(DeviceError::Stopped);
+        }
+        Ok(turn)
+    }
+
+    /// `Ok` while the device runs.
+    fn live(&self) -> Result<(), DeviceError> {
+        if self.tx.is_none() {
+            Err(DeviceError::Stopped)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs `job` to completion (or failure). Host copies wait while it runs.
     pub fn run(&self, job: Job) -> Result<RunOutcome, DeviceError> {
+        let mut turn = self.gm_turn()?;
         let (tx, rx) = channel();
         self.send(Msg::Run(job, tx))?;
-        rx.recv().map_err(|_| DeviceError::Stopped)
+        let outcome = rx.recv();
+        // No answer: the device thread is gone, and its scheduler threads may still be in
+        // the run; GM is theirs for good.
+        *turn |= outcome.is_err();
+        outcome.map_err(|_| DeviceError::Stopped)
     }
 }
 

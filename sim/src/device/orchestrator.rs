@@ -1,10 +1,11 @@
-//! The device thread: it builds every byte of device state, starts the scheduler and
-//! watchdog threads, answers the host's requests, and during a run is the AICPU's
-//! orchestrator thread (`device_main`, `run_one`).
+//! The device thread: it builds the device state, starts the scheduler and watchdog threads,
+//! answers the host's run requests, and during a run is the AICPU's orchestrator thread
+//! (`device_main`, `run_one`).
 //!
-//! Its own file because this thread owns what the others borrow: GM, the shared scheduler
-//! state, the payload records and the orchestrator's private state live on its stack for the
-//! device's whole life, and the scheduler threads are scoped threads of it.
+//! Its own file because this thread owns what the others borrow: the shared scheduler state,
+//! the payload records and the orchestrator's private state live on its stack for the device's
+//! whole life, and the scheduler threads are scoped threads of it. GM it shares with the host's
+//! [`Device`](super::Device) handle, which copies in and out of it on the caller's thread.
 
 use super::config::{orchestrator_config, DeviceConfig, DeviceError, GM_BASE};
 use super::job::Job;
@@ -12,16 +13,17 @@ use super::scheduler::scheduler_main;
 use super::state::{watchdog_main, RunState, ABORT_ORCH, ABORT_SCHED, ABORT_TIMEOUT};
 use super::trace::{TraceBuf, TracingHook};
 use super::Msg;
-use crate::gm::GmArena;
+use crate::gm::{GmArena, GmWords};
 use simpler_aicpu::payloads::PayloadsLayout;
 use simpler_aicpu::{Rt, RunError, RunOutcome, TaskPayloads};
-use simpler_core::layout::{Carver, Layout, Line};
+use simpler_core::layout::Line;
 use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorLayout, Waiter};
 use simpler_core::ring::MAX_RINGS;
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A zeroed region of at least `bytes` bytes, aligned to a cache line (what core's layouts
@@ -56,24 +58,23 @@ impl Waiter for OrchWaiter<'_> {
     }
 }
 
-/// The device thread's body: builds the device state for `config`, reports on `ready` whether
+/// The device thread's body: builds the device state for `config` over GM `gm_words`, reports
+/// on `ready` whether
 /// that worked, then serves `rx` until the [`Device`](super::Device) hangs up, and stops the
 /// other threads before returning.
 pub(super) fn device_main(
     config: DeviceConfig,
+    gm_words: Arc<GmWords>,
     rx: Receiver<Msg>,
     ready: Sender<Result<(), DeviceError>>,
 ) {
-    let heaps = config.ring.heap_bytes * MAX_RINGS as u64;
     let orch_config = orchestrator_config(&config, GM_BASE);
     let built = (|| {
         let orch_layout = OrchestratorLayout::new(orch_config)?;
         let payloads_layout = PayloadsLayout::new([config.ring.window; MAX_RINGS])?;
-        let mut gm_layout = Layout::new();
-        let gm_words = gm_layout.array::<AtomicU64>(((heaps + config.gm_bytes) / 8) as usize)?;
-        Ok::<_, DeviceError>((orch_layout, payloads_layout, gm_layout, gm_words))
+        Ok::<_, DeviceError>((orch_layout, payloads_layout))
     })();
-    let (orch_layout, payloads_layout, gm_layout, gm_words) = match built {
+    let (orch_layout, payloads_layout) = match built {
         Ok(b) => b,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -83,7 +84,6 @@ pub(super) fn device_main(
     let mut sched_mem = region(orch_layout.sched().size());
     let mut orch_mem = region(orch_layout.size());
     let mut payload_mem = region(payloads_layout.size());
-    let mut gm_mem = region(gm_layout.size());
     let shared = match SchedState::init(
         bytemuck::cast_slice_mut(&mut sched_mem),
         orch_layout.sched(),
@@ -102,15 +102,7 @@ pub(super) fn device_main(
                 return;
             }
         };
-    let gm = match Carver::new(bytemuck::cast_slice_mut(&mut gm_mem), &gm_layout)
-        .and_then(|mut c| c.atomic_as_is(gm_words))
-    {
-        Ok(words) => GmArena::new(GM_BASE, words),
-        Err(e) => {
-            let _ = ready.send(Err(e.into()));
-            return;
-        }
-    };
+    let gm = gm_words.arena(GM_BASE);
     let mut orch = match Orchestrator::init(
         bytemuck::cast_slice_mut(&mut orch_mem),
         &orch_layout,
@@ -142,14 +134,6 @@ pub(super) fn device_main(
         let mut orch_trace = TraceBuf::new();
         while let Ok(msg) = rx.recv() {
             match msg {
-                Msg::Write(addr, data, reply) => {
-                    let _ = reply.send(simpler_core::gm::Gm::write(&gm, addr, &data).is_ok());
-                }
-                Msg::Read(addr, len, reply) => {
-                    let mut out = vec![0u8; len];
-                    let ok = simpler_core::gm::Gm::read(&gm, addr, &mut out).is_ok();
-                    let _ = reply.send(ok.then_some(out));
-                }
                 Msg::Run(job, reply) => {
                     let outcome = run_one(
                         &job,
