@@ -103,7 +103,7 @@ impl fmt::Display for CaseFailure {
 impl std::error::Error for CaseFailure {}
 
 /// Runs `prepared` (case `case` of `scene`) for `rounds` rounds on `worker` and `runtime`,
-/// each round on fresh entry tensors, and checks every round against the golden and against
+/// each round on the entry tensors as prepared (in buffers kept across its rounds), and checks every round against the golden and against
 /// the counts `prepared` states ([`Prepared::tasks`], [`Prepared::edges`]; those it leaves
 /// `None` are not checked). The first round that differs is the failure.
 pub fn check_case(
@@ -122,17 +122,13 @@ pub fn check_case(
     };
     let handle = worker.register(prepared.callable.clone());
     let mut last = None;
+    let mut kept = Vec::new();
     for round in 0..rounds {
-        let mut tensors = round_tensors(prepared);
+        let tensors = round_tensors(prepared, &mut kept);
         let report = worker
-            .run(
-                handle,
-                &mut tensors,
-                &prepared.scalars,
-                RunOptions::on(runtime),
-            )
+            .run(handle, tensors, &prepared.scalars, RunOptions::on(runtime))
             .map_err(|e| fail(Some(round), Failure::Run(ErrorChain(&e).to_string())))?;
-        let check = (prepared.check)(&tensors);
+        let check = (prepared.check)(tensors);
         if !check.pass {
             return Err(fail(
                 Some(round),

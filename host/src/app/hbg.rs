@@ -3,7 +3,7 @@
 //! the warm binds, the first bind's trace, or host-only binds.
 
 use super::{round_tensors, say, setup, RunArgs, Scene};
-use crate::chip_worker::{ChipArg, ChipWorker};
+use crate::chip_worker::ChipWorker;
 use crate::error::ErrorChain;
 use crate::hbg::{BindPhase, GraphPhases};
 use crate::transport::{RunOptions, Runtime};
@@ -47,15 +47,14 @@ pub(super) fn run(
     )?;
     let mut all_pass = true;
     let mut binds = Vec::with_capacity(rounds);
-    let stage = || -> Vec<ChipArg> {
-        round_tensors(&prepared)
-            .into_iter()
-            .map(ChipArg::Host)
-            .collect()
-    };
-    let mut staged = None;
+    let mut kept = Vec::new();
     for round in 0..rounds {
-        let mut args = staged.take().unwrap_or_else(stage);
+        // A host-only bind leaves the entry as it was, so its rounds bind the first round's.
+        let args = if host_only && round > 0 {
+            &mut kept[..]
+        } else {
+            round_tensors(&prepared, &mut kept)
+        };
         let sink = (round == 0 && trace.is_some()).then(|| Arc::new(Mutex::new(Vec::new())));
         let options = RunOptions {
             runtime: Runtime::Hbg,
@@ -64,7 +63,7 @@ pub(super) fn run(
             ..RunOptions::default()
         };
         let run = worker
-            .run(handle, &mut args, &prepared.scalars, options)
+            .run(handle, args, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
         let bind = run.bind.expect("an hbg run reports its bind");
         if let (Some(sink), Some(path)) = (&sink, trace) {
@@ -73,11 +72,9 @@ pub(super) fn run(
             std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         }
         let verdict = if host_only {
-            staged = Some(args);
             "built".to_string()
         } else {
-            let tensors: Vec<_> = args.into_iter().filter_map(ChipArg::into_host).collect();
-            let check = (prepared.check)(&tensors);
+            let check = (prepared.check)(args);
             all_pass &= check.pass;
             format!(
                 "{} (max diff {:.3e})",

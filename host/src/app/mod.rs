@@ -86,8 +86,9 @@
 //!
 //! ## Round buffers
 //!
-//! Every round of `run` (and of [`check_case`]) starts from the case's fresh entry tensors,
-//! produced in one place, `round_tensors`.
+//! Every round of `run` (and of [`check_case`]) starts from the case's entry tensors as
+//! prepared, in buffers kept across the rounds: the first round clones them, later ones copy
+//! the prepared outputs back in place, so a warm round allocates and faults nothing for them.
 
 mod check;
 mod hbg;
@@ -512,8 +513,72 @@ fn setup<'a>(
 }
 
 /// A round's entry tensors: the one place a round's buffers are produced (every round of
-/// `run`, on either runtime, and of [`check_case`]). Each round gets a fresh copy of the
-/// prepared entry (inputs as generated, outputs zeroed).
-fn round_tensors(prepared: &Prepared) -> Vec<HostTensor> {
-    prepared.tensors.clone()
+/// `run`, on either runtime, and of [`check_case`]). The buffers in `kept` are reused: the
+/// first round clones the prepared entry into them, every later one copies the prepared
+/// outputs back over the last round's in place ([`HostTensor::reset_outputs_from`]), so a
+/// round starts from the entry as generated (outputs zeroed) without allocating or faulting.
+fn round_tensors<'k>(prepared: &Prepared, kept: &'k mut Vec<HostTensor>) -> &'k mut [HostTensor] {
+    if kept.len() == prepared.tensors.len() {
+        for (t, fresh) in kept.iter_mut().zip(&prepared.tensors) {
+            t.reset_outputs_from(fresh);
+        }
+    } else {
+        kept.clone_from(&prepared.tensors);
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callable::{Callable, Signature};
+    use crate::task::KernelTable;
+    use simpler_core::ArgDirection::{In, InOut, Out};
+
+    fn case() -> Prepared {
+        let signature = Signature::new([In, InOut, Out]);
+        let callable = Callable::new(KernelTable::new(), signature, |_, _| Ok(()));
+        let tensors = vec![
+            HostTensor::f32(&[1.0, 2.0], &[2], In),
+            HostTensor::f32(&[3.0, 4.0], &[2], InOut),
+            HostTensor::f32(&[0.0, 0.0], &[2], Out),
+        ];
+        Prepared::new(
+            callable,
+            tensors,
+            golden_check(
+                2,
+                vec![],
+                Tolerance {
+                    atol: 0.0,
+                    rtol: 0.0,
+                },
+            ),
+        )
+    }
+
+    #[test]
+    fn later_rounds_reset_the_outputs_in_the_first_rounds_buffers() {
+        let prepared = case();
+        let mut kept = Vec::new();
+        let first: Vec<*const u8> = round_tensors(&prepared, &mut kept)
+            .iter()
+            .map(|t| t.data.as_ptr())
+            .collect();
+        // A round writes its INOUT and OUT tensors.
+        for t in &mut kept[1..] {
+            t.data.fill(0xAB);
+        }
+        let again = round_tensors(&prepared, &mut kept);
+        let second: Vec<*const u8> = again.iter().map(|t| t.data.as_ptr()).collect();
+        assert_eq!(first, second, "the same buffers, not new ones");
+        for (got, fresh) in again.iter().zip(&prepared.tensors) {
+            assert_eq!(
+                got.to_f32(),
+                fresh.to_f32(),
+                "{:?} back as prepared",
+                fresh.dir
+            );
+        }
+    }
 }

@@ -50,8 +50,9 @@ pub(super) fn run(
         ),
     )?;
     let mut all_pass = true;
+    let mut kept = Vec::new();
     for round in 0..rounds {
-        let mut tensors = round_tensors(&prepared);
+        let tensors = round_tensors(&prepared, &mut kept);
         let recorder = (round == 0 && (dag.is_some() || traced))
             .then(|| Arc::new(Mutex::new(DagRecorder::new())));
         let sink: Option<TraceSink> =
@@ -62,7 +63,7 @@ pub(super) fn run(
             ..RunOptions::default()
         };
         let report = worker
-            .run(handle, &mut tensors, &prepared.scalars, options)
+            .run(handle, tensors, &prepared.scalars, options)
             .map_err(|e| format!("round {round}: {}", ErrorChain(&e)))?;
         if let (Some(sink), Some(recorder)) = (&sink, &recorder) {
             let events = sink.lock().map_err(|_| "the trace failed".to_string())?;
@@ -101,7 +102,7 @@ pub(super) fn run(
             };
             std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         }
-        let check = (prepared.check)(&tensors);
+        let check = (prepared.check)(tensors);
         all_pass &= check.pass;
         let o = report.outcome;
         say(
