@@ -574,7 +574,7 @@ fn writers_of_and_fanout_released() {
         );
         // Not completed: its own completion's reference is outstanding.
         assert!(!shared.fanout_released(p));
-        let mut run = |task| {
+        let run = |task| {
             assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(task));
             assert!(shared.mark_running(task));
             assert!(shared.complete_subtask(task));
