@@ -687,8 +687,9 @@ impl<'r, 'a> Rt<'r, 'a> {
     /// u64, once every task that produces it has completed, as the reference's
     /// `get_tensor_data` does: its creator (`owner_task_id`; an external tensor has none) and
     /// every TensorMap writer of an overlapping region (INOUT and OUTPUT_EXISTING arguments of
-    /// tasks submitted in AUTO scopes, not marked `manual_dep`). A writer an INOUT writer
-    /// of the same region superseded is reached through it: the later one waited for it.
+    /// tasks submitted in AUTO scopes, not marked `manual_dep`). An earlier writer whose entry
+    /// a later INOUT writer covering it took over is not looked up, but the later writer
+    /// waited for it, so waiting for the later one waits for both.
     ///
     /// The wait goes through the run's [`Waiter`] as [`Blocked::Producer`]; a task that
     /// retired counts as completed. A waiter that gives up (a host build, where no task runs)
@@ -747,7 +748,9 @@ impl<'r, 'a> Rt<'r, 'a> {
 /// `[last_task_alive, current_task_index)` are live, and only this thread (the orchestrator)
 /// claims slots, each after the watermark has passed the slot's previous task, so a live task
 /// still occupies its slot here. The watermark is read first: if it passes `task` after that
-/// read, the slot reads FREE, or names a later task, which the callers also take as retired.
+/// read, the slot reads FREE still naming `task` (nothing claims it while this thread waits),
+/// with its fanout counts equal (a task is consumed only then), which the callers take as
+/// done too.
 /// An id neither live nor below the watermark names a task this run has not claimed; nothing
 /// can produce it while the orchestrator waits, so waiting would never end, and the callers
 /// take it as done (as an id whose slot names another task always is).
