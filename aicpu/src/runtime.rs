@@ -48,9 +48,8 @@ pub enum RtError {
     Aborted(u32),
     /// A dispatch predicate was refused.
     Predicate(PredicateError),
-    /// The waiter gave up while the orchestration waited for a tensor's producer to complete,
-    /// or (to write an element) for its consumers to release it, to read or write one of its
-    /// elements, and the run was not aborted.
+    /// The waiter gave up, and the run was not aborted, while an element read or write waited
+    /// for a producer of the tensor to complete, or (a write) for its consumers to.
     NotProduced {
         /// The producer waited for (for its completion or its consumers').
         task: TaskId,
