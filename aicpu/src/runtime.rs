@@ -12,7 +12,7 @@ use simpler_core::cores::ActiveMask;
 use simpler_core::deps::ExplicitDep;
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
-use simpler_core::orchestrator::{Orchestrator, SubmitError, Task, TaskArg, Waiter};
+use simpler_core::orchestrator::{Blocked, Orchestrator, SubmitError, Task, TaskArg, Waiter};
 use simpler_core::predicate::{Predicate, PredicateError};
 use simpler_core::scope::{ScopeError, ScopeMode};
 use simpler_core::slot::SlotStatus;
@@ -48,10 +48,10 @@ pub enum RtError {
     Aborted(u32),
     /// A dispatch predicate was refused.
     Predicate(PredicateError),
-    /// The waiter gave up while the orchestration waited for a tensor's producer to complete
-    /// (to read or write one of its elements), and the run was not aborted.
+    /// The waiter gave up, and the run was not aborted, while an element read or write waited
+    /// for a producer of the tensor to complete, or (a write) for its consumers to.
     NotProduced {
-        /// The producer waited for.
+        /// The producer waited for (for its completion or its consumers').
         task: TaskId,
     },
 }
@@ -623,25 +623,56 @@ impl<'r, 'a> Rt<'r, 'a> {
         Ok(value)
     }
 
-    /// Waits until `tensor`'s producer has completed (an external tensor has none).
-    fn wait_produced(&mut self, tensor: &TaskTensor) -> Result<(), RtError> {
-        let owner = tensor.owner_task_id();
-        if !owner.is_valid() {
-            return Ok(());
-        }
+    /// Waits until every producer of `tensor` has completed (its creator, `owner_task_id`,
+    /// and each TensorMap writer of an overlapping region), and with `consumers` also until
+    /// each of them is released by its retaining consumers (see [`Rt::write_element`]). The
+    /// producers are looked up again after each wait: the map does not change meanwhile (only
+    /// this thread submits), and a producer found ready stays ready.
+    fn wait_ready(&mut self, tensor: &TaskTensor, consumers: bool) -> Result<(), RtError> {
         loop {
             self.check()?;
-            if produced(self.orch.shared(), owner) {
+            let Some(on) = self.first_unready(tensor, consumers) else {
                 return Ok(());
-            }
-            let on = simpler_core::orchestrator::Blocked::Producer { task: owner };
+            };
             if self.waiter.wait(on).is_err() {
                 // A waiter gives up when the run is aborted (that abort is the error), or when
-                // nothing can complete the producer (a host build, where nothing runs).
+                // nothing can complete the task (a host build, where nothing runs).
                 self.check()?;
-                return Err(self.fail(RtError::NotProduced { task: owner }));
+                let task = match on {
+                    Blocked::Producer { task } | Blocked::Consumers { task } => task,
+                    _ => TaskId::INVALID,
+                };
+                return Err(self.fail(RtError::NotProduced { task }));
             }
         }
+    }
+
+    /// The first producer of `tensor` that is not ready yet, as what to wait for: not
+    /// completed (`Producer`), or, with `consumers`, completed but not released (`Consumers`).
+    fn first_unready(&mut self, tensor: &TaskTensor, consumers: bool) -> Option<Blocked> {
+        let shared = self.orch.shared();
+        let unready = |task: TaskId| {
+            if !produced(shared, task) {
+                Some(Blocked::Producer { task })
+            } else if consumers && !released(shared, task) {
+                Some(Blocked::Consumers { task })
+            } else {
+                None
+            }
+        };
+        let owner = tensor.owner_task_id();
+        if owner.is_valid() {
+            if let Some(on) = unready(owner) {
+                return Some(on);
+            }
+        }
+        let mut first = None;
+        self.orch.writers_of(tensor, |task| {
+            if first.is_none() {
+                first = unready(task);
+            }
+        });
+        first
     }
 
     fn element_addr(&self, tensor: &TaskTensor, index: u64) -> Result<u64, RtError> {
@@ -652,10 +683,20 @@ impl<'r, 'a> Rt<'r, 'a> {
     }
 
     /// Reads element `index` (row-major) of `tensor` as raw little-endian bytes widened to a
-    /// u64, after its producer has completed.
+    /// u64, once every task that produces it has completed, as the reference's
+    /// `get_tensor_data` does: its creator (`owner_task_id`; an external tensor has none) and
+    /// every TensorMap writer of an overlapping region (INOUT and OUTPUT_EXISTING arguments of
+    /// tasks submitted in AUTO scopes, not marked `manual_dep`). An earlier writer whose entry
+    /// a later INOUT writer covering it took over is not looked up, but the later writer
+    /// waited for it, so waiting for the later one waits for both.
+    ///
+    /// The wait goes through the run's [`Waiter`] as [`Blocked::Producer`]; a task that
+    /// retired counts as completed. A waiter that gives up (a host build, where no task runs)
+    /// fails the call with [`RtError::NotProduced`] naming the task; an aborted run fails with
+    /// its abort.
     pub fn read_element(&mut self, tensor: &TaskTensor, index: u64) -> Result<u64, RtError> {
         self.check()?;
-        self.wait_produced(tensor)?;
+        self.wait_ready(tensor, false)?;
         let addr = self.element_addr(tensor, index).map_err(|e| self.fail(e))?;
         let mut bytes = [0u8; 8];
         let n = tensor.dtype().elem_size() as usize;
@@ -665,9 +706,24 @@ impl<'r, 'a> Rt<'r, 'a> {
         Ok(u64::from_le_bytes(bytes))
     }
 
-    /// Writes element `index` (row-major) of `tensor` from the low bytes of `value`, after its
-    /// producer has completed. Readers of `tensor` that are still running are the caller's to
-    /// order (write-after-read is not tracked by default).
+    /// Writes element `index` (row-major) of `tensor` from the low bytes of `value`, as the
+    /// reference's `set_tensor_data` does: once every producer [`Rt::read_element`] waits for
+    /// has completed, and each of them is also released by its consumers — every task holding a
+    /// retaining edge on it (fanout refcount reached the fanout count, the scope's reference
+    /// aside) has completed. The second wait is [`Blocked::Consumers`], woken like the first (a
+    /// consumer releases its producers as it completes); it fails the same way.
+    ///
+    /// Which readers that orders: every task that passed a tensor its creator made (any tag:
+    /// each takes a retaining creator edge), every task with a retaining explicit dependency
+    /// on a producer, and every INOUT or OUTPUT_EXISTING task of the region (a producer
+    /// itself). Not ordered, as in the reference: INPUT readers of a tensor with no creator
+    /// and no writer registered (an external tensor only ever read), invisible to the
+    /// TensorMap, and readers ordered only by a dependency on some other task. Unlike the
+    /// reference, where every edge counts, an INPUT reader of an external tensor that found a
+    /// writer through the TensorMap holds a WAIT-only edge here, which the counts do not
+    /// include, so it is not waited for either. A reader that must finish before the
+    /// orchestration overwrites what it reads takes the tensor INOUT (which makes it a
+    /// writer, waited for directly), as the reference documents.
     pub fn write_element(
         &mut self,
         tensor: &TaskTensor,
@@ -675,7 +731,7 @@ impl<'r, 'a> Rt<'r, 'a> {
         value: u64,
     ) -> Result<(), RtError> {
         self.check()?;
-        self.wait_produced(tensor)?;
+        self.wait_ready(tensor, true)?;
         let addr = self.element_addr(tensor, index).map_err(|e| self.fail(e))?;
         let n = tensor.dtype().elem_size() as usize;
         self.gm
@@ -684,24 +740,32 @@ impl<'r, 'a> Rt<'r, 'a> {
     }
 }
 
-/// Whether task `owner`'s outputs are ready: it has completed (COMPLETED, CONSUMED) or retired.
+/// Whether task `task` is live: claimed this run and not yet retired.
 ///
 /// A retired task's slot is FREE and keeps its id until a later task claims it, so the status
 /// alone cannot tell "retired" from "not yet run"; the ring's watermark can. Only tasks in
 /// `[last_task_alive, current_task_index)` are live, and only this thread (the orchestrator)
 /// claims slots, each after the watermark has passed the slot's previous task, so a live task
-/// still occupies its slot here. The watermark is read first: if it passes `owner` before the
-/// slot is read, the slot reads FREE still naming `owner`, which also means retired. An id
-/// neither live nor below the watermark names a task this run has not claimed; nothing can
-/// produce it while the orchestrator waits, so waiting would never end, and it counts as
-/// ready (as an id whose slot names another task always has).
-fn produced(shared: &simpler_core::sched::SchedState<'_>, owner: TaskId) -> bool {
-    let flow = shared.flow(owner.ring() as usize);
+/// still occupies its slot here. The watermark is read first: if it passes `task` after that
+/// read, the slot reads FREE still naming `task` (nothing claims it while this thread waits),
+/// with its fanout counts equal (a task is consumed only then), which the callers take as
+/// done too.
+/// An id neither live nor below the watermark names a task this run has not claimed; nothing
+/// can produce it while the orchestrator waits, so waiting would never end, and the callers
+/// take it as done (as an id whose slot names another task always is).
+fn live(shared: &simpler_core::sched::SchedState<'_>, task: TaskId) -> bool {
+    let flow = shared.flow(task.ring() as usize);
     let alive = flow.last_alive();
     // Written only by this thread, at each claim.
     let current = flow.current_task_index.load(Ordering::Relaxed);
     // Distances from the watermark, so the comparison holds across u32 wrap-around.
-    if owner.local().wrapping_sub(alive) >= current.wrapping_sub(alive) {
+    task.local().wrapping_sub(alive) < current.wrapping_sub(alive)
+}
+
+/// Whether task `owner`'s outputs are ready: it has completed (COMPLETED, CONSUMED) or retired
+/// (see [`live`]).
+fn produced(shared: &simpler_core::sched::SchedState<'_>, owner: TaskId) -> bool {
+    if !live(shared, owner) {
         return true;
     }
     match shared.task_slot(owner) {
@@ -711,4 +775,12 @@ fn produced(shared: &simpler_core::sched::SchedState<'_>, owner: TaskId) -> bool
         ),
         None => true,
     }
+}
+
+/// Whether every retaining consumer of the completed task `producer` has released it (and its
+/// own completion is done): the reference's "consumers released", its scope's reference aside.
+/// A retired task was released by everything (see [`live`]); a live one is read under its
+/// slot's lock, which orders the consumers' completions before this thread's next access.
+fn released(shared: &simpler_core::sched::SchedState<'_>, producer: TaskId) -> bool {
+    !live(shared, producer) || shared.fanout_released(producer)
 }

@@ -323,6 +323,32 @@ impl<'a> SchedState<'a> {
         })
     }
 
+    /// Whether every fanout reference of `task` other than its scope's is released: its own
+    /// completion's ([`SELF_REF`], released last, so `true` implies the task completed) and
+    /// each retaining consumer's (released when that consumer completes). The counts compared
+    /// are the reference's (`fanout_refcount` reaching `fanout_count`, [`SCOPE_BIT`] masked);
+    /// here they count RETAIN edges only, not WAIT-only ones.
+    ///
+    /// Read under the slot's lock, which every release takes and drops with Release, so a
+    /// `true` acquires everything each releasing thread did before its release (a consumer's
+    /// completion, after its kernel's last access). The orchestrator, the only thread that
+    /// claims references, calls this between submits, so the count cannot grow meanwhile. A
+    /// slot that no longer holds `task` reads `true`; whether that means retired or not yet
+    /// claimed is for the caller to tell by the ring's watermark.
+    pub fn fanout_released(&self, task: TaskId) -> bool {
+        let Some(r) = self.slot_ref(task) else {
+            return true;
+        };
+        let slot = self.slot(r);
+        let _guard = slot.lock();
+        if slot.task_id() != task {
+            return true;
+        }
+        let refs = slot.fanout_refcount.load(Ordering::Relaxed) & !SCOPE_BIT;
+        let count = slot.fanout_count.load(Ordering::Relaxed) & !SCOPE_BIT;
+        refs >= count
+    }
+
     /// Transition 3, PENDING → READY, when this release is the last fanin `consumer` waits for.
     pub(crate) fn release_fanin(&self, consumer: SlotRef) {
         let slot = self.slot(consumer);

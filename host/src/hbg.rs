@@ -260,9 +260,9 @@ pub enum HbgError {
     /// The graph does not fit the mirror (a ring, the heap or the dependency pool is full);
     /// nothing is retired while building, so this never waits.
     GraphTooLarge(RtError),
-    /// The orchestration waited for a task to complete (to read or write an element of its
-    /// output, `Rt::read_element` / `Rt::write_element`): no task runs while the host builds
-    /// the graph, so the wait could never end. Not a graph too large for the mirror.
+    /// The orchestration waited for a task to complete, or for its consumers to (to read or
+    /// write an element of a tensor it produces, `Rt::read_element` / `Rt::write_element`): no
+    /// task runs while the host builds the graph, so the wait could never end. Not a graph too large for the mirror.
     TaskNotRun {
         /// The task waited for.
         task: TaskId,
@@ -804,7 +804,9 @@ impl ChipWorker {
         *report.phase_mut(BindPhase::GraphCommit) = clock.stop();
         if let Err(e) = result {
             return Err(WorkerError::Hbg(match waiter.blocked {
-                Some(Blocked::Producer { task }) => HbgError::TaskNotRun { task, error: e },
+                Some(Blocked::Producer { task } | Blocked::Consumers { task }) => {
+                    HbgError::TaskNotRun { task, error: e }
+                }
                 Some(_) => HbgError::GraphTooLarge(e),
                 None => HbgError::Orchestration(e),
             }));

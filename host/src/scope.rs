@@ -299,13 +299,30 @@ impl<'s> Scope<'s> {
     }
 
     /// Element `index` (row-major) of `tensor`, as raw little-endian bytes widened to a u64,
-    /// once its producer has completed (the orchestration waits for it).
+    /// once every task producing it has completed (the orchestration waits): the task that
+    /// created it, if any, and every task that writes an overlapping region of it (INOUT or
+    /// OUTPUT_EXISTING, submitted in an AUTO scope), as the reference's `get_tensor_data`.
+    ///
+    /// On hbg nothing runs while the graph is built, so a read that would wait fails at once
+    /// with `HbgError::TaskNotRun` (the error, `RtError::NotProduced`, names the task).
     pub fn read_element(&mut self, tensor: &Tensor<'_>, index: u64) -> Result<u64, RtError> {
         self.rt.read_element(&tensor.raw, index)
     }
 
-    /// Writes element `index` (row-major) of `tensor` from the low bytes of `value`, once its
-    /// producer has completed. Readers still running are the caller's to order.
+    /// Writes element `index` (row-major) of `tensor` from the low bytes of `value`, as the
+    /// reference's `set_tensor_data`: once every producer [`Scope::read_element`] waits for
+    /// has completed and, further, each has been released by its consumers (every task that
+    /// passed a tensor that producer created, in any direction, or depends on it explicitly,
+    /// has completed).
+    ///
+    /// Readers the write does not wait for: an INPUT reader is never recorded in the
+    /// TensorMap, so, as in the reference, a reader of a tensor with no creator and no writer
+    /// (an entry tensor only ever read) runs unordered with the write, and so does a reader
+    /// ordered only by a dependency on some other task. Unlike the reference, an INPUT reader
+    /// of an entry tensor that a writer came before is not waited for either (its edge on the
+    /// writer only orders, it does not retain, and only retaining edges are counted). A task that must read
+    /// the old value before the orchestration overwrites it takes the tensor INOUT: that
+    /// makes it a writer, which the write waits for. Fails on hbg as a read does.
     pub fn write_element(
         &mut self,
         tensor: &Tensor<'_>,

@@ -316,6 +316,13 @@ fn deadlocks_name_the_ring_and_the_task_holding_it() {
         .to_string(),
         "task 4 of ring 0 has not completed"
     );
+    assert_eq!(
+        Blocked::Consumers {
+            task: TaskId::new(1, 2)
+        }
+        .to_string(),
+        "task 2 of ring 1 has consumers that have not completed"
+    );
     assert_eq!(TaskId::INVALID.to_string(), "no task");
 }
 

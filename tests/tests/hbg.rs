@@ -320,3 +320,107 @@ fn host_only_is_refused_on_tmr_and_leaves_the_tensors_and_the_worker_as_they_wer
     assert!(report.bind.is_none());
     assert!((p.check)(&tensors).pass);
 }
+
+/// The other element waits hbg cannot serve fail the same way, naming the task waited for: a
+/// read of an external tensor an INOUT task writes (a TensorMap writer, no creator), and a
+/// write to an allocation a submitted task reads (the allocation completed at submit; the write
+/// waits for its consumer). Both callables run on tmr, where the tasks complete meanwhile.
+#[test]
+fn element_waits_for_a_writer_or_a_consumer_are_task_not_run() {
+    use simpler_aicore::kernels;
+    use simpler_aicpu::RtError;
+    use simpler_core::orchestrator::TaskArg;
+    use simpler_core::{DataType, TaskTensor, TensorArgType};
+    use simpler_host::{ChipArg, HostTensor, OrchFn};
+    use std::sync::{Arc, Mutex};
+
+    const N: u32 = 16;
+    let waited = Arc::new(Mutex::new(None));
+    // x += 1 (in place, INOUT); read x[0].
+    let seen = waited.clone();
+    let read: OrchFn = Arc::new(move |rt| {
+        let [x, _] = rt.args().tensors() else {
+            return Err(rt.report_fatal(1));
+        };
+        let x = *x;
+        let mut args = [
+            TaskArg {
+                tensor: x,
+                tag: TensorArgType::Input,
+            },
+            TaskArg {
+                tensor: x,
+                tag: TensorArgType::InOut,
+            },
+        ];
+        let writer = rt.submit_aiv(0, &mut args, &[1.0f32.to_bits() as u64])?;
+        *seen.lock().unwrap() = Some(writer);
+        // x[0] = 0 + 1 once the writer ran.
+        let x0 = rt.read_element(&x, 0)?;
+        if f32::from_bits(x0 as u32) != 1.0 {
+            return Err(rt.report_fatal(2));
+        }
+        Ok(())
+    });
+    // s = alloc; f = s + 1; s[0] = 5.
+    let seen = waited.clone();
+    let write: OrchFn = Arc::new(move |rt| {
+        let [_, f] = rt.args().tensors() else {
+            return Err(rt.report_fatal(1));
+        };
+        let f = *f;
+        let mut s = [TaskArg {
+            tensor: TaskTensor::create_info(&[N], DataType::Float32).expect("shape"),
+            tag: TensorArgType::Output,
+        }];
+        let alloc = rt.alloc_tensors(&mut s)?;
+        *seen.lock().unwrap() = Some(alloc);
+        let s = s[0].tensor;
+        let mut args = [
+            TaskArg {
+                tensor: s,
+                tag: TensorArgType::Input,
+            },
+            TaskArg {
+                tensor: f,
+                tag: TensorArgType::OutputExisting,
+            },
+        ];
+        rt.submit_aiv(0, &mut args, &[1.0f32.to_bits() as u64])?;
+        rt.write_element(&s, 0, 5.0f32.to_bits() as u64)
+    });
+    let mut w = worker();
+    for (what, orch) in [("read", read), ("write", write)] {
+        let h = w.register_callable(
+            orch,
+            vec![kernels::add_scalar],
+            vec![ArgDirection::InOut, ArgDirection::Out],
+        );
+        let tensors = vec![
+            HostTensor::f32(&[0.0; N as usize], &[N], ArgDirection::InOut),
+            HostTensor::f32(&[0.0; N as usize], &[N], ArgDirection::Out),
+        ];
+        let mut args: Vec<ChipArg> = tensors.iter().cloned().map(ChipArg::Host).collect();
+        let err = w
+            .run(h, &mut args, &[], RunOptions::on(Runtime::Hbg))
+            .expect_err("unservable on hbg");
+        let task = waited
+            .lock()
+            .unwrap()
+            .take()
+            .expect("the task was submitted");
+        assert!(
+            matches!(
+                &err,
+                WorkerError::Hbg(HbgError::TaskNotRun {
+                    task: t,
+                    error: RtError::NotProduced { task: e },
+                }) if *t == task && *e == task
+            ),
+            "{what}: {err:?}"
+        );
+        let mut tensors = tensors;
+        w.run(h, &mut tensors, &[], RunOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: tmr serves the wait: {e:?}"));
+    }
+}

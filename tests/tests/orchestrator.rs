@@ -543,3 +543,52 @@ fn an_accumulator_takes_its_predecessors_entry_over() {
         orch.scope_end().unwrap();
     });
 }
+
+/// What `Rt::write_element` reads: the TensorMap writers of a region (`writers_of`), and
+/// whether a producer's retaining consumers are done (`fanout_released`), its open scope's
+/// reference aside.
+#[test]
+fn writers_of_and_fanout_released() {
+    use simpler_core::cores::ResourceShape;
+    with_runtime(small(), |orch, shared| {
+        orch.scope_begin(ScopeMode::Auto).unwrap();
+        let x = ext(0xA000, 64);
+        let out = TaskTensor::create_info(&[64], DataType::Float32).unwrap();
+        let mut t0 = [arg(out, TensorArgType::Output)];
+        let p = orch.submit(aiv_task(&mut t0), &mut NoWait).unwrap();
+        let c = t0[0].tensor;
+        let mut t1 = [arg(x, TensorArgType::InOut)];
+        let w = orch.submit(aiv_task(&mut t1), &mut NoWait).unwrap();
+        let mut t2 = [arg(c, TensorArgType::Input)];
+        let r = orch.submit(aiv_task(&mut t2), &mut NoWait).unwrap();
+        let writers = |orch: &mut simpler_core::orchestrator::Orchestrator<'_>, t| {
+            let mut v = Vec::new();
+            orch.writers_of(t, |task| v.push(task));
+            v
+        };
+        assert_eq!(writers(orch, &x), vec![w], "the INOUT registered x");
+        assert_eq!(
+            writers(orch, &c),
+            vec![],
+            "an OUTPUT is found through its creator"
+        );
+        // Not completed: its own completion's reference is outstanding.
+        assert!(!shared.fanout_released(p));
+        let run = |task| {
+            assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(task));
+            assert!(shared.mark_running(task));
+            assert!(shared.complete_subtask(task));
+        };
+        run(p);
+        assert!(!shared.fanout_released(p), "r retains p");
+        run(w);
+        assert!(shared.fanout_released(w), "nothing retains w");
+        run(r);
+        assert!(
+            shared.fanout_released(p),
+            "r completed; the scope's reference is masked"
+        );
+        assert_eq!(shared.task_slot(p).unwrap().status(), SlotStatus::Completed);
+        orch.scope_end().unwrap();
+    });
+}

@@ -544,7 +544,9 @@ impl Waiter for SpinWaiter<'_, '_> {
             Blocked::EdgePool { .. } => 2,
             Blocked::TensorMap { .. } => 3,
             // Only `Rt` waits for a producer; these submits go to the orchestrator directly.
-            Blocked::Producer { .. } => unreachable!("a submit never waits for a producer"),
+            Blocked::Producer { .. } | Blocked::Consumers { .. } => {
+                unreachable!("a submit never waits for a producer or its consumers")
+            }
         }] += 1;
         if self.board.stopped() {
             self.gave_up = Some(on);

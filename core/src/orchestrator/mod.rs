@@ -297,6 +297,18 @@ impl<'a> Orchestrator<'a> {
         &self.map
     }
 
+    /// Calls `visit` with the task of every TensorMap writer entry (an INOUT or
+    /// OUTPUT_EXISTING registration) overlapping `tensor`, as a submit's lookup would find
+    /// them, whatever the current scope's mode; the map is left as it was. An entry may name a
+    /// task that has retired since; telling that is the caller's. `Rt::read_element` and
+    /// `Rt::write_element` wait for these tasks, as the reference's `get_tensor_data` does.
+    pub fn writers_of(&mut self, tensor: &TaskTensor, mut visit: impl FnMut(TaskId)) {
+        self.map.lookup(tensor, EntryKind::Writer, |task, _| {
+            visit(task);
+            Visit::Keep
+        });
+    }
+
     /// Moves the submit epoch, so a test can reach its wrap without 2^32 submits.
     #[cfg(test)]
     pub(crate) fn set_epoch(&mut self, epoch: u32) {

@@ -36,6 +36,15 @@ pub enum Blocked {
         /// The task whose completion is awaited.
         task: TaskId,
     },
+    /// Not a full resource: the orchestration writes an element of a tensor whose producer
+    /// has completed but is still referenced by a consumer that has not completed, or by its
+    /// own completion, still under way (`Rt::write_element`). Every such reference is released
+    /// inside a task's completion, so whatever wakes a [`Blocked::Producer`] wait (a task
+    /// completing) wakes this one too.
+    Consumers {
+        /// The producer whose consumers are awaited.
+        task: TaskId,
+    },
 }
 
 impl fmt::Display for Blocked {
@@ -50,6 +59,9 @@ impl fmt::Display for Blocked {
                 write!(f, "the TensorMap has no room for {needed} more entries")
             }
             Self::Producer { task } => write!(f, "{task} has not completed"),
+            Self::Consumers { task } => {
+                write!(f, "{task} has consumers that have not completed")
+            }
         }
     }
 }

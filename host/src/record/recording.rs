@@ -359,9 +359,11 @@ impl Recording {
         }
         if let Err(e) = result {
             return Err(match waiter.blocked {
-                Some(Blocked::Producer { .. }) => RecordError::Unsupported(
-                    "the body reads or writes an element of a tensor its own tasks produce",
-                ),
+                Some(Blocked::Producer { .. } | Blocked::Consumers { .. }) => {
+                    RecordError::Unsupported(
+                        "the body reads or writes an element of a tensor its own tasks produce",
+                    )
+                }
                 Some(_) => RecordError::Unsupported("the body does not fit the recording ring"),
                 None => RecordError::Body(e),
             });

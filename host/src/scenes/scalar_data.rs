@@ -23,20 +23,17 @@
 //! finds through the TensorMap, where T6's OUTPUT_EXISTING registered it. Every task is in
 //! the orchestration's scope, so none retires before a later one names it.
 //!
-//! Where this runtime differs, and what the scene does about it:
+//! Where this runtime differs: the reference allocates `s` with an initial value
+//! (`set_initial_value(77)`); this runtime's allocation has none, so the orchestration writes
+//! 77 into `s` right after the allocation task, which completes at submit. No task, no edge.
 //!
-//! - The reference allocates `s` with an initial value (`set_initial_value(77)`); this
-//!   runtime's allocation has none, so the orchestration writes 77 into `s` right after the
-//!   allocation task, which completes at submit. No task, no edge.
-//! - The reference's element accesses wait for more than the tensor's creator: a read also
-//!   for every TensorMap writer of the tensor, a write also until the readers of those writers
-//!   and of the creator are released. Here [`Scope::read_element`] and
-//!   [`Scope::write_element`] wait for the creator only. So the step-7 read and the step-9
-//!   write on `s` do not wait for T2, nor the step-12 write on `b` for T6; those tasks run the
-//!   NOOP, which touches no data, so the values are the reference's. In step 11 the reference
-//!   waits for T5, the reader of `c`, before writing `c[0]`; here the orchestration does that
-//!   itself, by reading T5's output (which waits for T5) before the write, so T5 reads the `c`
-//!   of step 1 as in the reference.
+//! Otherwise the orchestration is the reference's, step for step: [`Scope::read_element`] and
+//! [`Scope::write_element`] wait as `get_tensor_data` and `set_tensor_data` do (a read for the
+//! tensor's creator and every TensorMap writer of it, a write also until the consumers of
+//! those are done). So the step-7 read and the step-9 write on `s` wait for T2 (a writer of
+//! `s`), the step-11 write on `c` waits for T5, the reader of `c` (its INPUT of `c` holds a
+//! retaining edge on T0, the creator), which so reads the `c` of step 1, and the step-12 write
+//! on `b` waits for T6 (a writer of `b`).
 //!
 //! The golden: `result = a + b` and the nine values, computed from the inputs in f64 (`c[i] =
 //! a[i] + b[i]`, `e[0] = 10 + a[0]`); checked exactly, as the whole computation is exact in f32.
@@ -127,15 +124,8 @@ fn callable() -> Callable {
             .output(0);
         let e0 = get(s, &e, 0)?;
         set(s, &check, 6, e0)?;
-        // Step 11: the reader of c is done before c is written (see the module docs).
-        let reader = s
-            .task(add)
-            .input(c)
-            .input(b)
-            .output(inter)
-            .submit()?
-            .output(0);
-        get(s, &reader, 0)?;
+        // Step 11: the write waits for the reader of c (T0's consumer).
+        s.task(add).input(c).input(b).output(inter).submit()?;
         set(s, &c, 0, 88.0)?;
         let waw = get(s, &c, 0)?;
         set(s, &check, 7, waw)?;

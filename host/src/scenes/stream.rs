@@ -141,7 +141,7 @@ pub trait TaskStream {
     ) -> Result<R, Self::Error>;
 
     /// Element `index` (row-major) of `tensor` as raw little-endian bytes widened to a u64,
-    /// once its producer has completed.
+    /// once its creator and every TensorMap writer of it have completed (`Rt::read_element`).
     fn read_element(&mut self, tensor: &TaskTensor, index: u64) -> Result<u64, Self::Error>;
 }
 
