@@ -70,7 +70,7 @@
 //! [`Rt`]'s, the low-level interface, whose tensors carry no scope and are the caller's to keep
 //! within it.
 
-use crate::task::{TaskBuilder, TaskKernels};
+use crate::task::{TaskBuilder, TaskKernels, TaskScratch};
 use core::marker::PhantomData;
 use simpler_aicpu::{MixedKernels, Rt, RtError};
 use simpler_core::deps::ExplicitDep;
@@ -238,31 +238,36 @@ impl ScopeRt for Rt<'_, '_> {
 /// The typed orchestration handle over one open scope `'s`; see the module docs.
 pub struct Scope<'s> {
     rt: &'s mut dyn ScopeRt,
+    /// The task builder's arrays, one set for the whole orchestration (each builder borrows
+    /// them in turn), so starting a task neither initialises nor moves them.
+    scratch: &'s mut TaskScratch,
     _scope: Brand<'s>,
 }
 
 impl<'s> Scope<'s> {
-    fn new(rt: &'s mut dyn ScopeRt) -> Self {
+    fn new(rt: &'s mut dyn ScopeRt, scratch: &'s mut TaskScratch) -> Self {
         Self {
             rt,
+            scratch,
             _scope: PhantomData,
         }
     }
 
     /// Runs `f` on the handle of the orchestration's own scope, the run's outermost.
     pub(crate) fn top<R>(rt: &mut Rt<'_, '_>, f: impl for<'t> FnOnce(&mut Scope<'t>) -> R) -> R {
-        f(&mut Scope::new(rt))
+        let mut scratch = TaskScratch::new();
+        f(&mut Scope::new(rt, &mut scratch))
     }
 
     /// Starts a task that runs `kernels`; its outputs belong to this scope.
     pub fn task<K: TaskKernels>(&mut self, kernels: K) -> TaskBuilder<'_, 's> {
-        TaskBuilder::new(&mut *self.rt, kernels.kernels())
+        TaskBuilder::new(&mut *self.rt, &mut *self.scratch, kernels.kernels())
     }
 
     /// Starts a dependency-only task: it takes part in dependency inference (and may carry
     /// explicit dependencies) but runs nothing, the reference's dummy task.
     pub fn dummy(&mut self) -> TaskBuilder<'_, 's> {
-        TaskBuilder::new(&mut *self.rt, MixedKernels::NONE)
+        TaskBuilder::new(&mut *self.rt, &mut *self.scratch, MixedKernels::NONE)
     }
 
     /// Runs `f` inside a new scope of `mode`, whose tasks are released when it ends. What `f`
@@ -275,9 +280,10 @@ impl<'s> Scope<'s> {
     ) -> Result<R, RtError> {
         let mut f = Some(f);
         let mut value = None;
+        let scratch = &mut *self.scratch;
         self.rt.scope(mode, &mut |rt| {
             let f = f.take().expect("a scope body runs once");
-            value = Some(f(&mut Scope::new(rt))?);
+            value = Some(f(&mut Scope::new(rt, scratch))?);
             Ok(())
         })?;
         Ok(value.expect("a scope that succeeded ran its body"))

@@ -266,16 +266,37 @@ impl TaskScalar for bool {
     }
 }
 
-/// One task's arguments, in the order they are added, from [`Scope::task`](crate::scope::Scope::task) or
-/// [`Scope::dummy`](crate::scope::Scope::dummy); see the module docs. Held in arrays at the task caps, so building a task
-/// allocates nothing; past a cap the builder only counts, and [`Self::submit`] refuses.
-pub struct TaskBuilder<'t, 's> {
-    rt: &'t mut dyn ScopeRt,
-    kernels: MixedKernels,
-    block_num: u16,
+/// The arrays a task is built in, at the task caps: one set per orchestration, which every
+/// [`TaskBuilder`] borrows in turn from its [`Scope`](crate::scope::Scope).
+pub(crate) struct TaskScratch {
     args: [TaskArg; CORE_MAX_TENSOR_ARGS],
     scalars: [u64; CORE_MAX_SCALAR_ARGS],
     deps: [ExplicitDep; MAX_EXPLICIT_DEPS],
+}
+
+impl TaskScratch {
+    pub(crate) fn new() -> Self {
+        let none = TaskArg {
+            tensor: bytemuck::Zeroable::zeroed(),
+            tag: TensorArgType::Input,
+        };
+        Self {
+            args: [none; CORE_MAX_TENSOR_ARGS],
+            scalars: [0; CORE_MAX_SCALAR_ARGS],
+            deps: [ExplicitDep::on(TaskId::INVALID); MAX_EXPLICIT_DEPS],
+        }
+    }
+}
+
+/// One task's arguments, in the order they are added, from [`Scope::task`](crate::scope::Scope::task) or
+/// [`Scope::dummy`](crate::scope::Scope::dummy); see the module docs. The arguments go into
+/// the scope's arrays at the task caps, so building a task allocates nothing and the builder
+/// itself is small; past a cap the builder only counts, and [`Self::submit`] refuses.
+pub struct TaskBuilder<'t, 's> {
+    rt: &'t mut dyn ScopeRt,
+    scratch: &'t mut TaskScratch,
+    kernels: MixedKernels,
+    block_num: u16,
     /// Tensors, scalars and dependencies added (possibly past the arrays).
     counts: [usize; 3],
     predicate: Option<Result<Predicate, PredicateError>>,
@@ -291,18 +312,16 @@ fn push<T>(items: &mut [T], count: &mut usize, value: T) {
 }
 
 impl<'t, 's> TaskBuilder<'t, 's> {
-    pub(crate) fn new(rt: &'t mut dyn ScopeRt, kernels: MixedKernels) -> Self {
-        let none = TaskArg {
-            tensor: bytemuck::Zeroable::zeroed(),
-            tag: TensorArgType::Input,
-        };
+    pub(crate) fn new(
+        rt: &'t mut dyn ScopeRt,
+        scratch: &'t mut TaskScratch,
+        kernels: MixedKernels,
+    ) -> Self {
         Self {
             rt,
+            scratch,
             kernels,
             block_num: 1,
-            args: [none; CORE_MAX_TENSOR_ARGS],
-            scalars: [0; CORE_MAX_SCALAR_ARGS],
-            deps: [ExplicitDep::on(TaskId::INVALID); MAX_EXPLICIT_DEPS],
             counts: [0; 3],
             predicate: None,
             _scope: PhantomData,
@@ -310,7 +329,8 @@ impl<'t, 's> TaskBuilder<'t, 's> {
     }
 
     fn arg(mut self, tensor: TaskTensor, tag: TensorArgType) -> Self {
-        push(&mut self.args, &mut self.counts[0], TaskArg { tensor, tag });
+        let arg = TaskArg { tensor, tag };
+        push(&mut self.scratch.args, &mut self.counts[0], arg);
         self
     }
 
@@ -337,7 +357,11 @@ impl<'t, 's> TaskBuilder<'t, 's> {
 
     /// A scalar, packed as the module docs say.
     pub fn scalar(mut self, value: impl TaskScalar) -> Self {
-        push(&mut self.scalars, &mut self.counts[1], value.to_word());
+        push(
+            &mut self.scratch.scalars,
+            &mut self.counts[1],
+            value.to_word(),
+        );
         self
     }
 
@@ -349,7 +373,7 @@ impl<'t, 's> TaskBuilder<'t, 's> {
 
     /// An explicit dependency with the kinds `dep` names.
     pub fn dep(mut self, dep: ExplicitDep) -> Self {
-        push(&mut self.deps, &mut self.counts[2], dep);
+        push(&mut self.scratch.deps, &mut self.counts[2], dep);
         self
     }
 
@@ -399,28 +423,26 @@ impl<'t, 's> TaskBuilder<'t, 's> {
             Ok(p) => p,
             Err(e) => return Err(RtError::Predicate(e)),
         };
+        let scratch = &mut *self.scratch;
+        let args = &mut scratch.args[..tensors];
         let task = self.rt.submit(
             predicate.as_ref(),
             self.kernels,
             self.block_num,
-            &mut self.args[..tensors],
-            &self.scalars[..scalars],
-            &self.deps[..deps],
+            args,
+            &scratch.scalars[..scalars],
+            &scratch.deps[..deps],
         )?;
-        let mut outputs = TaskOutputs {
-            task,
-            count: 0,
-            outputs: [0; CORE_MAX_TENSOR_ARGS],
-            args: self.args,
-            _scope: PhantomData,
-        };
-        for (i, a) in outputs.args[..tensors].iter().enumerate() {
-            if a.tag == TensorArgType::Output {
-                outputs.outputs[outputs.count] = i as u8;
-                outputs.count += 1;
-            }
+        let mut outputs = heapless::Vec::new();
+        for a in args.iter().filter(|a| a.tag == TensorArgType::Output) {
+            // At most as many outputs as arguments, which fit the cap (checked above).
+            let _ = outputs.push(a.tensor);
         }
-        Ok(outputs)
+        Ok(TaskOutputs {
+            task,
+            outputs,
+            _scope: PhantomData,
+        })
     }
 }
 
@@ -428,10 +450,8 @@ impl<'t, 's> TaskBuilder<'t, 's> {
 /// outputs in scope `'s`, in the order they were added (the reference's `TaskOutputTensors`).
 pub struct TaskOutputs<'s> {
     task: TaskId,
-    /// Where, among `args`, each output is.
-    outputs: [u8; CORE_MAX_TENSOR_ARGS],
-    count: usize,
-    args: [TaskArg; CORE_MAX_TENSOR_ARGS],
+    /// The allocated output tensors, in order (storage for the cap, initialised as filled).
+    outputs: heapless::Vec<TaskTensor, CORE_MAX_TENSOR_ARGS>,
     _scope: PhantomData<Tensor<'s>>,
 }
 
@@ -448,21 +468,18 @@ impl<'s> TaskOutputs<'s> {
     /// If the task has fewer outputs: the builder that added them is in the same function, so
     /// this is a programming error, not a runtime condition.
     pub fn output(&self, i: usize) -> Tensor<'s> {
-        assert!(
-            i < self.count,
-            "output {i} of a task with {} outputs",
-            self.count
-        );
-        Tensor::new(self.args[self.outputs[i] as usize].tensor)
+        let n = self.outputs.len();
+        let t = self.outputs.get(i);
+        Tensor::new(*t.unwrap_or_else(|| panic!("output {i} of a task with {n} outputs")))
     }
 
     /// How many outputs the task has.
     pub fn len(&self) -> usize {
-        self.count
+        self.outputs.len()
     }
 
     /// Whether the task has no outputs.
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.outputs.is_empty()
     }
 }

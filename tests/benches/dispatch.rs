@@ -6,9 +6,12 @@
 //!   AIC readers consume it, a join task reads all six outputs; each group in its own scope.
 //!   100,000 tasks, every kernel the empty kernel, so the figure is the runtime's own cost:
 //!   submit, dependency resolution, dispatch, the core handshake, completion and retirement.
-//! - **chain**: 10,000 tasks each updating one tensor in place (INOUT), each in its own scope:
-//!   nothing overlaps, so device time / tasks is the completion-to-next-start latency of one
-//!   task.
+//! - **chain**: 10,000 tasks each updating one entry tensor in place (INOUT), each in its own
+//!   scope: nothing overlaps, so device time / tasks is the completion-to-next-start latency of
+//!   one task. Two more arms: **chain_raw**, the same chain written on the low-level `Rt` with
+//!   raw argument arrays (the typed front's cost per task is the difference), and
+//!   **chain_alloc**, which updates a tensor the outer scope allocates instead, so every link
+//!   also has a creator edge from the allocation task.
 //!
 //! Each sample is one run on a warm device (set up once); the arms alternate. Printed: median
 //! and minimum over the samples of tasks per second and microseconds per task.
@@ -23,7 +26,9 @@ use simpler_aicpu::{Rt, RtError};
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::scope::ScopeMode;
 use simpler_core::{DataType, TaskTensor, TensorArgType};
-use simpler_host::prelude::{Callable, KernelTable, Signature, TensorInfo};
+use simpler_host::prelude::{
+    ArgDirection, Callable, HostTensor, KernelTable, Signature, TensorInfo,
+};
 use simpler_host::ChipWorker;
 use simpler_host::{ChipArg, RunOptions};
 use simpler_sim::{DeviceConfig, Topology};
@@ -67,14 +72,20 @@ fn fan(rt: &mut Rt<'_, '_>, groups: u32) -> Result<(), RtError> {
     Ok(())
 }
 
-/// The chain: one tensor the outer scope allocates, updated in place (INOUT) by `length`
-/// tasks, each submitted in its own scope; each task waits for the one before it.
-fn chain(length: u32) -> Callable {
+/// The chain: one tensor updated in place (INOUT) by `length` tasks, each submitted in its
+/// own scope; each task waits for the one before it through the TensorMap. The tensor is the
+/// entry's, or with `allocated` one the outer scope allocates, which also gives every link a
+/// creator edge from the allocation (its fanout grows by one per link).
+fn chain(length: u32, allocated: bool) -> Callable {
     let mut table = KernelTable::new();
     let link = table.aiv(kernels::empty);
-    Callable::new(table, Signature::new([]), move |s, _| {
-        let info = TensorInfo::new(&[64], DataType::Float32).expect("a valid shape");
-        let [t] = s.alloc([info])?;
+    let signature = Signature::new([ArgDirection::InOut]);
+    Callable::new(table, signature, move |s, entry| {
+        let [mut t] = entry.tensors;
+        if allocated {
+            let info = TensorInfo::new(&[64], DataType::Float32).expect("a valid shape");
+            [t] = s.alloc([info])?;
+        }
         for _ in 0..length {
             s.scope(ScopeMode::Auto, |s| {
                 s.task(link).inout(t).submit().map(drop)
@@ -82,6 +93,23 @@ fn chain(length: u32) -> Callable {
         }
         Ok(())
     })
+}
+
+/// The chain on the entry tensor again, written on the low-level `Rt` with raw argument
+/// arrays: the typed front's cost per task is the difference from `chain`.
+fn raw_chain(rt: &mut Rt<'_, '_>, length: u32) -> Result<(), RtError> {
+    let t = rt.args().tensors()[0];
+    for _ in 0..length {
+        rt.scope(ScopeMode::Auto, |rt| {
+            let mut args = [TaskArg {
+                tensor: t,
+                tag: TensorArgType::InOut,
+            }];
+            rt.submit_aiv(EMPTY, &mut args, &[])?;
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 fn main() {
@@ -92,8 +120,16 @@ fn main() {
         vec![kernels::empty],
         vec![],
     );
-    let chain_h = worker.register(chain(length));
-    let (mut fan_rate, mut fan_us, mut chain_us) = (Vec::new(), Vec::new(), Vec::new());
+    let chains = [false, true].map(|allocated| worker.register(chain(length, allocated)));
+    let (mut fan_rate, mut fan_us) = (Vec::new(), Vec::new());
+    let mut chain_us = [Vec::new(), Vec::new()];
+    let raw = worker.register_callable(
+        Arc::new(move |rt: &mut Rt<'_, '_>| raw_chain(rt, length)),
+        vec![kernels::empty],
+        vec![ArgDirection::InOut],
+    );
+    let mut raw_us = Vec::new();
+    let mut entry = [HostTensor::f32(&[0.0; 64], &[64], ArgDirection::InOut)];
     for _ in 0..sized(SAMPLES, 1) {
         let r = worker
             .run(fan_h, &mut [] as &mut [ChipArg], &[], RunOptions::default())
@@ -109,34 +145,41 @@ fn main() {
         let s = r.outcome.device.as_secs_f64();
         fan_rate.push(r.outcome.dispatched as f64 / s);
         fan_us.push(s * 1e6 / r.outcome.dispatched as f64);
+        for (allocated, (&h, us)) in chains.iter().zip(&mut chain_us).enumerate() {
+            let r = worker
+                .run(h, &mut entry, &[], RunOptions::default())
+                .expect("the chain runs");
+            let o = &r.outcome;
+            let links = u64::from(length);
+            // The links (and the allocation); only the links run on a core.
+            let tasks = links + allocated as u64;
+            assert_eq!((o.tasks, o.dispatched), (tasks, links));
+            // One edge from the link before unless that one had already run and retired when
+            // this one was submitted, and on the allocated tensor a creator edge per link.
+            let most = links * (1 + allocated as u64);
+            assert!(o.edges <= most, "{} edges for {links} links", o.edges);
+            us.push(o.device.as_secs_f64() * 1e6 / o.dispatched as f64);
+        }
         let r = worker
-            .run(
-                chain_h,
-                &mut [] as &mut [ChipArg],
-                &[],
-                RunOptions::default(),
-            )
-            .expect("the chain runs");
-        let o = &r.outcome;
-        let chain_tasks = u64::from(length);
-        // The links and the allocation; only the links run on a core.
-        assert_eq!((o.tasks, o.dispatched), (chain_tasks + 1, chain_tasks));
-        // Every link has an edge from the allocation (its creator, held by the open outer
-        // scope), and one from the link before it unless that one had already run and retired
-        // when it was submitted: under two edges per link.
-        assert!(
-            o.edges < 2 * chain_tasks,
-            "{} edges for {chain_tasks} links",
-            o.edges
-        );
-        chain_us.push(r.outcome.device.as_secs_f64() * 1e6 / r.outcome.dispatched as f64);
+            .run(raw, &mut entry, &[], RunOptions::default())
+            .expect("the raw chain runs");
+        assert_eq!(r.outcome.dispatched, u64::from(length));
+        raw_us.push(r.outcome.device.as_secs_f64() * 1e6 / r.outcome.dispatched as f64);
     }
     report_summary("dispatch", "fan_100k_tasks_per_s", &mut fan_rate, "tasks/s");
     report_summary("dispatch", "fan_100k_us_per_task", &mut fan_us, "us/task");
+    let [on_entry, on_alloc] = &mut chain_us;
+    report_summary("dispatch", "chain_10k_us_per_task", on_entry, "us/task");
     report_summary(
         "dispatch",
-        "chain_10k_us_per_task",
-        &mut chain_us,
+        "chain_10k_alloc_us_per_task",
+        on_alloc,
+        "us/task",
+    );
+    report_summary(
+        "dispatch",
+        "chain_10k_raw_us_per_task",
+        &mut raw_us,
         "us/task",
     );
 }
