@@ -239,6 +239,16 @@ impl BindReport {
         &mut self.phases[phase.index()]
     }
 
+    /// The bind window: from the start of the orchestration (`host_orch`) to the end of the
+    /// commit (`graph_commit`), the span the reference's `host_orch` covers (its span closes
+    /// after `rt_orchestration_done`, so it holds the recording wait and the commit). Compare
+    /// this, not [`BindPhase::HostOrch`], with the reference's figure.
+    pub fn bind_window(&self) -> Duration {
+        let orch = self.phase(BindPhase::HostOrch);
+        let commit = self.phase(BindPhase::GraphCommit);
+        (commit.at + commit.time).saturating_sub(orch.at)
+    }
+
     /// The [`CONTROL_PLANE`] phases summed: wall and CPU time, faults, allocations; `at` is
     /// the first one's.
     pub fn control_plane(&self) -> Phase {
@@ -956,18 +966,27 @@ fn host_only_run(start: Instant, report: &BindReport, edges: u64) -> RunReport {
 /// tmr host phases.
 pub const TRACE_PHASE_BASE: u32 = 16;
 
+/// Index of the bind window's span ([`BindReport::bind_window`]) in a trace's host-track
+/// events: past every bind phase's.
+pub const TRACE_BIND_WINDOW: u32 = TRACE_PHASE_BASE + BindPhase::ALL.len() as u32;
+
 /// Adds the bind to its trace: the device's events (counted from the device call's start,
-/// `device_at` into the bind) on the bind's clock, and a host-track span per phase that ran.
+/// `device_at` into the bind) on the bind's clock, a host-track span per phase that ran, and
+/// one for the bind window (over `host_orch` and `graph_commit`).
 fn record_bind_phases(
     sink: &crate::transport::TraceSink,
     report: &BindReport,
     device_at: Duration,
 ) {
     let spans = report.phases().filter(|(_, ph)| !ph.time.is_zero());
+    let at = report.phase(BindPhase::HostOrch).at;
+    let window = (TRACE_BIND_WINDOW, at, at + report.bind_window());
     crate::trace::add_host_spans(
         sink,
         device_at,
-        spans.map(|(p, ph)| (TRACE_PHASE_BASE + p.index() as u32, ph.at, ph.at + ph.time)),
+        spans
+            .map(|(p, ph)| (TRACE_PHASE_BASE + p.index() as u32, ph.at, ph.at + ph.time))
+            .chain(std::iter::once(window)),
     );
 }
 
@@ -1101,6 +1120,27 @@ impl From<HbgError> for RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bind_window_runs_from_the_orchestration_to_the_end_of_the_commit() {
+        let mut report = BindReport::default();
+        let us = Duration::from_micros;
+        // args 0-10, arena_build 10-30, host_orch 30-130, graph_commit 131-631, shared_mem after.
+        for (p, at, time) in [
+            (BindPhase::Args, 0, 10),
+            (BindPhase::ArenaBuild, 10, 20),
+            (BindPhase::HostOrch, 30, 100),
+            (BindPhase::GraphCommit, 131, 500),
+            (BindPhase::SharedMem, 631, 40),
+        ] {
+            *report.phase_mut(p) = Phase {
+                at: us(at),
+                time: us(time),
+                ..Phase::default()
+            };
+        }
+        assert_eq!(report.bind_window(), us(601));
+    }
 
     #[test]
     fn the_control_plane_sums_exactly_its_named_phases() {

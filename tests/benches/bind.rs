@@ -107,6 +107,7 @@ fn main() {
             .collect();
         let mut times = vec![Vec::with_capacity(warm); shown.len()];
         let mut control_plane = Vec::with_capacity(warm);
+        let mut window = Vec::with_capacity(warm);
         let mut faults = Vec::with_capacity(warm);
         let mut thread_faults = Vec::with_capacity(warm);
         let mut args_faults = Vec::with_capacity(warm);
@@ -162,6 +163,7 @@ fn main() {
             // size, so it is kept apart from the control plane.
             let cp = bind.control_plane();
             control_plane.push(us(cp.time));
+            window.push(us(bind.bind_window()));
             thread_faults.push(cp.minflt as f64);
             args_faults.push(bind.phase(BindPhase::Args).minflt as f64);
             image = bind.image_bytes;
@@ -178,6 +180,8 @@ fn main() {
             &mut control_plane,
             "us",
         );
+        // The reference's host_orch: orchestration start to the end of the commit.
+        report_summary("bind", &format!("{name}_bind_window"), &mut window, "us");
         if graphs[0] > 0 {
             for (k, label) in [
                 "graph_begin",

@@ -41,8 +41,8 @@ pub(super) fn run(
     say(
         out,
         format_args!(
-            "{:>5} {:>10} {:>10} {:>12} {:>8} {:>10}  result",
-            "round", "host ms", "device ms", "host_orch ms", "tasks", "image KiB"
+            "{:>5} {:>10} {:>10} {:>12} {:>14} {:>8} {:>10}  result",
+            "round", "host ms", "device ms", "host_orch ms", "bind_window ms", "tasks", "image KiB"
         ),
     )?;
     let mut all_pass = true;
@@ -88,11 +88,12 @@ pub(super) fn run(
         say(
             out,
             format_args!(
-                "{:>5} {:>10.3} {:>10.3} {:>12.3} {:>8} {:>10.1}  {verdict}",
+                "{:>5} {:>10.3} {:>10.3} {:>12.3} {:>14.3} {:>8} {:>10.1}  {verdict}",
                 round,
                 run.host.as_secs_f64() * 1e3,
                 run.outcome.device.as_secs_f64() * 1e3,
                 bind.phase(BindPhase::HostOrch).time.as_secs_f64() * 1e3,
+                bind.bind_window().as_secs_f64() * 1e3,
                 bind.tasks,
                 bind.image_bytes as f64 / 1024.0
             ),
@@ -143,6 +144,22 @@ pub(super) fn run(
                 ),
             )?;
         }
+        // The reference's `host_orch`: orchestration start to the end of the commit.
+        let mut w: Vec<f64> = binds[1..]
+            .iter()
+            .map(|b| b.bind_window().as_secs_f64() * 1e6)
+            .collect();
+        w.sort_by(f64::total_cmp);
+        say(
+            out,
+            format_args!(
+                "{:<12} {:>10.1} {:>10.1} {:>10.1}  (host_orch + graph_commit: the reference's host_orch)",
+                "bind_window",
+                w[0],
+                w[w.len() / 2],
+                w[w.len() - 1]
+            ),
+        )?;
         let median = |pick: fn(&GraphPhases) -> Duration| {
             let mut v: Vec<f64> = binds[1..]
                 .iter()
