@@ -37,7 +37,7 @@
 //! Run: `cargo bench -p simpler-tests --bench bind` (`SIMPLER_BENCH_SMOKE=1`: bgemm Case1 in
 //! Case0's place, one settling, two warm and one full bind per case, one bind per arm).
 
-use simpler_host::hbg::{BindPhase, CONTROL_PLANE};
+use simpler_host::hbg::{BindPhase, BindReport, GraphRetention, CONTROL_PLANE};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 use simpler_host::{RunOptions, Runtime};
@@ -61,6 +61,10 @@ fn worker(scene: &str, case: &str) -> (Prepared, ChipWorker, CallableHandle) {
     config.ring.heap_bytes = 256 << 20;
     config.gm_bytes = 512 << 20;
     let mut w = ChipWorker::init(config).expect("device");
+    // Retention off unless an arm turns it on: every bind records (the recording figures),
+    // and the environment's default (the test suite's verification) does not reach them.
+    w.set_graph_retention(GraphRetention::OFF)
+        .expect("retention off");
     let h = w.register(p.callable.clone());
     w.wait_for_recorders();
     (p, w, h)
@@ -300,6 +304,96 @@ fn main() {
     }
     recording_policy();
     entry_restaging();
+    retention();
+}
+
+/// Graph Definitions retained across binds, against recorded every bind: graph_vector and the
+/// dsv4-shaped scene on two workers, one with retention off (every bind records every
+/// Definition: the cold-key case) and one with it on (verification off), binding in turn,
+/// pair by pair (20 warm host-only pairs after 3 settling ones). Printed: the bind window of
+/// each arm (`retention_off`, `retained`) and the pairs' off / on ratio; for the retained
+/// arm, per warm bind, the nodes recorded, Definitions built, Definition bytes uploaded and
+/// recorder threads woken (each must be 0), and the whole process's heap allocations and
+/// minor page faults.
+fn retention() {
+    let (settle, binds) = (sized(3, 1), sized(20, 2));
+    for scene in ["graph_vector", "dsv4_shaped"] {
+        let (p, mut off, h_off) = worker(scene, "default");
+        let (_, mut on, h_on) = worker(scene, "default");
+        on.set_graph_retention(GraphRetention {
+            verify: false,
+            ..GraphRetention::default()
+        })
+        .expect("retention on");
+        let mut a_off: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let mut a_on: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let mut window = [Vec::new(), Vec::new()];
+        let mut speedup = Vec::new();
+        let mut counts: Vec<Vec<f64>> = (0..6).map(|_| Vec::new()).collect();
+        for round in 0..settle + binds {
+            let b_off = host_only_bind(&mut off, h_off, &mut a_off, &p.scalars);
+            let faults_before = process_minor_faults();
+            let before = counter::process();
+            let b_on: BindReport = host_only_bind(&mut on, h_on, &mut a_on, &p.scalars);
+            let allocs = counter::process() - before;
+            let faults = process_minor_faults() - faults_before;
+            if round < settle {
+                continue;
+            }
+            let (w_off, w_on) = (us(b_off.bind_window()), us(b_on.bind_window()));
+            window[0].push(w_off);
+            window[1].push(w_on);
+            speedup.push(w_off / w_on);
+            let g = b_on.graph_phases;
+            for (v, x) in counts.iter_mut().zip([
+                g.recorded_nodes,
+                g.definitions_built,
+                g.definition_bytes_uploaded,
+                g.recorder_wakes,
+                allocs,
+                faults,
+            ]) {
+                v.push(x as f64);
+            }
+            assert_eq!(
+                [
+                    g.recorded_nodes,
+                    g.definitions_built,
+                    g.definition_bytes_uploaded,
+                    g.recorder_wakes
+                ],
+                [0; 4],
+                "{scene}: a retained warm bind records, builds, uploads and wakes nothing"
+            );
+        }
+        for (label, v) in ["retention_off", "retained"].iter().zip(window.iter_mut()) {
+            report_summary("bind", &format!("{scene}_{label}_bind_window"), v, "us");
+        }
+        report_summary(
+            "bind",
+            &format!("{scene}_retained_speedup"),
+            &mut speedup,
+            "x",
+        );
+        for ((label, unit), v) in [
+            ("recorded_nodes", "nodes"),
+            ("definitions_built", "definitions"),
+            ("definition_bytes_uploaded", "B"),
+            ("recorder_wakes", "wakes"),
+            ("process_allocs", "allocs"),
+            ("process_minflt", "faults"),
+        ]
+        .iter()
+        .zip(counts.iter_mut())
+        {
+            report_summary(
+                "bind",
+                &format!("{scene}_retained_{label}_per_warm_bind"),
+                v,
+                unit,
+            );
+        }
+    }
 }
 
 /// Whether Graph recordings should overlap the orchestration on this machine: the

@@ -5,7 +5,7 @@
 use super::{round_tensors, say, setup, RunArgs, Scene};
 use crate::chip_worker::{ChipArg, ChipWorker};
 use crate::error::ErrorChain;
-use crate::hbg::{BindPhase, GraphPhases};
+use crate::hbg::{BindPhase, GraphPhases, GraphRetention};
 use crate::transport::{RunOptions, Runtime};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -23,6 +23,8 @@ pub(super) fn run(
         trace,
         phases,
         host_only,
+        verify_graphs,
+        no_retain_graphs,
         ..
     } = args;
     let (rounds, host_only) = (*rounds, *host_only);
@@ -30,6 +32,18 @@ pub(super) fn run(
     let scene = scene.name();
     let clusters = config.clusters;
     let mut worker = ChipWorker::init(config).map_err(|e| ErrorChain(&e).to_string())?;
+    // Set explicitly: the environment's default (the test suite's) does not reach the figures.
+    let retention = if *no_retain_graphs {
+        GraphRetention::OFF
+    } else {
+        GraphRetention {
+            verify: *verify_graphs,
+            ..GraphRetention::default()
+        }
+    };
+    worker
+        .set_graph_retention(retention)
+        .map_err(|e| ErrorChain(&e).to_string())?;
     let handle = worker.register(prepared.callable.clone());
     say(
         out,
