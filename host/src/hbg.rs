@@ -23,6 +23,10 @@
 //! device call less `runtime_init`) |
 //! | `copy_back` | copy OUT and INOUT tensors back |
 //!
+//! The bind window ([`BindReport::bind_window`]) runs from `host_orch`'s start to
+//! `graph_commit`'s end: the span the reference's `host_orch` covers (it closes after
+//! `rt_orchestration_done`), and the one to compare with the reference's figure.
+//!
 //! Nothing is retired while the host builds: the rings, the heap and the dependency pool are
 //! forward-only, and a graph that does not fit fails the bind with a typed error instead of
 //! waiting. The mirror (its three regions and the two image buffers) is allocated at the first
@@ -43,6 +47,21 @@
 //! unsupported. Caps: 1024 nodes per Definition (a longer body finishes but is unsupported), 16
 //! Definitions per bind, 128 boundary tensors (at most 32 of them written) and 64 scalars, 32
 //! tensors and 16 scalars per node.
+//!
+//! ## Retained Definitions
+//!
+//! The commit retains each Definition it recorded ([`GraphRetention`]): the host copy, and a
+//! device copy in a persistent allocation of its own (`DeviceTransport::malloc`, which the
+//! per-run `free_all` of the next bind's staging leaves alone), uploaded once. Retained
+//! Definitions are keyed by callable, full key and the first invocation's boundary
+//! (`GraphBoundary::matches_args`: every layout field, tag and alias relation of each tensor,
+//! and the scalar count). A bind's first submission of a key that matches one is marked ready
+//! without a recording (no recorder is woken) and its outer tasks point at the retained device
+//! copy; later submissions of the key in the bind compare against it as usual. Caps: a count
+//! and a byte total; to make room the Definition whose last use is the oldest bind goes first
+//! (ties: the one retained first), never one the current bind uses; a Definition that cannot
+//! be retained is staged per bind. Verification records anyway and compares content hashes
+//! ([`HbgError::GraphChanged`] names the first differing node, [`first_differing_node`]).
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, Staging, WorkerError};
 use crate::image_payloads::ImagePayloads;
