@@ -234,6 +234,9 @@ pub struct GraphPhases {
     /// Keys whose Definition was retained from an earlier bind (replayed without a
     /// recording, or recorded again and verified against it).
     pub retained_hits: u64,
+    /// Recordings the committing thread ran itself because no recorder had started them
+    /// (`RecorderPool::help`; inside `recording_wait`).
+    pub commit_recordings: u64,
 }
 
 /// What one bind cost, by phase, and what it shipped.
@@ -873,6 +876,15 @@ impl ChipWorker {
             .set_while_building(n);
     }
 
+    /// Sets whether the commit records the jobs no recorder thread has started yet itself
+    /// (on by default; off, it waits for the recorder threads, as a test of their rotation
+    /// needs).
+    pub fn set_commit_helps(&mut self, on: bool) {
+        self.recorders
+            .get_or_insert_with(RecorderPool::start)
+            .set_commit_helps(on);
+    }
+
     /// Blocks until every recorder thread has stood its storage up (they start at callable
     /// registration and do it beside the first binds; a benchmark of steady-state binds waits
     /// for it).
@@ -1102,6 +1114,7 @@ impl ChipWorker {
             &mirror.payloads,
             &*self.device,
             staging_base,
+            pool,
         );
         *report.phase_mut(BindPhase::GraphCommit) = clock.stop();
         mirror.graphs.phases.recorder_wakes = pool.orchestration_wakes() - wakes_before;
@@ -1292,10 +1305,13 @@ fn commit(
     payloads: &ImagePayloads,
     device: &dyn crate::transport::DeviceTransport,
     staging_base: u64,
+    pool: &mut RecorderPool,
 ) -> Result<(), WorkerError> {
     g.placed.clear();
     let mut failure = None;
     let wait_start = Instant::now();
+    // Jobs no recorder has started yet are recorded here rather than waited for.
+    let helped = pool.help() as u64;
     for e in 0..g.used {
         let entry = &g.entries[e];
         if entry.wait() == InflightStatus::Failed && failure.is_none() {
@@ -1313,6 +1329,7 @@ fn commit(
         graph_begin: g.begin_time,
         recording_wait: wait_start.elapsed(),
         host_orch_wakes: g.phases.host_orch_wakes,
+        commit_recordings: helped,
         ..GraphPhases::default()
     };
     if let Some(f) = failure {
