@@ -32,6 +32,14 @@
 //! main section, or with the entry staged afresh before each bind, which for Case0 copies
 //! 327 MB and evicts the mirror from every cache).
 //!
+//! Two more compare Graph policies: `retention` (Definitions retained across binds or recorded
+//! every bind, graph_vector and dsv4-shaped on two workers binding in turn) and `commit_help`
+//! (the commit recording the jobs no recorder has started, or waiting for the recorders, on
+//! full binds).
+//!
+//! Every figure but `retention`'s retained arm is taken with retention off (every bind
+//! records), so the recording figures keep their meaning.
+//!
 //! Not shown: the device run's own cost (see `scene`).
 //!
 //! Run: `cargo bench -p simpler-tests --bench bind` (`SIMPLER_BENCH_SMOKE=1`: bgemm Case1 in
@@ -305,6 +313,43 @@ fn main() {
     recording_policy();
     entry_restaging();
     retention();
+    commit_help();
+}
+
+/// Whether the commit should record the jobs no recorder thread has started itself
+/// (`ChipWorker::set_commit_helps`): graph_vector and the dsv4-shaped scene, retention off (every
+/// bind records), full binds (the device runs, so the recorder threads park between binds as
+/// in a served model), the two policies alternating bind by bind on one worker (15 pairs after
+/// 2 settling ones). Printed per arm (`commit_helps`, `commit_waits`): the bind window and the
+/// commit's recording wait.
+fn commit_help() {
+    let (settle, binds) = (sized(2, 1), sized(15, 1));
+    for scene in ["graph_vector", "dsv4_shaped"] {
+        let (p, mut w, h) = worker(scene, "default");
+        let mut figures = vec![[Vec::new(), Vec::new()]; 2];
+        for round in 0..settle + binds {
+            for (arm, f) in figures.iter_mut().enumerate() {
+                w.set_commit_helps(arm == 0);
+                let mut a: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+                let run = w
+                    .run(h, &mut a, &p.scalars, RunOptions::on(Runtime::Hbg))
+                    .expect("full bind");
+                let bind = run.bind.expect("an hbg bind");
+                if round >= settle {
+                    f[0].push(us(bind.bind_window()));
+                    f[1].push(us(bind.graph_phases.recording_wait));
+                }
+            }
+        }
+        for (label, f) in ["commit_helps", "commit_waits"]
+            .iter()
+            .zip(figures.iter_mut())
+        {
+            for (metric, v) in ["bind_window", "recording_wait"].iter().zip(f.iter_mut()) {
+                report_summary("bind", &format!("{scene}_{label}_{metric}"), v, "us");
+            }
+        }
+    }
 }
 
 /// Graph Definitions retained across binds, against recorded every bind: graph_vector and the
