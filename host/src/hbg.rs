@@ -620,7 +620,7 @@ impl Kept {
     ) -> Result<(), WorkerError> {
         let mut i = 0;
         while i < self.items.len() {
-            if callable.is_none_or(|c| self.items[i].callable == c) {
+            if callable.map_or(true, |c| self.items[i].callable == c) {
                 self.drop_retained(i, device)?;
             } else {
                 i += 1;

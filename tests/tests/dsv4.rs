@@ -340,7 +340,7 @@ fn ten_dsv4_binds_with_new_entries_record_each_definition_once_in_all() {
         let fresh =
             (round > 0).then(|| Dsv4Shaped::prepare_seeded(DEFAULT_SEED ^ (round * 0x9E37_79B9)));
         let p = fresh.as_ref().unwrap_or(&first);
-        let mut args = host_args(&p);
+        let mut args = host_args(p);
         let run = w
             .run(h, &mut args, &p.scalars, RunOptions::on(Runtime::Hbg))
             .expect("hbg run");

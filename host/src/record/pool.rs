@@ -173,8 +173,7 @@ pub struct RecorderPool {
     shared: std::sync::Arc<PoolShared>,
     threads: Vec<std::thread::JoinHandle<()>>,
     /// The committing thread's own recording storage and boundary copy ([`Self::help`]).
-    helper: Box<Recording>,
-    helper_boundary: GraphBoundary,
+    helper: Box<(Recording, GraphBoundary)>,
     /// Whether the commit records jobs still queued itself ([`Self::set_commit_helps`]).
     helps: bool,
     /// Recordings the committing thread ran so far.
@@ -214,13 +213,12 @@ impl RecorderPool {
         });
         // The committing thread's storage stands up here, at callable registration, off any
         // bind (a failure is retried, and reported, by its first recording).
-        let mut helper = Box::new(Recording::new());
-        let _ = helper.stand_up_storage();
+        let mut helper = Box::new((Recording::new(), reserved_boundary()));
+        let _ = helper.0.stand_up_storage();
         let mut pool = Self {
             shared,
             threads: Vec::with_capacity(RECORDERS_MAX),
             helper,
-            helper_boundary: reserved_boundary(),
             helps: true,
             helped: 0,
         };
@@ -357,17 +355,12 @@ impl RecorderPool {
                 st.recorders[job.preferred].queued -= 1;
                 (job, st.inject.take())
             };
+            let (recording, boundary) = &mut *self.helper;
             if let Some(part) = inject {
-                self.helper.discard_storage();
-                self.helper.inject_stand_up_failure(part);
+                recording.discard_storage();
+                recording.inject_stand_up_failure(part);
             }
-            run_job(
-                COMMITTING_THREAD,
-                &mut self.helper,
-                &mut self.helper_boundary,
-                &job,
-                |_| {},
-            );
+            run_job(COMMITTING_THREAD, recording, boundary, &job, |_| {});
             n += 1;
         }
         self.helped += n as u64;
