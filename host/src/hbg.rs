@@ -460,13 +460,20 @@ struct Retained {
 
 impl Retained {
     /// Whether a submission of `key` by `callable` with `boundary` and `scalars` scalars may
-    /// replay it: the same key and the same boundary signature (every layout field, tag and
-    /// alias relation [`crate::record::GraphBoundary::matches_args`] compares, and the scalar
-    /// count).
+    /// replay it: the same key and the same boundary signature (every layout field, tag,
+    /// manual-dependency flag and alias relation [`crate::record::GraphBoundary::matches_args`]
+    /// compares, and the scalar count), and, stricter than a replay within one bind, each
+    /// tensor's view offset from the start of its buffer.
     fn matches(&self, callable: usize, key: u64, boundary: &[TaskArg], scalars: usize) -> bool {
         self.callable == callable
             && self.key == key
             && self.boundary.matches_args(&self.reps, boundary, scalars)
+            && self
+                .boundary
+                .tensors
+                .iter()
+                .zip(boundary)
+                .all(|(a, b)| a.start_offset() == b.tensor.start_offset())
     }
 }
 

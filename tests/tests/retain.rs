@@ -477,3 +477,65 @@ fn forget_graphs_reregistration_and_finalize_free_every_retained_copy() {
     w.finalize();
     assert!(live.lock().unwrap().is_empty(), "finalize frees the rest");
 }
+
+/// y = x + s, one node (s forwarded).
+fn add_once(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let [x, y] = match rt.args().tensors() {
+        [x, y] => [*x, *y],
+        _ => return Err(RtError::Fatal(2)),
+    };
+    let mut a = [
+        TaskArg {
+            tensor: x,
+            tag: TensorArgType::Input,
+        },
+        TaskArg {
+            tensor: y,
+            tag: TensorArgType::OutputExisting,
+        },
+    ];
+    rt.submit_aiv(ADD_SCALAR, &mut a, &rt.args().scalars()[..1])?;
+    Ok(())
+}
+
+/// One submission of `add_once` under key 9 over row `scalar[1]`, its `y` view marked for
+/// manual dependencies when `scalar[2]` is 1.
+fn one_row_flagged(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let (row_k, manual) = (rt.args().scalars()[1] as u32, rt.args().scalars()[2] == 1);
+    let mut b = row(rt, row_k, N)?;
+    b[1].tensor = b[1].tensor.with_manual_dep(manual);
+    let s = rt.args().scalars()[0];
+    rt.submit_graph(9, add_once, &mut b, &[s])?;
+    Ok(())
+}
+
+#[test]
+fn the_signature_holds_the_manual_dependency_flag_and_the_view_offset() {
+    let (mut w, _) = tracked_worker();
+    w.set_graph_retention(retained(64, 1 << 20)).unwrap();
+    let h = register(&mut w, one_row_flagged, 3);
+    let s = 0.75f32;
+    // (row, manual flag, Definitions built): a new flag or a new row is a new signature; a
+    // signature seen before replays.
+    for (b, (row_k, manual, expect_built)) in [
+        (0u64, 0u64, 1u64),
+        (0, 0, 0),
+        (0, 1, 1),
+        (2, 0, 1),
+        (0, 1, 0),
+        (2, 0, 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let b = b as u32;
+        let (report, y) = bind(&mut w, h, b, &[bits(s), row_k, manual]).expect("bind");
+        assert_eq!(
+            report.graph_phases.definitions_built, expect_built,
+            "bind {b}: row {row_k}, manual {manual}"
+        );
+        let at = row_k as usize * N as usize + 3;
+        assert_eq!(y[at], x_value(b, at) + s, "bind {b}");
+    }
+    assert_eq!(w.retained_graphs().0, 3);
+}
