@@ -539,3 +539,68 @@ fn the_signature_holds_the_manual_dependency_flag_and_the_view_offset() {
     }
     assert_eq!(w.retained_graphs().0, 3);
 }
+
+/// The command's `--phases` table carries the bind window; `--verify-graphs` verifies every
+/// warm round (which passes: the scene's body depends only on its key) and
+/// `--no-retain-graphs` records every round.
+#[test]
+fn the_command_reports_the_bind_window_and_takes_the_retention_flags() {
+    use simpler_host::app::{run_cli, Exit};
+    for flag in ["--verify-graphs", "--no-retain-graphs", "--host-only"] {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let args = [
+            "simpler",
+            "run",
+            "graph_vector",
+            "--runtime",
+            "hbg",
+            "--phases",
+            "--rounds",
+            "3",
+            flag,
+        ];
+        let exit = run_cli(simpler_host::scenes::all(), args, &mut out, &mut err);
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            matches!(exit, Exit::Success),
+            "{flag}: {out}{}",
+            String::from_utf8_lossy(&err)
+        );
+        let row = out
+            .lines()
+            .find(|l| l.starts_with("bind_window "))
+            .unwrap_or_else(|| panic!("{flag}: no bind_window row in {out}"));
+        // min, median, max, each a number of microseconds.
+        let figures: Vec<f64> = row
+            .split_whitespace()
+            .skip(1)
+            .take(3)
+            .map(|f| f.parse().expect("a figure"))
+            .collect();
+        assert!(
+            figures[0] <= figures[1] && figures[1] <= figures[2],
+            "{row}"
+        );
+        assert!(out.lines().next().unwrap().contains("graph_vector"));
+        assert!(out.contains("bind_window ms"), "the per-round column");
+        // Warm rounds record (verification, retention off) or replay the retained Definition.
+        let graphs = out
+            .lines()
+            .find(|l| l.starts_with("graphs (median us)"))
+            .unwrap();
+        let record_node: f64 = graphs
+            .split("record_node ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{graphs}"));
+        if flag == "--host-only" {
+            assert_eq!(
+                record_node, 0.0,
+                "{flag}: retained, nothing recorded: {graphs}"
+            );
+        } else {
+            assert!(record_node > 0.0, "{flag}: every round records: {graphs}");
+        }
+    }
+}
