@@ -9,8 +9,9 @@
 //! |---|---|
 //! | `args` | place the entry tensors in GM (addresses only), adopt the chip entry |
 //! | `arena_build` | format the mirror: shared state, payload records, orchestrator (host-only) |
-//! | `graph_commit` | wait for the recordings, place each Definition, reserve each Graph's heap
-//! block and patch both into its outer task, in submission order |
+//! | `graph_commit` | record the jobs no recorder thread has started, wait for the others, place
+//! each new Definition (a retained one is in place already), reserve each Graph's heap block and
+//! patch both into its outer task, in submission order |
 //! | `host_orch` | run the orchestration function on this thread into the mirror (it may read
 //! the entry tensors through their host copies; writing device memory from the host refuses) |
 //! | `shared_mem` | measure the live prefix and export it into the retained image buffers |
@@ -39,8 +40,8 @@
 //! boundary matches the first one's (compared tensor by tensor with `TaskTensor::same_layout`,
 //! under the in-flight entry's lock) adds one outer task. A boundary of at most 32 tensors is
 //! the outer task's argument list as it is; a wider one puts its writers first and its other
-//! readers on kernel-less prelude tasks the outer task waits for. `graph_commit` waits for every
-//! recording, places each Definition once, reserves each invocation's heap block and patches
+//! readers on kernel-less prelude tasks the outer task waits for. `graph_commit` records the
+//! jobs still queued itself (`RecorderPool::help`), waits for every other recording, places each Definition once, reserves each invocation's heap block and patches
 //! both into its outer task, in submission order; a recording that failed after its outer task
 //! was submitted fails the bind as invalid arguments. Without a sink (tmr, or inside a
 //! recording) a body runs inline; a Graph nested in a recorded body makes that recording
