@@ -41,8 +41,9 @@
 //! under the in-flight entry's lock) adds one outer task. A boundary of at most 32 tensors is
 //! the outer task's argument list as it is; a wider one puts its writers first and its other
 //! readers on kernel-less prelude tasks the outer task waits for. `graph_commit` records the
-//! jobs still queued itself (`RecorderPool::help`), waits for every other recording, places each Definition once, reserves each invocation's heap block and patches
-//! both into its outer task, in submission order; a recording that failed after its outer task
+//! jobs still queued itself (`RecorderPool::help`), waits for every other recording, places
+//! each Definition once, reserves each invocation's heap block and patches both into its outer
+//! task, in submission order; a recording that failed after its outer task
 //! was submitted fails the bind as invalid arguments. Without a sink (tmr, or inside a
 //! recording) a body runs inline; a Graph nested in a recorded body makes that recording
 //! unsupported. Caps: 1024 nodes per Definition (a longer body finishes but is unsupported), 16
@@ -55,8 +56,9 @@
 //! device copy in a persistent allocation of its own (`DeviceTransport::malloc`, which the
 //! per-run `free_all` of the next bind's staging leaves alone), uploaded once. Retained
 //! Definitions are keyed by callable, full key and the first invocation's boundary
-//! (`GraphBoundary::matches_args`: every layout field, tag and alias relation of each tensor,
-//! and the scalar count). A bind's first submission of a key that matches one is marked ready
+//! (`GraphBoundary::matches_args`: every layout field, tag, manual-dependency flag and alias
+//! relation of each tensor, and the scalar count; and each tensor's view offset from its
+//! buffer's start). A bind's first submission of a key that matches one is marked ready
 //! without a recording (no recorder is woken) and its outer tasks point at the retained device
 //! copy; later submissions of the key in the bind compare against it as usual. Caps: a count
 //! and a byte total; to make room the Definition whose last use is the oldest bind goes first
@@ -374,7 +376,10 @@ impl fmt::Display for HbgError {
                     Some(n) => write!(f, "first differing node {n}")?,
                     None => f.write_str("every node agrees; the difference is outside them")?,
                 }
-                f.write_str("): its body depends on something its key does not name; give it its own key (make_key)")
+                f.write_str(
+                    "): its body depends on something its key does not name; give it its own \
+                     key (make_key)",
+                )
             }
         }
     }
