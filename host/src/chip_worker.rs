@@ -382,6 +382,8 @@ pub struct ChipWorker {
     persistent: BTreeMap<u64, u64>,
     /// The hbg runtime's entry staging, retained across binds.
     pub(crate) staging: Option<Box<Staging>>,
+    /// How Graph Definitions are retained across hbg binds.
+    pub(crate) retention: crate::hbg::GraphRetention,
 }
 
 /// One run's entry: the chip arguments, their adoption for the orchestration, and where each
@@ -410,6 +412,7 @@ impl ChipWorker {
             recorders: None,
             persistent: BTreeMap::new(),
             staging: None,
+            retention: crate::hbg::GraphRetention::default(),
         }
     }
 
@@ -418,8 +421,12 @@ impl ChipWorker {
         self.device.platform()
     }
 
-    /// Stops the device and drops the callables (and with them every persistent allocation).
-    pub fn finalize(self) {
+    /// Stops the device and drops the callables (and with them every persistent allocation),
+    /// freeing the retained Graph Definitions' host and device copies first.
+    pub fn finalize(mut self) {
+        if let Err(e) = self.forget_graphs() {
+            log::warn!("finalize: the retained Graph Definitions could not be freed: {e}");
+        }
         drop(self);
     }
 
@@ -528,6 +535,33 @@ impl ChipWorker {
         let handle = self.register_callable(orch, kernels, tensors);
         self.callables[handle.0].scalars = scalars;
         handle
+    }
+
+    /// Registers `callable` again in `handle`'s place (its orchestration, kernels or
+    /// signature changed): the Graph Definitions retained for the old one are dropped, host
+    /// and device copies, so its next bind records every Graph again.
+    pub fn reregister(
+        &mut self,
+        handle: CallableHandle,
+        callable: Callable,
+    ) -> Result<(), WorkerError> {
+        if handle.0 >= self.callables.len() {
+            return Err(WorkerError::UnknownCallable);
+        }
+        self.forget_graphs_of(handle)?;
+        let Callable {
+            orch,
+            kernels,
+            tensors,
+            scalars,
+        } = callable;
+        self.callables[handle.0] = Registered {
+            orch,
+            kernels: kernels.into(),
+            signature: tensors,
+            scalars,
+        };
+        Ok(())
     }
 
     /// Runs `handle` with entry tensors `args` and `scalars`; OUT and INOUT tensors receive

@@ -9,8 +9,9 @@
 //! |---|---|
 //! | `args` | place the entry tensors in GM (addresses only), adopt the chip entry |
 //! | `arena_build` | format the mirror: shared state, payload records, orchestrator (host-only) |
-//! | `graph_commit` | wait for the recordings, place each Definition, reserve each Graph's heap
-//! block and patch both into its outer task, in submission order |
+//! | `graph_commit` | record the jobs no recorder thread has started, wait for the others, place
+//! each new Definition (a retained one is in place already), reserve each Graph's heap block and
+//! patch both into its outer task, in submission order |
 //! | `host_orch` | run the orchestration function on this thread into the mirror (it may read
 //! the entry tensors through their host copies; writing device memory from the host refuses) |
 //! | `shared_mem` | measure the live prefix and export it into the retained image buffers |
@@ -22,6 +23,10 @@
 //! | `device_run` | ship the images (one copy each), then run the schedulers (the whole
 //! device call less `runtime_init`) |
 //! | `copy_back` | copy OUT and INOUT tensors back |
+//!
+//! The bind window ([`BindReport::bind_window`]) runs from `host_orch`'s start to
+//! `graph_commit`'s end: the span the reference's `host_orch` covers (it closes after
+//! `rt_orchestration_done`), and the one to compare with the reference's figure.
 //!
 //! Nothing is retired while the host builds: the rings, the heap and the dependency pool are
 //! forward-only, and a graph that does not fit fails the bind with a typed error instead of
@@ -35,14 +40,31 @@
 //! boundary matches the first one's (compared tensor by tensor with `TaskTensor::same_layout`,
 //! under the in-flight entry's lock) adds one outer task. A boundary of at most 32 tensors is
 //! the outer task's argument list as it is; a wider one puts its writers first and its other
-//! readers on kernel-less prelude tasks the outer task waits for. `graph_commit` waits for every
-//! recording, places each Definition once, reserves each invocation's heap block and patches
-//! both into its outer task, in submission order; a recording that failed after its outer task
+//! readers on kernel-less prelude tasks the outer task waits for. `graph_commit` records the
+//! jobs still queued itself (`RecorderPool::help`), waits for every other recording, places
+//! each Definition once, reserves each invocation's heap block and patches both into its outer
+//! task, in submission order; a recording that failed after its outer task
 //! was submitted fails the bind as invalid arguments. Without a sink (tmr, or inside a
 //! recording) a body runs inline; a Graph nested in a recorded body makes that recording
 //! unsupported. Caps: 1024 nodes per Definition (a longer body finishes but is unsupported), 16
 //! Definitions per bind, 128 boundary tensors (at most 32 of them written) and 64 scalars, 32
 //! tensors and 16 scalars per node.
+//!
+//! ## Retained Definitions
+//!
+//! The commit retains each Definition it recorded ([`GraphRetention`]): the host copy, and a
+//! device copy in a persistent allocation of its own (`DeviceTransport::malloc`, which the
+//! per-run `free_all` of the next bind's staging leaves alone), uploaded once. Retained
+//! Definitions are keyed by callable, full key and the first invocation's boundary
+//! (`GraphBoundary::matches_args`: every layout field, tag, manual-dependency flag and alias
+//! relation of each tensor, and the scalar count; and each tensor's view offset from its
+//! buffer's start). A bind's first submission of a key that matches one is marked ready
+//! without a recording (no recorder is woken) and its outer tasks point at the retained device
+//! copy; later submissions of the key in the bind compare against it as usual. Caps: a count
+//! and a byte total; to make room the Definition whose last use is the oldest bind goes first
+//! (ties: the one retained first), never one the current bind uses; a Definition that cannot
+//! be retained is staged per bind. Verification records anyway and compares content hashes
+//! ([`HbgError::GraphChanged`] names the first differing node, [`first_differing_node`]).
 
 use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, Staging, WorkerError};
 use crate::image_payloads::ImagePayloads;
@@ -203,6 +225,21 @@ pub struct GraphPhases {
     pub record_allocs: u64,
     /// Parked recorder threads the orchestration thread woke during `host_orch`.
     pub host_orch_wakes: u64,
+    /// Parked recorder threads the orchestration thread woke over the bind window
+    /// (`host_orch` and `graph_commit`).
+    pub recorder_wakes: u64,
+    /// Definitions built (recorded) in the bind.
+    pub definitions_built: u64,
+    /// Bytes of Definition images the bind sends to the device: those placed in its staging
+    /// (copied in `graph_upload` when the device runs) and those newly retained (copied to
+    /// their persistent place at the commit).
+    pub definition_bytes_uploaded: u64,
+    /// Keys whose Definition was retained from an earlier bind (replayed without a
+    /// recording, or recorded again and verified against it).
+    pub retained_hits: u64,
+    /// Recordings the committing thread ran itself because no recorder had started them
+    /// (`RecorderPool::help`; inside `recording_wait`).
+    pub commit_recordings: u64,
 }
 
 /// What one bind cost, by phase, and what it shipped.
@@ -237,6 +274,16 @@ impl BindReport {
     /// Where the bind records phase `phase`'s cost.
     fn phase_mut(&mut self, phase: BindPhase) -> &mut Phase {
         &mut self.phases[phase.index()]
+    }
+
+    /// The bind window: from the start of the orchestration (`host_orch`) to the end of the
+    /// commit (`graph_commit`), the span the reference's `host_orch` covers (its span closes
+    /// after `rt_orchestration_done`, so it holds the recording wait and the commit). Compare
+    /// this, not [`BindPhase::HostOrch`], with the reference's figure.
+    pub fn bind_window(&self) -> Duration {
+        let orch = self.phase(BindPhase::HostOrch);
+        let commit = self.phase(BindPhase::GraphCommit);
+        (commit.at + commit.time).saturating_sub(orch.at)
     }
 
     /// The [`CONTROL_PLANE`] phases summed: wall and CPU time, faults, allocations; `at` is
@@ -284,6 +331,19 @@ pub enum HbgError {
         /// Why its recording failed.
         reason: String,
     },
+    /// Verification ([`GraphRetention::verify`]) recorded a body again and its Definition
+    /// differs from the one retained under the same key and boundary signature: the body
+    /// changed what it submits without changing its key (a captured value, a host-side read
+    /// of tensor data). Give such a body a key of its own (`make_key`).
+    GraphChanged {
+        /// The Graph's full key.
+        key: u64,
+        /// The first node whose record, output window, producers, tensors, scalars or
+        /// predicate differ (the nodes both Definitions have, in order; the shorter one's
+        /// node count when one is a prefix of the other); `None` when every node agrees and
+        /// the difference is elsewhere (the boundary signatures, the header).
+        node: Option<u32>,
+    },
 }
 
 impl fmt::Display for HbgError {
@@ -306,6 +366,21 @@ impl fmt::Display for HbgError {
                 f,
                 "invalid arguments: the recording of graph {key:#x} failed after its outer task was submitted: {reason}"
             ),
+            Self::GraphChanged { key, node } => {
+                write!(
+                    f,
+                    "graph {key:#x} recorded a different Definition than the one retained under \
+                     its key and boundary signature ("
+                )?;
+                match node {
+                    Some(n) => write!(f, "first differing node {n}")?,
+                    None => f.write_str("every node agrees; the difference is outside them")?,
+                }
+                f.write_str(
+                    "): its body depends on something its key does not name; give it its own \
+                     key (make_key)",
+                )
+            }
         }
     }
 }
@@ -316,7 +391,7 @@ impl std::error::Error for HbgError {
             Self::GraphTooLarge(e) | Self::Orchestration(e) => Some(e),
             Self::TaskNotRun { error, .. } => Some(error),
             Self::Image(e) => Some(e),
-            Self::Mirror(_) | Self::GraphFailed { .. } => None,
+            Self::Mirror(_) | Self::GraphFailed { .. } | Self::GraphChanged { .. } => None,
         }
     }
 }
@@ -327,6 +402,86 @@ const GRAPH_STAGING_BYTES: u64 = 8 << 20;
 const MAX_DEFINITIONS: usize = simpler_core::graph::GRAPH_MAX_DEFINITIONS;
 /// Alignment of each Graph invocation's heap block.
 const GRAPH_HEAP_ALIGN: u64 = 1024;
+
+/// How a `ChipWorker` retains Graph Definitions across binds ([`ChipWorker::set_graph_retention`];
+/// the module's "Retained Definitions" says what is kept and when it is replayed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphRetention {
+    /// Definitions retained at most (over every callable); 0 turns retention off (every bind
+    /// records, as before retention existed).
+    pub max_definitions: usize,
+    /// Bytes of Definition images retained at most (each is held twice, on the host and in
+    /// device memory; this caps one copy). A Definition larger than this is recorded per bind.
+    pub max_bytes: usize,
+    /// Record every Graph anyway and compare the new Definition's content hash with the
+    /// retained one's: a mismatch fails the bind with [`HbgError::GraphChanged`]. Retained
+    /// Definitions are still placed once (no upload); only the recording is repeated.
+    pub verify: bool,
+}
+
+/// Definitions a worker retains by default.
+pub const RETAINED_MAX_DEFINITIONS: usize = 64;
+/// Bytes of Definition images a worker retains by default.
+pub const RETAINED_MAX_BYTES: usize = 4 << 20;
+/// The environment variable that turns verification on by default (any value but empty or
+/// `0`); the workspace's `.cargo/config.toml` sets it, so the test suite verifies.
+pub const VERIFY_GRAPHS_ENV: &str = "SIMPLER_VERIFY_GRAPHS";
+
+impl Default for GraphRetention {
+    /// The default caps; verification as [`VERIFY_GRAPHS_ENV`] says.
+    fn default() -> Self {
+        let verify = std::env::var_os(VERIFY_GRAPHS_ENV).is_some_and(|v| !v.is_empty() && v != "0");
+        Self {
+            max_definitions: RETAINED_MAX_DEFINITIONS,
+            max_bytes: RETAINED_MAX_BYTES,
+            verify,
+        }
+    }
+}
+
+impl GraphRetention {
+    /// Retention off: every bind records every Definition (verification is moot).
+    pub const OFF: Self = Self {
+        max_definitions: 0,
+        max_bytes: 0,
+        verify: false,
+    };
+}
+
+/// A Definition retained across binds: what it was recorded for (the callable, the key, the
+/// first invocation's boundary and its alias partition), its image (the host copy), where its
+/// device copy lives (persistent device memory, placed once) and when a bind last used it.
+struct Retained {
+    callable: usize,
+    key: u64,
+    boundary: crate::record::GraphBoundary,
+    reps: [u16; simpler_core::graph::GRAPH_MAX_TENSOR_ARGS],
+    image: Vec<u8>,
+    content_hash: u64,
+    device: u64,
+    required_heap: u64,
+    /// The bind that last recorded or replayed it (eviction takes the oldest first).
+    last_bind: u64,
+}
+
+impl Retained {
+    /// Whether a submission of `key` by `callable` with `boundary` and `scalars` scalars may
+    /// replay it: the same key and the same boundary signature (every layout field, tag,
+    /// manual-dependency flag and alias relation [`crate::record::GraphBoundary::matches_args`]
+    /// compares, and the scalar count), and, stricter than a replay within one bind, each
+    /// tensor's view offset from the start of its buffer.
+    fn matches(&self, callable: usize, key: u64, boundary: &[TaskArg], scalars: usize) -> bool {
+        self.callable == callable
+            && self.key == key
+            && self.boundary.matches_args(&self.reps, boundary, scalars)
+            && self
+                .boundary
+                .tensors
+                .iter()
+                .zip(boundary)
+                .all(|(a, b)| a.start_offset() == b.tensor.start_offset())
+    }
+}
 
 /// The Graph state a mirror keeps across binds: the in-flight entries (reused), the outer
 /// tasks to patch, and the staging buffer of Definitions and boundaries. (The recorder pool
@@ -359,6 +514,23 @@ pub(crate) struct Graphs {
     /// Graph submissions so far that recorded a Definition, replayed one, or ran inline
     /// (cumulative: a bind reports the difference).
     counts: [u64; 3],
+    /// The retention settings this bind runs with.
+    retention: GraphRetention,
+    /// The callable this bind runs.
+    callable: usize,
+    /// The Definitions retained across binds.
+    kept: Kept,
+}
+
+/// The Definitions a worker retains across binds, and this bind's use of them.
+#[derive(Default)]
+struct Kept {
+    /// In the order they were retained.
+    items: Vec<Retained>,
+    /// Bytes of their images.
+    bytes: usize,
+    /// Per entry of this bind, the retained Definition its key and boundary matched.
+    hits: Vec<Option<usize>>,
 }
 
 /// The orchestration's Graph sink during a bind: a new key starts a recording on the pool
@@ -386,7 +558,15 @@ impl Graphs {
     /// Empties the per-bind state for a new bind and tells the pool one begins: the rotation
     /// advances, and recordings may run while the orchestration builds. Returns the pool's
     /// count of orchestration wake-ups so far (the bind's own is the difference at its end).
-    fn begin_bind(&mut self, pool: &mut RecorderPool) -> u64 {
+    fn begin_bind(
+        &mut self,
+        pool: &mut RecorderPool,
+        callable: usize,
+        retention: GraphRetention,
+    ) -> u64 {
+        self.callable = callable;
+        self.retention = retention;
+        self.kept.hits.clear();
         self.staging.clear();
         self.keys.clear();
         self.shells.clear();
@@ -397,6 +577,69 @@ impl Graphs {
         let before = pool.orchestration_wakes();
         pool.orchestrating(true);
         before
+    }
+}
+
+impl Kept {
+    /// Drops retained Definitions until at most `keep` remain and their images fit in
+    /// `bytes`, oldest-used first (fewest recent binds), freeing each one's device copy. A
+    /// Definition this bind uses is never dropped; returns whether the bound was met.
+    fn evict_to(
+        &mut self,
+        binds: u64,
+        keep: usize,
+        bytes: usize,
+        device: &dyn crate::transport::DeviceTransport,
+    ) -> Result<bool, WorkerError> {
+        while self.items.len() > keep || self.bytes > bytes {
+            let victim = self
+                .items
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.last_bind < binds)
+                .min_by_key(|(_, r)| r.last_bind)
+                .map(|(i, _)| i);
+            let Some(i) = victim else {
+                return Ok(false);
+            };
+            self.drop_retained(i, device)?;
+        }
+        Ok(true)
+    }
+
+    /// Drops retained Definition `i`: its device copy is freed, its host copy dropped, and
+    /// this bind's hits past it renumbered.
+    fn drop_retained(
+        &mut self,
+        i: usize,
+        device: &dyn crate::transport::DeviceTransport,
+    ) -> Result<(), WorkerError> {
+        let r = self.items.remove(i);
+        self.bytes -= r.image.len();
+        for h in self.hits.iter_mut().flatten() {
+            if *h > i {
+                *h -= 1;
+            }
+        }
+        device.free(r.device)?;
+        Ok(())
+    }
+
+    /// Drops every retained Definition of `callable` (`None`: of every callable).
+    fn forget(
+        &mut self,
+        callable: Option<usize>,
+        device: &dyn crate::transport::DeviceTransport,
+    ) -> Result<(), WorkerError> {
+        let mut i = 0;
+        while i < self.items.len() {
+            if callable.map_or(true, |c| self.items[i].callable == c) {
+                self.drop_retained(i, device)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -482,12 +725,39 @@ impl BindGraphs<'_> {
             return None;
         }
         if known.is_none() {
+            // A Definition retained from an earlier bind for this key and boundary signature
+            // replays as it is: nothing recorded, no recorder woken (unless verifying).
+            let hit = if g.retention.max_definitions == 0 {
+                None
+            } else {
+                let callable = g.callable;
+                g.kept
+                    .items
+                    .iter()
+                    .position(|r| r.matches(callable, full_key, boundary, scalars.len()))
+            };
             // The first invocation's deep copy, kept on the entry.
             g.entries[entry].begin(full_key, boundary, scalars);
-            self.pool.submit(g.entries[entry].clone(), body);
+            if g.kept.hits.len() <= entry {
+                g.kept.hits.resize(entry + 1, None);
+            }
+            g.kept.hits[entry] = hit;
+            match hit {
+                Some(r) if !g.retention.verify => {
+                    g.kept.items[r].last_bind = g.binds;
+                    g.entries[entry].ready();
+                    g.counts[1] += 1;
+                }
+                _ => {
+                    if let Some(r) = hit {
+                        g.kept.items[r].last_bind = g.binds;
+                    }
+                    self.pool.submit(g.entries[entry].clone(), body);
+                    g.counts[0] += 1;
+                }
+            }
             g.keys.push((full_key, entry));
             g.used += 1;
-            g.counts[0] += 1;
         } else {
             g.counts[1] += 1;
         }
@@ -619,6 +889,15 @@ impl ChipWorker {
             .set_while_building(n);
     }
 
+    /// Sets whether the commit records the jobs no recorder thread has started yet itself
+    /// (on by default; off, it waits for the recorder threads, as a test of their rotation
+    /// needs).
+    pub fn set_commit_helps(&mut self, on: bool) {
+        self.recorders
+            .get_or_insert_with(RecorderPool::start)
+            .set_commit_helps(on);
+    }
+
     /// Blocks until every recorder thread has stood its storage up (they start at callable
     /// registration and do it beside the first binds; a benchmark of steady-state binds waits
     /// for it).
@@ -640,6 +919,54 @@ impl ChipWorker {
         self.recorders
             .get_or_insert_with(RecorderPool::start)
             .inject_stand_up_failure(part);
+    }
+
+    /// Sets how Graph Definitions are retained across binds (the caps, verification). Lower
+    /// caps take effect at once: the oldest-used Definitions past them are dropped, host and
+    /// device copies; [`GraphRetention::OFF`] drops them all.
+    pub fn set_graph_retention(&mut self, retention: GraphRetention) -> Result<(), WorkerError> {
+        self.retention = retention;
+        if let Some(m) = self.hbg.as_mut() {
+            // No bind is running, so every Definition may go.
+            let binds = m.graphs.binds + 1;
+            m.graphs.kept.evict_to(
+                binds,
+                retention.max_definitions,
+                retention.max_bytes,
+                &*self.device,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// How Graph Definitions are retained across binds.
+    pub fn graph_retention(&self) -> GraphRetention {
+        self.retention
+    }
+
+    /// Drops every retained Graph Definition, freeing its host and device copies: the next
+    /// bind records every Graph again.
+    pub fn forget_graphs(&mut self) -> Result<(), WorkerError> {
+        match self.hbg.as_mut() {
+            Some(m) => m.graphs.kept.forget(None, &*self.device),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the retained Graph Definitions of `handle`'s callable (its re-registration).
+    pub(crate) fn forget_graphs_of(&mut self, handle: CallableHandle) -> Result<(), WorkerError> {
+        match self.hbg.as_mut() {
+            Some(m) => m.graphs.kept.forget(Some(handle.0), &*self.device),
+            None => Ok(()),
+        }
+    }
+
+    /// The Graph Definitions retained now: how many, and their images' bytes (each held once
+    /// on the host and once in device memory).
+    pub fn retained_graphs(&self) -> (usize, usize) {
+        self.hbg
+            .as_ref()
+            .map_or((0, 0), |m| (m.graphs.kept.items.len(), m.graphs.kept.bytes))
     }
 
     /// The last bind's commit: per outer task in submission order, its Graph's key and the
@@ -764,7 +1091,7 @@ impl ChipWorker {
         let clock = Clock::start(start);
         let graph_counts = mirror.graphs.counts;
         let pool = self.recorders.get_or_insert_with(RecorderPool::start);
-        let wakes_before = mirror.graphs.begin_bind(pool);
+        let wakes_before = mirror.graphs.begin_bind(pool, handle.0, self.retention);
         let mut waiter = RefusingWaiter::default();
         let abort = AtomicU32::new(0);
         let result = {
@@ -800,8 +1127,10 @@ impl ChipWorker {
             &mirror.payloads,
             &*self.device,
             staging_base,
+            pool,
         );
         *report.phase_mut(BindPhase::GraphCommit) = clock.stop();
+        mirror.graphs.phases.recorder_wakes = pool.orchestration_wakes() - wakes_before;
         if let Err(e) = result {
             return Err(WorkerError::Hbg(match waiter.blocked {
                 Some(Blocked::Producer { task } | Blocked::Consumers { task }) => {
@@ -958,18 +1287,27 @@ fn host_only_run(start: Instant, report: &BindReport, edges: u64) -> RunReport {
 /// tmr host phases.
 pub const TRACE_PHASE_BASE: u32 = 16;
 
+/// Index of the bind window's span ([`BindReport::bind_window`]) in a trace's host-track
+/// events: past every bind phase's.
+pub const TRACE_BIND_WINDOW: u32 = TRACE_PHASE_BASE + BindPhase::ALL.len() as u32;
+
 /// Adds the bind to its trace: the device's events (counted from the device call's start,
-/// `device_at` into the bind) on the bind's clock, and a host-track span per phase that ran.
+/// `device_at` into the bind) on the bind's clock, a host-track span per phase that ran, and
+/// one for the bind window (over `host_orch` and `graph_commit`).
 fn record_bind_phases(
     sink: &crate::transport::TraceSink,
     report: &BindReport,
     device_at: Duration,
 ) {
     let spans = report.phases().filter(|(_, ph)| !ph.time.is_zero());
+    let at = report.phase(BindPhase::HostOrch).at;
+    let window = (TRACE_BIND_WINDOW, at, at + report.bind_window());
     crate::trace::add_host_spans(
         sink,
         device_at,
-        spans.map(|(p, ph)| (TRACE_PHASE_BASE + p.index() as u32, ph.at, ph.at + ph.time)),
+        spans
+            .map(|(p, ph)| (TRACE_PHASE_BASE + p.index() as u32, ph.at, ph.at + ph.time))
+            .chain(std::iter::once(window)),
     );
 }
 
@@ -982,10 +1320,13 @@ fn commit(
     payloads: &ImagePayloads,
     device: &dyn crate::transport::DeviceTransport,
     staging_base: u64,
+    pool: &mut RecorderPool,
 ) -> Result<(), WorkerError> {
     g.placed.clear();
     let mut failure = None;
     let wait_start = Instant::now();
+    // Jobs no recorder has started yet are recorded here rather than waited for.
+    let helped = pool.help() as u64;
     for e in 0..g.used {
         let entry = &g.entries[e];
         if entry.wait() == InflightStatus::Failed && failure.is_none() {
@@ -1003,6 +1344,7 @@ fn commit(
         graph_begin: g.begin_time,
         recording_wait: wait_start.elapsed(),
         host_orch_wakes: g.phases.host_orch_wakes,
+        commit_recordings: helped,
         ..GraphPhases::default()
     };
     if let Some(f) = failure {
@@ -1011,6 +1353,18 @@ fn commit(
     let mut heaps = 0u64;
     let mut required = [0u64; MAX_DEFINITIONS];
     for (e, need) in required.iter_mut().enumerate().take(g.used) {
+        let hit = g.kept.hits.get(e).copied().flatten();
+        if hit.is_some() {
+            g.phases.retained_hits += 1;
+        }
+        let replayed = hit.filter(|_| !g.retention.verify);
+        if let Some(r) = replayed {
+            // Retained: placed once, in persistent device memory; nothing to stage.
+            let r = &g.kept.items[r];
+            *need = r.required_heap;
+            g.placed.push(r.device);
+            continue;
+        }
         let inner = g.entries[e].lock();
         let header: GraphDefinitionHeader = inner
             .image
@@ -1026,12 +1380,43 @@ fn commit(
         g.phases.build_definition += inner.times.1;
         g.phases.record_allocs += inner.allocs;
         g.phases.recorded_nodes += header.task_count as u64;
+        g.phases.definitions_built += 1;
         *need = header.required_heap.max(1).div_ceil(GRAPH_HEAP_ALIGN) * GRAPH_HEAP_ALIGN;
-        let at = place(&mut g.staging, staging_base, &inner.image).ok_or(
-            WorkerError::OutOfDeviceMemory {
-                bytes: inner.image.len() as u64,
-            },
-        )?;
+        if let Some(r) = hit {
+            // Verification: the body recorded again must give the retained Definition.
+            let kept = &g.kept.items[r];
+            if kept.content_hash != header.content_hash || kept.image != inner.image {
+                return Err(WorkerError::Hbg(HbgError::GraphChanged {
+                    key: inner.full_key,
+                    node: first_differing_node(&kept.image, &inner.image),
+                }));
+            }
+            g.placed.push(kept.device);
+            continue;
+        }
+        let len = inner.image.len();
+        let retainable = g.retention.max_definitions > 0 && len <= g.retention.max_bytes;
+        let room = retainable
+            && g.kept.evict_to(
+                g.binds,
+                g.retention.max_definitions - 1,
+                g.retention.max_bytes - len,
+                device,
+            )?;
+        let kept = if room {
+            let owner = (g.callable, g.binds);
+            retain(&mut g.kept, owner, &inner, &header, *need, device)?
+        } else {
+            None
+        };
+        let at = match kept {
+            Some(at) => at,
+            // Not retained (retention off, over the caps, or no device memory for it): placed
+            // in this bind's staging and uploaded with it.
+            None => place(&mut g.staging, staging_base, &inner.image)
+                .ok_or(WorkerError::OutOfDeviceMemory { bytes: len as u64 })?,
+        };
+        g.phases.definition_bytes_uploaded += len as u64;
         g.placed.push(at);
     }
     for &(_, e) in &g.shells {
@@ -1052,6 +1437,78 @@ fn commit(
         at += required[e];
     }
     Ok(())
+}
+
+/// Retains the Definition `inner` holds (room for it was made): its image is copied to a
+/// persistent device allocation of its own, once, and kept on the host beside it. Returns the
+/// device address, or `None` when device memory has no room for it (it is then staged per
+/// bind).
+fn retain(
+    kept: &mut Kept,
+    (callable, binds): (usize, u64),
+    inner: &crate::record::InflightInner,
+    header: &GraphDefinitionHeader,
+    required_heap: u64,
+    device: &dyn crate::transport::DeviceTransport,
+) -> Result<Option<u64>, WorkerError> {
+    let len = inner.image.len() as u64;
+    let Some(at) = device.malloc(len)? else {
+        return Ok(None);
+    };
+    if !device.copy_to_device(at, inner.image.clone())? {
+        device.free(at)?;
+        return Ok(None);
+    }
+    let boundary = inner.boundary.clone().unwrap_or_default();
+    kept.bytes += inner.image.len();
+    kept.items.push(Retained {
+        callable,
+        key: inner.full_key,
+        boundary,
+        reps: inner.reps,
+        image: inner.image.clone(),
+        content_hash: header.content_hash,
+        device: at,
+        required_heap,
+        last_bind: binds,
+    });
+    Ok(Some(at))
+}
+
+/// The first node at which Definition images `a` and `b` differ: its record, its output
+/// window, its producers, its tensors and their sources, its scalars and their sources, or
+/// its predicate; the shorter one's node count when one's nodes are a prefix of the other's;
+/// `None` when every node agrees (or an image does not parse).
+pub fn first_differing_node(a: &[u8], b: &[u8]) -> Option<u32> {
+    use simpler_core::graph::DefinitionView;
+    let (Ok(a), Ok(b)) = (DefinitionView::parse(a), DefinitionView::parse(b)) else {
+        return None;
+    };
+    let n = a.task_count().min(b.task_count());
+    let differs = |i: usize| {
+        a.node(i) != b.node(i)
+            || a.node_offset(i) != b.node_offset(i)
+            || !opt_eq(a.fanin(i), b.fanin(i))
+            || !opt_eq(a.node_tensors(i), b.node_tensors(i))
+            || !opt_eq(a.node_tensor_sources(i), b.node_tensor_sources(i))
+            || !opt_eq(a.node_scalars(i), b.node_scalars(i))
+            || !opt_eq(a.node_scalar_sources(i), b.node_scalar_sources(i))
+            || a.node_predicate(i) != b.node_predicate(i)
+    };
+    match (0..n).find(|&i| differs(i)) {
+        Some(i) => Some(i as u32),
+        None if a.task_count() != b.task_count() => Some(n as u32),
+        None => None,
+    }
+}
+
+/// Whether two optional record sequences hold the same records.
+fn opt_eq<I: Iterator<Item = T>, T: PartialEq>(a: Option<I>, b: Option<I>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.eq(b),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// A retained image buffer: a mapping of zero pages grown to its high-water mark (to twice
@@ -1095,7 +1552,9 @@ impl From<HbgError> for RunError {
             | HbgError::TaskNotRun { error: e, .. } => RunError::Orchestration(e),
             HbgError::Image(e) => RunError::Image(e),
             HbgError::Mirror(_) => RunError::Orchestration(RtError::Fatal(5)),
-            HbgError::GraphFailed { .. } => RunError::Orchestration(RtError::Fatal(5)),
+            HbgError::GraphFailed { .. } | HbgError::GraphChanged { .. } => {
+                RunError::Orchestration(RtError::Fatal(5))
+            }
         }
     }
 }
@@ -1103,6 +1562,27 @@ impl From<HbgError> for RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bind_window_runs_from_the_orchestration_to_the_end_of_the_commit() {
+        let mut report = BindReport::default();
+        let us = Duration::from_micros;
+        // args 0-10, arena_build 10-30, host_orch 30-130, graph_commit 131-631, shared_mem after.
+        for (p, at, time) in [
+            (BindPhase::Args, 0, 10),
+            (BindPhase::ArenaBuild, 10, 20),
+            (BindPhase::HostOrch, 30, 100),
+            (BindPhase::GraphCommit, 131, 500),
+            (BindPhase::SharedMem, 631, 40),
+        ] {
+            *report.phase_mut(p) = Phase {
+                at: us(at),
+                time: us(time),
+                ..Phase::default()
+            };
+        }
+        assert_eq!(report.bind_window(), us(601));
+    }
 
     #[test]
     fn the_control_plane_sums_exactly_its_named_phases() {

@@ -80,6 +80,9 @@ pub fn to_chrome_json(events: &[TraceEvent], dag: Option<&DagRecorder>) -> Strin
             (EventKind::Dispatch, _) => "dispatch".to_string(),
             (EventKind::Idle, _) => "idle".to_string(),
             (EventKind::Counter, _) => "counter".to_string(),
+            (EventKind::Host, _) if e.kernel == crate::hbg::TRACE_BIND_WINDOW => {
+                "bind_window".to_string()
+            }
             (EventKind::Host, _) => e
                 .kernel
                 .checked_sub(crate::hbg::TRACE_PHASE_BASE)

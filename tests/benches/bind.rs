@@ -32,12 +32,20 @@
 //! main section, or with the entry staged afresh before each bind, which for Case0 copies
 //! 327 MB and evicts the mirror from every cache).
 //!
+//! Two more compare Graph policies: `retention` (Definitions retained across binds or recorded
+//! every bind, graph_vector and dsv4-shaped on two workers binding in turn) and `commit_help`
+//! (the commit recording the jobs no recorder has started, or waiting for the recorders, on
+//! full binds).
+//!
+//! Every figure but `retention`'s retained arm is taken with retention off (every bind
+//! records), so the recording figures keep their meaning.
+//!
 //! Not shown: the device run's own cost (see `scene`).
 //!
 //! Run: `cargo bench -p simpler-tests --bench bind` (`SIMPLER_BENCH_SMOKE=1`: bgemm Case1 in
 //! Case0's place, one settling, two warm and one full bind per case, one bind per arm).
 
-use simpler_host::hbg::{BindPhase, CONTROL_PLANE};
+use simpler_host::hbg::{BindPhase, BindReport, GraphRetention, CONTROL_PLANE};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 use simpler_host::{RunOptions, Runtime};
@@ -61,6 +69,10 @@ fn worker(scene: &str, case: &str) -> (Prepared, ChipWorker, CallableHandle) {
     config.ring.heap_bytes = 256 << 20;
     config.gm_bytes = 512 << 20;
     let mut w = ChipWorker::init(config).expect("device");
+    // Retention off unless an arm turns it on: every bind records (the recording figures),
+    // and the environment's default (the test suite's verification) does not reach them.
+    w.set_graph_retention(GraphRetention::OFF)
+        .expect("retention off");
     let h = w.register(p.callable.clone());
     w.wait_for_recorders();
     (p, w, h)
@@ -107,6 +119,7 @@ fn main() {
             .collect();
         let mut times = vec![Vec::with_capacity(warm); shown.len()];
         let mut control_plane = Vec::with_capacity(warm);
+        let mut window = Vec::with_capacity(warm);
         let mut faults = Vec::with_capacity(warm);
         let mut thread_faults = Vec::with_capacity(warm);
         let mut args_faults = Vec::with_capacity(warm);
@@ -162,6 +175,7 @@ fn main() {
             // size, so it is kept apart from the control plane.
             let cp = bind.control_plane();
             control_plane.push(us(cp.time));
+            window.push(us(bind.bind_window()));
             thread_faults.push(cp.minflt as f64);
             args_faults.push(bind.phase(BindPhase::Args).minflt as f64);
             image = bind.image_bytes;
@@ -178,6 +192,8 @@ fn main() {
             &mut control_plane,
             "us",
         );
+        // The reference's host_orch: orchestration start to the end of the commit.
+        report_summary("bind", &format!("{name}_bind_window"), &mut window, "us");
         if graphs[0] > 0 {
             for (k, label) in [
                 "graph_begin",
@@ -296,6 +312,133 @@ fn main() {
     }
     recording_policy();
     entry_restaging();
+    retention();
+    commit_help();
+}
+
+/// Whether the commit should record the jobs no recorder thread has started itself
+/// (`ChipWorker::set_commit_helps`): graph_vector and the dsv4-shaped scene, retention off (every
+/// bind records), full binds (the device runs, so the recorder threads park between binds as
+/// in a served model), the two policies alternating bind by bind on one worker (15 pairs after
+/// 2 settling ones). Printed per arm (`commit_helps`, `commit_waits`): the bind window and the
+/// commit's recording wait.
+fn commit_help() {
+    let (settle, binds) = (sized(2, 1), sized(15, 1));
+    for scene in ["graph_vector", "dsv4_shaped"] {
+        let (p, mut w, h) = worker(scene, "default");
+        let mut figures = vec![[Vec::new(), Vec::new()]; 2];
+        for round in 0..settle + binds {
+            for (arm, f) in figures.iter_mut().enumerate() {
+                w.set_commit_helps(arm == 0);
+                let mut a: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+                let run = w
+                    .run(h, &mut a, &p.scalars, RunOptions::on(Runtime::Hbg))
+                    .expect("full bind");
+                let bind = run.bind.expect("an hbg bind");
+                if round >= settle {
+                    f[0].push(us(bind.bind_window()));
+                    f[1].push(us(bind.graph_phases.recording_wait));
+                }
+            }
+        }
+        for (label, f) in ["commit_helps", "commit_waits"]
+            .iter()
+            .zip(figures.iter_mut())
+        {
+            for (metric, v) in ["bind_window", "recording_wait"].iter().zip(f.iter_mut()) {
+                report_summary("bind", &format!("{scene}_{label}_{metric}"), v, "us");
+            }
+        }
+    }
+}
+
+/// Graph Definitions retained across binds, against recorded every bind: graph_vector and the
+/// dsv4-shaped scene on two workers, one with retention off (every bind records every
+/// Definition: the cold-key case) and one with it on (verification off), binding in turn,
+/// pair by pair (20 warm host-only pairs after 3 settling ones). Printed: the bind window of
+/// each arm (`retention_off`, `retained`) and the pairs' off / on ratio; for the retained
+/// arm, per warm bind, the nodes recorded, Definitions built, Definition bytes uploaded and
+/// recorder threads woken (each must be 0), and the whole process's heap allocations and
+/// minor page faults.
+fn retention() {
+    let (settle, binds) = (sized(3, 1), sized(20, 2));
+    for scene in ["graph_vector", "dsv4_shaped"] {
+        let (p, mut off, h_off) = worker(scene, "default");
+        let (_, mut on, h_on) = worker(scene, "default");
+        on.set_graph_retention(GraphRetention {
+            verify: false,
+            ..GraphRetention::default()
+        })
+        .expect("retention on");
+        let mut a_off: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let mut a_on: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
+        let mut window = [Vec::new(), Vec::new()];
+        let mut speedup = Vec::new();
+        let mut counts: Vec<Vec<f64>> = (0..6).map(|_| Vec::new()).collect();
+        for round in 0..settle + binds {
+            let b_off = host_only_bind(&mut off, h_off, &mut a_off, &p.scalars);
+            let faults_before = process_minor_faults();
+            let before = counter::process();
+            let b_on: BindReport = host_only_bind(&mut on, h_on, &mut a_on, &p.scalars);
+            let allocs = counter::process() - before;
+            let faults = process_minor_faults() - faults_before;
+            if round < settle {
+                continue;
+            }
+            let (w_off, w_on) = (us(b_off.bind_window()), us(b_on.bind_window()));
+            window[0].push(w_off);
+            window[1].push(w_on);
+            speedup.push(w_off / w_on);
+            let g = b_on.graph_phases;
+            for (v, x) in counts.iter_mut().zip([
+                g.recorded_nodes,
+                g.definitions_built,
+                g.definition_bytes_uploaded,
+                g.recorder_wakes,
+                allocs,
+                faults,
+            ]) {
+                v.push(x as f64);
+            }
+            assert_eq!(
+                [
+                    g.recorded_nodes,
+                    g.definitions_built,
+                    g.definition_bytes_uploaded,
+                    g.recorder_wakes
+                ],
+                [0; 4],
+                "{scene}: a retained warm bind records, builds, uploads and wakes nothing"
+            );
+        }
+        for (label, v) in ["retention_off", "retained"].iter().zip(window.iter_mut()) {
+            report_summary("bind", &format!("{scene}_{label}_bind_window"), v, "us");
+        }
+        report_summary(
+            "bind",
+            &format!("{scene}_retained_speedup"),
+            &mut speedup,
+            "x",
+        );
+        for ((label, unit), v) in [
+            ("recorded_nodes", "nodes"),
+            ("definitions_built", "definitions"),
+            ("definition_bytes_uploaded", "B"),
+            ("recorder_wakes", "wakes"),
+            ("process_allocs", "allocs"),
+            ("process_minflt", "faults"),
+        ]
+        .iter()
+        .zip(counts.iter_mut())
+        {
+            report_summary(
+                "bind",
+                &format!("{scene}_retained_{label}_per_warm_bind"),
+                v,
+                unit,
+            );
+        }
+    }
 }
 
 /// Whether Graph recordings should overlap the orchestration on this machine: the

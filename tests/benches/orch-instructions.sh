@@ -26,7 +26,8 @@ else
   bin=${CARGO_TARGET_DIR:-target}/release/simpler
 fi
 # Instructions collected inside $fn over N host-only binds, and the tasks each bind built
-# (the run's own table: round, host ms, device ms, host_orch ms, tasks, image KiB; every round
+# (the run's own table: round, host ms, device ms, host_orch ms, bind_window ms, tasks,
+# image KiB; every round
 # must agree).
 collected() {
   local scene=$1 fn=$2 n=$3
@@ -36,7 +37,7 @@ collected() {
   collected=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="$fn" \
     "$bin" run "$scene" "$@" --runtime hbg --host-only --rounds "$n" 2>&1 >"$table" |
     awk '/Collected :/ {print $NF}')
-  tasks=$(awk '$1 ~ /^[0-9]+$/ && $NF == "built" {print $5}' "$table" | sort -u)
+  tasks=$(awk '$1 ~ /^[0-9]+$/ && $NF == "built" {print $6}' "$table" | sort -u)
   rm -f "$table"
   if [[ -z $tasks || $tasks == *$'\n'* ]]; then
     echo "orch-instructions: $scene: no single task count per bind (${tasks:-none})" >&2

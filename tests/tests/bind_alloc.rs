@@ -10,7 +10,7 @@
 //! the images, which the simulator's transport copies into the job; not counted here (the
 //! entry tensors go in and out of GM from their own bytes: `host_staging.rs` counts that).
 
-use simpler_host::hbg::{BindPhase, BindReport};
+use simpler_host::hbg::{BindPhase, BindReport, GraphRetention};
 use simpler_host::{alloc_count, scenes, ChipArg, ChipWorker};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
@@ -21,13 +21,14 @@ static GLOBAL: Counting = Counting;
 
 /// Two warm-up binds, then ten, of `scene`/`case` on hbg (host-only: the device is not the
 /// subject); the ten reports.
-fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
+fn warm_binds(scene: &str, case: &str, retention: GraphRetention) -> Vec<BindReport> {
     alloc_count::install(counter::thread);
     let p = scenes::find(scene).unwrap().prepare(case).unwrap();
     let mut config = DeviceConfig::new(Topology::A2a3);
     config.ring.heap_bytes = 256 << 20;
     config.gm_bytes = 512 << 20;
     let mut w = ChipWorker::init(config).expect("device");
+    w.set_graph_retention(retention).unwrap();
     let h = w.register(p.callable.clone());
     let mut args: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
     let mut binds = Vec::with_capacity(10);
@@ -40,8 +41,9 @@ fn warm_binds(scene: &str, case: &str) -> Vec<BindReport> {
     binds
 }
 
+/// Every bind records (retention off), so the recording path is exercised.
 fn check(scene: &str, case: &str) {
-    let binds = warm_binds(scene, case);
+    let binds = warm_binds(scene, case, GraphRetention::OFF);
     let mirror = [BindPhase::ArenaBuild, BindPhase::SharedMem];
     for (i, b) in binds.iter().enumerate() {
         let g = b.graph_phases;
@@ -83,4 +85,31 @@ fn graph_vector_warm_binds_allocate_nothing_to_record_or_mirror() {
 #[test]
 fn dsv4_shaped_warm_binds_allocate_nothing_to_record_or_mirror() {
     check("dsv4_shaped", "default");
+}
+
+/// With retention on (verification off) a warm bind replays every Definition: nothing is
+/// recorded, and the whole bind still allocates nothing on the binding thread.
+fn check_retained(scene: &str, case: &str) {
+    let retention = GraphRetention {
+        verify: false,
+        ..GraphRetention::default()
+    };
+    let binds = warm_binds(scene, case, retention);
+    for (i, b) in binds.iter().enumerate() {
+        let g = b.graph_phases;
+        assert_eq!(g.recorded_nodes, 0, "{scene} bind {i}: recorded");
+        assert_eq!(g.record_allocs, 0, "{scene} bind {i}: recording path");
+        let whole: u64 = b.phases().map(|(_, p)| p.allocs).sum();
+        assert_eq!(whole, 0, "{scene} bind {i}: the binding thread");
+    }
+}
+
+#[test]
+fn graph_vector_retained_warm_binds_record_and_allocate_nothing() {
+    check_retained("graph_vector", "default");
+}
+
+#[test]
+fn dsv4_shaped_retained_warm_binds_record_and_allocate_nothing() {
+    check_retained("dsv4_shaped", "default");
 }

@@ -317,3 +317,57 @@ fn dsv4_shaped_on_tmr() {
     assert_eq!(Some(report.outcome.tasks), p.tasks);
     assert_eq!(Some(report.outcome.edges), p.edges);
 }
+
+/// Ten binds, each with entry data of its own (another seed, its own f64 golden): every bind
+/// gives its golden, and the eight Definitions are recorded once in all, at the first bind;
+/// every later bind replays the retained ones (nothing recorded, built, uploaded or woken).
+/// (The scene forwards no entry scalar; `retain.rs` varies forwarded scalars per bind.)
+#[test]
+fn ten_dsv4_binds_with_new_entries_record_each_definition_once_in_all() {
+    use simpler_host::hbg::GraphRetention;
+    use simpler_host::scenes::dsv4::{Dsv4Shaped, DEFAULT_SEED};
+    let t = totals();
+    let first = Dsv4Shaped::prepare_seeded(DEFAULT_SEED);
+    let mut w = ChipWorker::init(big_heap()).expect("device");
+    w.set_graph_retention(GraphRetention {
+        verify: false,
+        ..GraphRetention::default()
+    })
+    .unwrap();
+    let h = register_prepared(&mut w, &first);
+    let (mut built, mut nodes) = (0, 0);
+    for round in 0..10u64 {
+        let fresh =
+            (round > 0).then(|| Dsv4Shaped::prepare_seeded(DEFAULT_SEED ^ (round * 0x9E37_79B9)));
+        let p = fresh.as_ref().unwrap_or(&first);
+        let mut args = host_args(p);
+        let run = w
+            .run(h, &mut args, &p.scalars, RunOptions::on(Runtime::Hbg))
+            .expect("hbg run");
+        let bind = run.bind.expect("an hbg run reports its bind");
+        let check = (p.check)(&host_tensors(args));
+        assert!(check.pass, "round {round}: max diff {}", check.max_diff);
+        let g = bind.graph_phases;
+        built += g.definitions_built;
+        nodes += g.recorded_nodes;
+        if round > 0 {
+            assert_eq!(bind.graphs, [0, t.graph_submissions, 0], "round {round}");
+            assert_eq!(
+                [
+                    g.recorded_nodes,
+                    g.definitions_built,
+                    g.definition_bytes_uploaded,
+                    g.recorder_wakes
+                ],
+                [0; 4],
+                "round {round}: nodes recorded, Definitions built, bytes uploaded, recorder wakes"
+            );
+        }
+    }
+    assert_eq!(
+        built, t.definitions,
+        "one recording per Definition in ten binds"
+    );
+    assert_eq!(nodes, t.nodes);
+    assert_eq!(w.retained_graphs().0, t.definitions as usize);
+}

@@ -155,6 +155,9 @@ fn output(a: Vec<ChipArg>) -> Vec<f32> {
 #[test]
 fn eight_bodies_record_on_the_pool_replay_and_reuse_every_thread_over_rounds() {
     let mut f = fixture(orchestrate);
+    // The recorder threads' rotation is the subject: the commit waits for them rather than
+    // recording queued jobs itself.
+    f.w.set_commit_helps(false);
     assert_eq!(
         f.w.recorder_threads(),
         8,
@@ -409,5 +412,51 @@ fn a_value_computed_from_a_boundary_scalar_is_static_definition_data() {
     let y = output(a);
     for (k, v) in [1.0f32, 3.0, 5.0].iter().enumerate() {
         assert_eq!(y[k * row], f.x[k * row] + v, "inline row {k}");
+    }
+}
+
+/// With every recording deferred to the commit, the commit records a lone job itself rather
+/// than wake a recorder thread and wait for it to be scheduled; with eight jobs it records
+/// some and the recorder threads it woke the rest. Every result stays right.
+#[test]
+fn the_commit_records_queued_jobs_itself_and_wakes_recorders_only_for_the_others() {
+    use simpler_host::hbg::GraphRetention;
+    fn one(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+        let mut b = views(rt, 0, 0)?;
+        rt.submit_graph(0, b0, &mut b, &[])?;
+        Ok(())
+    }
+    for (orch, jobs) in [
+        (one as fn(&mut Rt<'_, '_>) -> Result<(), RtError>, 1u64),
+        (orchestrate, 8),
+    ] {
+        let mut f = fixture(orch);
+        f.w.set_graph_retention(GraphRetention::OFF).unwrap();
+        f.w.set_recordings_while_building(0);
+        for round in 0..3 {
+            let mut a = args(&f);
+            let bind =
+                f.w.run(f.h, &mut a, &[], RunOptions::on(Runtime::Hbg))
+                    .expect("bind")
+                    .bind
+                    .expect("an hbg run reports its bind");
+            let g = bind.graph_phases;
+            assert_eq!(g.definitions_built, jobs, "round {round}");
+            assert!(g.commit_recordings >= 1, "round {round}: {g:?}");
+            if jobs == 1 {
+                assert_eq!(g.commit_recordings, 1, "round {round}");
+                assert_eq!(g.recorder_wakes, 0, "round {round}: no recorder woken");
+            }
+            let y = output(a);
+            let rows = if jobs == 1 { 1 } else { BODIES * REPS as usize };
+            for (i, (&got, &x)) in y.iter().zip(&f.x).enumerate().take(rows * N as usize) {
+                let k = (i / N as usize) / REPS as usize;
+                assert_eq!(
+                    got,
+                    x + 2.0 * (k as f32 + 1.0),
+                    "round {round}, element {i}"
+                );
+            }
+        }
     }
 }

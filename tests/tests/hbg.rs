@@ -247,7 +247,7 @@ fn a_graph_recorded_once_replays_on_the_device() {
 #[test]
 fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_its_device_call() {
     use simpler_aicpu::EventKind;
-    use simpler_host::hbg::TRACE_PHASE_BASE;
+    use simpler_host::hbg::{TRACE_BIND_WINDOW, TRACE_PHASE_BASE};
     let mut w = worker();
     let p = scenes::find("vector_example")
         .unwrap()
@@ -266,8 +266,22 @@ fn a_traced_bind_has_one_span_per_phase_in_order_and_the_device_events_inside_it
     let events = sink.lock().unwrap();
     let host: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == EventKind::Host)
+        .filter(|e| e.kind == EventKind::Host && e.kernel != TRACE_BIND_WINDOW)
         .collect();
+    // One bind-window span, from host_orch's start to graph_commit's end.
+    let windows: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Host && e.kernel == TRACE_BIND_WINDOW)
+        .collect();
+    assert_eq!(windows.len(), 1);
+    assert_eq!(
+        windows[0].start_ns,
+        host[BindPhase::HostOrch.index()].start_ns
+    );
+    assert_eq!(
+        windows[0].end_ns,
+        host[BindPhase::GraphCommit.index()].end_ns
+    );
     let kinds: Vec<u32> = host.iter().map(|e| e.kernel - TRACE_PHASE_BASE).collect();
     assert_eq!(kinds, (0..BindPhase::ALL.len() as u32).collect::<Vec<_>>());
     for pair in host.windows(2) {

@@ -1,6 +1,7 @@
 //! The `simpler` command for any program's scenes: one call gives a crate's own [`Scene`]s
 //! `list`, `run` (with `--case`, `--rounds`, `--runtime`, `--platform`, `--clusters`, `--dag`,
-//! `--trace`, `--swimlane`, `--report`, `--phases`, `--host-only`) and `check`, and
+//! `--trace`, `--swimlane`, `--report`, `--phases`, `--host-only`, `--verify-graphs`,
+//! `--no-retain-graphs`) and `check`, and
 //! [`check_scene`] runs every case of a scene from a test.
 //!
 //! - [`main`]: the whole command for `scenes`, from the process's arguments; a program's `main`
@@ -362,6 +363,14 @@ struct RunArgs {
     /// as they were), so each bind starts from the caches the previous one left.
     #[arg(long)]
     host_only: bool,
+    /// hbg: record every Graph anyway and check its Definition against the one retained from
+    /// an earlier round (a mismatch fails the round, naming the key and the first differing
+    /// node).
+    #[arg(long)]
+    verify_graphs: bool,
+    /// hbg: retain no Graph Definition across rounds (every round records every Graph).
+    #[arg(long)]
+    no_retain_graphs: bool,
 }
 
 /// The refusal of `--rounds 0`, which `simpler l3` shares.

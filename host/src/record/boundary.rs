@@ -91,8 +91,9 @@ impl GraphBoundary {
     }
 
     /// Whether `other` may replay a Definition recorded from `self`: equal counts (scalar
-    /// values may differ: they are per invocation) and, per tensor, equal buffer size, rank, dtype, tag, shapes, strides,
-    /// alias partition and offset from its alias representative (addresses and the
+    /// values may differ: they are per invocation) and, per tensor, equal buffer size, rank,
+    /// dtype, tag, shapes, strides, manual-dependency flag, alias partition and offset from
+    /// its alias representative (addresses and the
     /// representatives' offsets may differ: a replay rebinds them).
     pub fn matches(&self, other: &GraphBoundary) -> bool {
         let mut ra = [0u16; GRAPH_MAX_TENSOR_ARGS];
@@ -148,6 +149,7 @@ impl GraphBoundary {
             // Views of one buffer keep their distance: a recorded sub-view of the first
             // is rebased on it.
             a.same_layout(b)
+                && a.manual_dep() == b.manual_dep()
                 && pa == pb
                 && a.start_offset()
                     .wrapping_sub(self.tensors[pa].start_offset())

@@ -112,6 +112,15 @@ impl Inflight {
         );
     }
 
+    /// Marks an entry just begun ready without a recording: its Definition is one retained
+    /// from an earlier bind, and the commit places that one.
+    pub fn ready(&self) {
+        self.status.store(
+            InflightStatus::Ready as u8,
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
     /// Waits until the recording is done.
     pub fn wait(&self) -> InflightStatus {
         let mut inner = self.lock();
