@@ -1455,7 +1455,7 @@ fn retain(
     let Some(at) = device.malloc(len)? else {
         return Ok(None);
     };
-    if !device.copy_to_device(at, inner.image.clone())? {
+    if !device.copy_to_device(at, &inner.image)? {
         device.free(at)?;
         return Ok(None);
     }

@@ -60,11 +60,11 @@ impl DeviceTransport for Tracked {
         }
         Ok(freed)
     }
-    fn copy_to_device(&self, addr: u64, data: Vec<u8>) -> Result<bool, TransportError> {
+    fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<bool, TransportError> {
         DeviceTransport::copy_to_device(&self.inner, addr, data)
     }
-    fn copy_from_device(&self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, TransportError> {
-        DeviceTransport::copy_from_device(&self.inner, addr, len)
+    fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<bool, TransportError> {
+        DeviceTransport::copy_from_device(&self.inner, addr, out)
     }
     fn layouts(&self) -> Result<(OrchestratorLayout, PayloadsLayout), TransportError> {
         DeviceTransport::layouts(&self.inner)
