@@ -146,6 +146,9 @@ struct Expect {
 struct Board {
     tasks: Vec<Expect>,
     popped: Vec<AtomicUsize>,
+    /// Set (Relaxed) by a task's "kernel" just before it completes: what a reader ordered
+    /// after the completion must see.
+    ran: Vec<AtomicUsize>,
     finished: AtomicUsize,
 }
 
@@ -162,6 +165,7 @@ impl Board {
                 })
                 .collect(),
             popped: tasks.iter().map(|_| AtomicUsize::new(0)).collect(),
+            ran: tasks.iter().map(|_| AtomicUsize::new(0)).collect(),
             finished: AtomicUsize::new(0),
         })
     }
@@ -240,6 +244,7 @@ fn run_popped(shared: &SchedState<'_>, board: &Board, id: TaskId, shape: Resourc
             shared.fanin(id).collect::<Vec<_>>()
         );
     }
+    board.ran[i].store(1, Ordering::Relaxed);
     if shape == ResourceShape::Dummy {
         shared.complete(id);
     } else {
@@ -358,6 +363,44 @@ fn consumer_becomes_ready_once_after_every_producer() {
             assert_eq!(
                 orch.submit(task(ActiveMask::AIC, &mut ca, &deps), &mut Yield),
                 Ok(c)
+            );
+            orch.scope_end().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
+
+/// `fanout_released` (what an element write waits for) reads true only once every retaining
+/// consumer has released the producer, and then sees everything the consumer did before it
+/// completed: the slot lock it reads under orders it after each release.
+#[test]
+fn fanout_released_sees_the_consumers_work() {
+    model("fanout_released", Some(3), || {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let mut pa = [output()];
+            let p = orch
+                .submit(task(ActiveMask::AIV0, &mut pa, &[]), &mut Yield)
+                .unwrap();
+            let c = TaskId::new(p.ring(), p.local() + 1);
+            let board = Board::new(&[(p, &[]), (c, &[p])]);
+            let threads = spawn_schedulers(1, shared, &board);
+            let mut ca = [arg(pa[0].tensor, TensorArgType::Input), output()];
+            assert_eq!(
+                orch.submit(task(ActiveMask::AIC, &mut ca, &[]), &mut Yield),
+                Ok(c)
+            );
+            while !shared.fanout_released(p) {
+                loom::thread::yield_now();
+            }
+            let (ci, _) = board.index_of(c);
+            assert_eq!(
+                board.ran[ci].load(Ordering::Relaxed),
+                1,
+                "released before the consumer's work is visible"
             );
             orch.scope_end().unwrap();
             for t in threads {
