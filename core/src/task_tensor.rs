@@ -347,7 +347,7 @@ impl TaskTensor {
     /// A view of `shapes` starting at `offsets` (per-dimension element coordinates). Strides are
     /// kept, so a view of a view addresses exactly the source's elements; owner, version and
     /// `manual_dep` are inherited.
-    #[inline]
+    #[inline(always)]
     pub fn view(&self, shapes: &[u32], offsets: &[u32]) -> Result<Self, ViewError> {
         let rank = self.rank();
         if shapes.len() != rank || offsets.len() != rank {
@@ -446,18 +446,27 @@ impl TaskTensor {
     pub fn strides(&self) -> &[u32] {
         &self.strides[..self.rank()]
     }
-    /// Whether `other` lays its elements out as this tensor does: the same buffer size, rank,
-    /// element type, shapes and strides (of the dimensions in use). Start, address, owner and
-    /// version may differ. Compares raw fields, without slices or conversions: the Graph
-    /// recorder runs it per boundary tensor of every replayed invocation.
+    /// Whether `other` lays its elements out as this tensor does and is tracked the same way:
+    /// the same buffer size, rank, element type, shapes and strides, address space and
+    /// manual-dependency flag. Start, address, owner and version may differ. The Graph recorder
+    /// runs it per boundary tensor of every replayed invocation, so it compares a fixed set of
+    /// words with no loop over the rank: the dimensions past the rank are zero (adoption refuses
+    /// others, views keep them), and what is derived from the layout (extent, contiguity)
+    /// agrees when the layout does. A tensor cast from bytes with other values there compares
+    /// unequal, never wrongly equal.
     #[inline]
     pub fn same_layout(&self, other: &Self) -> bool {
-        let rank = self.rank();
-        self.buffer.size == other.buffer.size
-            && self.ndims == other.ndims
-            && self.dtype == other.dtype
-            && (0..rank)
-                .all(|d| self.shapes[d] == other.shapes[d] && self.strides[d] == other.strides[d])
+        let a: &[u64; 16] = bytemuck::cast_ref(self);
+        let b: &[u64; 16] = bytemuck::cast_ref(other);
+        // Words 5..12 are bytes 40..96: dtype, manual_dep, is_contiguous, address_space, shapes,
+        // extent_elem_cache, strides and four bytes of zero padding.
+        const FROM: usize = offset_of!(TaskTensor, dtype) / 8;
+        const TO: usize = TaskTensor::PACKED_WORDS;
+        let mut diff = (self.buffer.size ^ other.buffer.size) | u64::from(self.ndims ^ other.ndims);
+        for w in FROM..TO {
+            diff |= a[w] ^ b[w];
+        }
+        diff == 0
     }
 
     /// The element type. Every constructor checked it, so it is always defined.
@@ -643,5 +652,53 @@ mod tests {
             TaskTensor::adopt(&bad),
             Err(AdoptError::Geometry(GeometryError::DataType { value: 200 }))
         );
+    }
+
+    #[test]
+    fn same_layout_compares_the_layout_and_tracking_not_the_place() {
+        let m = matrix(8, 16);
+        let v = m.view(&[2, 4], &[3, 5]).unwrap();
+        // Another place in the buffer, another buffer of the size, another owner and version.
+        let moved = m.view(&[2, 4], &[1, 0]).unwrap();
+        assert!(v.same_layout(&moved));
+        let mut elsewhere = v.with_owner(TaskId::new(1, 7)).with_version(3);
+        elsewhere.buffer.addr = 0x9000;
+        assert!(v.same_layout(&elsewhere));
+        // What the recording depends on differs.
+        assert!(!v.same_layout(&m.view(&[2, 5], &[3, 5]).unwrap()));
+        assert!(!v.same_layout(&v.with_manual_dep(true)));
+        let mut bigger = v;
+        bigger.buffer.size += 4;
+        assert!(!v.same_layout(&bigger));
+        let transposed = TaskTensor::new(
+            m.buffer(),
+            0,
+            &[8, 16],
+            &[1, 8],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap();
+        assert!(!m.same_layout(&transposed));
+        let halves = TaskTensor::new(
+            m.buffer(),
+            0,
+            &[16, 16],
+            &[16, 1],
+            DataType::Float16,
+            AddressSpace::Device,
+        )
+        .unwrap();
+        assert!(!halves.same_layout(
+            &TaskTensor::new(
+                m.buffer(),
+                0,
+                &[16, 16],
+                &[16, 1],
+                DataType::Int16,
+                AddressSpace::Device
+            )
+            .unwrap()
+        ));
     }
 }

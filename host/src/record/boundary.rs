@@ -149,7 +149,6 @@ impl GraphBoundary {
             // Views of one buffer keep their distance: a recorded sub-view of the first
             // is rebased on it.
             a.same_layout(b)
-                && a.manual_dep() == b.manual_dep()
                 && pa == pb
                 && a.start_offset()
                     .wrapping_sub(self.tensors[pa].start_offset())
@@ -171,10 +170,14 @@ fn alias_reps_of(
     out: &mut [u16; GRAPH_MAX_TENSOR_ARGS],
 ) {
     const SLOTS: usize = 2 * GRAPH_MAX_TENSOR_ARGS;
+    const _: () = assert!(SLOTS.is_power_of_two());
     let mut table = [u16::MAX; SLOTS];
     for (i, o) in out.iter_mut().enumerate().take(n) {
         let b = buffer(i);
-        let mut h = (b.addr ^ b.size.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize;
+        // The product's top bits: its low ones depend only on the low bits of the address,
+        // which alignment makes equal for every buffer (all would probe from one slot).
+        let mixed = (b.addr ^ b.size.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut h = (mixed >> (u64::BITS - SLOTS.trailing_zeros())) as usize;
         loop {
             h %= SLOTS;
             match table[h] {
