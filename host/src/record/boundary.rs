@@ -137,22 +137,25 @@ impl GraphBoundary {
             || n > GRAPH_MAX_TENSOR_ARGS
             || self.tags.len() != n
             || self.scalars.len() != scalars
-            || (0..n).any(|i| other(i).1 != self.tags[i])
         {
             return false;
         }
         let mut rb = [0u16; GRAPH_MAX_TENSOR_ARGS];
         alias_reps_of(n, |i| other(i).0.buffer(), &mut rb);
-        self.tensors.iter().enumerate().all(|(i, a)| {
-            let b = other(i).0;
+        // One pass: tag, alias relation, layout, and the distance from the first view of the
+        // same buffer (a recorded sub-view of the first is rebased on it; a tensor that is its
+        // buffer's first view has distance zero on both sides).
+        (0..n).all(|i| {
+            let (b, tag) = other(i);
+            let a = &self.tensors[i];
             let (pa, pb) = (ra[i] as usize, rb[i] as usize);
-            // Views of one buffer keep their distance: a recorded sub-view of the first
-            // is rebased on it.
-            a.same_layout(b)
+            tag == self.tags[i]
                 && pa == pb
-                && a.start_offset()
-                    .wrapping_sub(self.tensors[pa].start_offset())
-                    == b.start_offset().wrapping_sub(other(pb).0.start_offset())
+                && a.same_layout(b)
+                && (pa == i
+                    || a.start_offset()
+                        .wrapping_sub(self.tensors[pa].start_offset())
+                        == b.start_offset().wrapping_sub(other(pb).0.start_offset()))
         })
     }
 }
@@ -171,15 +174,23 @@ fn alias_reps_of(
 ) {
     const SLOTS: usize = 2 * GRAPH_MAX_TENSOR_ARGS;
     const _: () = assert!(SLOTS.is_power_of_two());
+    // At most half full: the smallest power of two at least twice `n`, so a small boundary
+    // clears a small table.
+    let bits = (2 * n.max(1))
+        .next_power_of_two()
+        .min(SLOTS)
+        .trailing_zeros();
+    let mask = (1usize << bits) - 1;
     let mut table = [u16::MAX; SLOTS];
+    let table = &mut table[..=mask];
     for (i, o) in out.iter_mut().enumerate().take(n) {
         let b = buffer(i);
         // The product's top bits: its low ones depend only on the low bits of the address,
         // which alignment makes equal for every buffer (all would probe from one slot).
         let mixed = (b.addr ^ b.size.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut h = (mixed >> (u64::BITS - SLOTS.trailing_zeros())) as usize;
+        let mut h = (mixed >> (u64::BITS - bits)) as usize;
         loop {
-            h %= SLOTS;
+            h &= mask;
             match table[h] {
                 u16::MAX => {
                     table[h] = i as u16;
@@ -193,5 +204,91 @@ fn alias_reps_of(
                 _ => h += 1,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simpler_core::{AddressSpace, DataType};
+
+    fn tensor(addr: u64, size: u64, offset: u64) -> TaskTensor {
+        TaskTensor::new(
+            BufferHandle { addr, size },
+            offset,
+            &[4],
+            &[1],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap()
+    }
+
+    fn boundary(tensors: Vec<TaskTensor>) -> GraphBoundary {
+        let tags = vec![TensorArgType::Input; tensors.len()];
+        GraphBoundary {
+            tensors,
+            tags,
+            scalars: Vec::new(),
+        }
+    }
+
+    /// The first index over the same buffer, by comparing every earlier tensor.
+    fn naive_reps(tensors: &[TaskTensor]) -> Vec<u16> {
+        (0..tensors.len())
+            .map(|i| {
+                (0..=i)
+                    .find(|&j| tensors[j].buffer() == tensors[i].buffer())
+                    .unwrap() as u16
+            })
+            .collect()
+    }
+
+    #[test]
+    fn alias_reps_agree_with_the_pairwise_comparison_on_aligned_buffers() {
+        // 128 arguments over 4 KiB-aligned buffers (their low address bits all equal), every
+        // third one a repeat of an earlier buffer, one pair differing only in size.
+        for n in [1, 2, 7, 40, 64, 128] {
+            let tensors: Vec<TaskTensor> = (0..n as u64)
+                .map(|i| {
+                    let b = if i % 3 == 2 { i / 2 } else { i };
+                    let size = if i == 5 { 4096 } else { 8192 };
+                    tensor(0x10_0000 + b * 0x1000, size, 0)
+                })
+                .collect();
+            let mut reps = [0u16; GRAPH_MAX_TENSOR_ARGS];
+            alias_reps(&tensors, &mut reps);
+            assert_eq!(&reps[..n], &naive_reps(&tensors)[..], "{n} tensors");
+        }
+    }
+
+    #[test]
+    fn a_changed_alias_relation_does_not_match() {
+        let recorded = boundary(vec![tensor(0x1000, 64, 0), tensor(0x2000, 64, 4)]);
+        // New addresses, the same relation: matches.
+        assert!(recorded.matches(&boundary(vec![
+            tensor(0x5000, 64, 0),
+            tensor(0x9000, 64, 4)
+        ])));
+        // Two buffers then, one now.
+        assert!(!recorded.matches(&boundary(vec![
+            tensor(0x5000, 64, 0),
+            tensor(0x5000, 64, 4)
+        ])));
+        // One buffer then, two now.
+        let shared = boundary(vec![tensor(0x1000, 64, 0), tensor(0x1000, 64, 4)]);
+        assert!(!shared.matches(&boundary(vec![
+            tensor(0x5000, 64, 0),
+            tensor(0x9000, 64, 4)
+        ])));
+        // One buffer both times, the second view moved against the first: no match.
+        assert!(shared.matches(&boundary(vec![
+            tensor(0x7000, 64, 8),
+            tensor(0x7000, 64, 12)
+        ])));
+        assert!(!shared.matches(&boundary(vec![
+            tensor(0x7000, 64, 0),
+            tensor(0x7000, 64, 8)
+        ])));
     }
 }
