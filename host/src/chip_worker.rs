@@ -286,6 +286,8 @@ pub enum WorkerError {
     Hbg(crate::hbg::HbgError),
     /// [`RunOptions::host_only`] on a tmr run: only hbg builds a graph on the host.
     HostOnlyNeedsHbg,
+    /// A run handle another worker gave.
+    ForeignRun,
 }
 
 impl fmt::Display for WorkerError {
@@ -329,6 +331,7 @@ impl fmt::Display for WorkerError {
             Self::HostOnlyNeedsHbg => {
                 f.write_str("host-only mode builds the graph on the host: it needs the hbg runtime")
             }
+            Self::ForeignRun => f.write_str("the run handle belongs to another worker"),
         }
     }
 }
@@ -348,7 +351,8 @@ impl std::error::Error for WorkerError {
             | Self::OutOfDeviceMemory { .. }
             | Self::UnknownDeviceAddress { .. }
             | Self::DeviceRange { .. }
-            | Self::HostOnlyNeedsHbg => None,
+            | Self::HostOnlyNeedsHbg
+            | Self::ForeignRun => None,
         }
     }
 }
@@ -370,20 +374,117 @@ pub struct RunReport {
     pub bind: Option<crate::hbg::BindReport>,
 }
 
+/// Runs a worker has in flight at most: one on the device while the host builds the next.
+pub const PIPELINE_DEPTH: usize = 2;
+
 /// One chip, its callables and its persistent device memory.
+///
+/// Runs go through a depth-two pipeline ([`Self::submit`], [`Self::wait`]): each of its two
+/// slots owns an SM mirror, payload records, an entry staging and per-run device memory
+/// (staged entry tensors, Graph boundaries and per-bind Definitions, Graph heap blocks),
+/// retained across runs; the host builds into a slot only when that slot's previous run has
+/// finished on the device. Retained Graph Definitions are shared by both slots (placed once,
+/// never evicted while a run in flight may read them). [`Self::run`] is the blocking form and
+/// uses slot 0.
 pub struct ChipWorker {
     pub(crate) device: Box<dyn DeviceTransport>,
     pub(crate) callables: Vec<Registered>,
-    /// The hbg runtime's retained host mirror (built at the first host-built run).
-    pub(crate) hbg: Option<Box<crate::hbg::Mirror>>,
+    /// Per pipeline slot, the hbg runtime's retained host mirror (built at the slot's first
+    /// host-built run).
+    pub(crate) hbg: [Option<Box<crate::hbg::Mirror>>; PIPELINE_DEPTH],
+    /// The slot of the last hbg bind (whose commit [`Self::last_graph_commit`] reports).
+    pub(crate) last_hbg_slot: Option<usize>,
     /// The Graph recorder pool, started when the first callable is registered.
     pub(crate) recorders: Option<crate::record::RecorderPool>,
     /// Live persistent allocations: start → bytes.
     persistent: BTreeMap<u64, u64>,
-    /// The hbg runtime's entry staging, retained across binds.
-    pub(crate) staging: Option<Box<Staging>>,
-    /// How Graph Definitions are retained across hbg binds.
+    /// Per pipeline slot, the entry staging, retained across runs (held by the slot's run
+    /// while it is in flight).
+    pub(crate) staging: [Option<Box<Staging>>; PIPELINE_DEPTH],
+    /// How Graph Definitions are retained across binds.
     pub(crate) retention: crate::hbg::GraphRetention,
+    /// The retained Graph Definitions (lent to the mirror a bind builds into).
+    pub(crate) kept: crate::hbg::Kept,
+    /// Runs submitted and not yet collected, oldest first.
+    runs: std::collections::VecDeque<Submitted>,
+    /// The next run's sequence number.
+    next_run: u64,
+    /// This worker's identity, so a run handle of another worker is refused.
+    id: u64,
+}
+
+/// A run [`ChipWorker::submit`] accepted: [`ChipWorker::wait`] collects its result (once; the
+/// handle is consumed).
+#[must_use = "a submitted run's result and tensors come back through `wait`"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct RunHandle {
+    worker: u64,
+    seq: u64,
+}
+
+impl RunHandle {
+    /// The run's position among the worker's submissions (0 for the first).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// A collected run: its result and its entry tensors (OUT and INOUT host tensors hold the
+/// results when it succeeded; after a failure they are as they were given).
+#[derive(Debug)]
+pub struct Finished {
+    /// The run's report, or why it failed.
+    pub result: Result<RunReport, WorkerError>,
+    /// The entry tensors, given back.
+    pub args: Vec<ChipArg>,
+}
+
+/// A submitted run, until it is collected.
+struct Submitted {
+    seq: u64,
+    args: Vec<ChipArg>,
+    state: RunState,
+}
+
+enum RunState {
+    /// On the device (or queued behind the other slot's run).
+    Running(Box<Flight>),
+    /// Ended: its result is ready for `wait`.
+    Done(Result<RunReport, WorkerError>),
+}
+
+/// How far a launch got: to the run's end (host-only, or a backend that runs synchronously),
+/// or to the device.
+pub(crate) enum Launch {
+    Done(RunReport),
+    Running(Box<Flight>),
+}
+
+/// A run launched on the device: what its end needs.
+pub(crate) struct Flight {
+    pub(crate) pending: crate::transport::PendingRun,
+    pub(crate) slot: usize,
+    /// The slot's entry staging, held while the run may read it.
+    pub(crate) staging: Box<Staging>,
+    /// The retained Definitions' bind counter at this run's bind (hbg), so none it uses is
+    /// evicted while it is in flight.
+    pub(crate) kept_bind: Option<u64>,
+    pub(crate) tail: Tail,
+}
+
+/// The runtime's part of a run's end.
+pub(crate) enum Tail {
+    Tmr {
+        start: Instant,
+        run_start: Duration,
+        sink: Option<crate::transport::TraceSink>,
+    },
+    Hbg {
+        start: Instant,
+        report: Box<crate::hbg::BindReport>,
+        clock: crate::hbg::Clock,
+        trace: Option<crate::transport::TraceSink>,
+    },
 }
 
 /// One run's entry: the chip arguments, their adoption for the orchestration, and where each
@@ -405,14 +506,20 @@ impl ChipWorker {
 
     /// A worker over any device backend.
     pub fn with_transport(device: Box<dyn DeviceTransport>) -> Self {
+        static WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Self {
             device,
             callables: Vec::new(),
-            hbg: None,
+            hbg: [None, None],
+            last_hbg_slot: None,
             recorders: None,
             persistent: BTreeMap::new(),
-            staging: None,
+            staging: [None, None],
             retention: crate::hbg::GraphRetention::default(),
+            kept: crate::hbg::Kept::default(),
+            runs: std::collections::VecDeque::new(),
+            next_run: 0,
+            id: WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -434,9 +541,14 @@ impl ChipWorker {
     /// keeps its contents across runs until [`Self::free`]. Per-run staging never overlaps
     /// it, and the last run's staging (dead once the run returned) does not hold it back.
     pub fn malloc(&mut self, bytes: u64) -> Result<u64, WorkerError> {
-        // The previous run's staged tensors are still bump-allocated on the device; they are
-        // of no use once the run returned, and would keep a large malloc from fitting.
-        self.device.free_all()?;
+        // The staged tensors of a slot with no run in flight are still bump-allocated on the
+        // device; they are of no use once that run ended, and would keep a large malloc from
+        // fitting. A slot whose run is in flight keeps its memory.
+        for slot in 0..PIPELINE_DEPTH {
+            if !self.slot_busy(slot) && (slot == 0 || self.device.pipelines()) {
+                self.device.free_slot(slot)?;
+            }
+        }
         let addr = self
             .device
             .malloc(bytes)?
@@ -595,41 +707,293 @@ impl ChipWorker {
         scalars: &[u64],
         options: RunOptions,
     ) -> Result<RunReport, WorkerError> {
-        A::as_chip_args(args, |args| match options.runtime {
-            Runtime::Tmr if options.host_only => Err(WorkerError::HostOnlyNeedsHbg),
-            Runtime::Tmr => self.run_tmr(handle, args, scalars, options),
-            Runtime::Hbg => self.run_hbg(handle, args, scalars, options),
+        // The blocking form of `submit` + `wait` in slot 0, on the caller's slice: runs
+        // submitted before it end first (their results stay for `wait`).
+        self.settle_all();
+        A::as_chip_args(args, |args| match self.launch(0, handle, args, scalars, options)? {
+            Launch::Done(report) => Ok(report),
+            Launch::Running(flight) => self.finish(*flight, args),
         })
     }
 
-    /// The tmr run of [`Self::run`].
-    fn run_tmr(
+    /// Accepts a run of `handle` with entry tensors `args` and `scalars` without waiting for
+    /// it: [`Self::wait`] gives its result and its tensors back. The bind (hbg) or the staging
+    /// (tmr) happens here, in a pipeline slot whose previous run has ended, while the other
+    /// slot's run may still be on the device; the device runs submitted runs one at a time, in
+    /// submission order. With two runs in flight ([`PIPELINE_DEPTH`]) this first waits for the
+    /// older one's device run to end. A run that fails (bad input, a failed bind, a kernel
+    /// failure, a deadlock) fails alone: its error comes from its own `wait`, and the worker
+    /// takes new runs afterwards. Checks and runtimes are those of [`Self::run`].
+    pub fn submit(
         &mut self,
+        handle: CallableHandle,
+        mut args: Vec<ChipArg>,
+        scalars: &[u64],
+        options: RunOptions,
+    ) -> RunHandle {
+        let pipelines = self.device.pipelines();
+        while self.running() >= if pipelines { PIPELINE_DEPTH } else { 1 } {
+            self.settle_oldest();
+        }
+        let slot = (0..PIPELINE_DEPTH)
+            .find(|&slot| !self.slot_busy(slot))
+            .expect("a slot is free once fewer than two runs are in flight");
+        let state = match self.launch(slot, handle, &mut args, scalars, options) {
+            Ok(Launch::Done(report)) => RunState::Done(Ok(report)),
+            Ok(Launch::Running(flight)) => RunState::Running(flight),
+            Err(e) => RunState::Done(Err(e)),
+        };
+        let seq = self.next_run;
+        self.next_run += 1;
+        self.runs.push_back(Submitted { seq, args, state });
+        RunHandle {
+            worker: self.id,
+            seq,
+        }
+    }
+
+    /// Waits for a submitted run and gives back its result and its tensors. Runs submitted
+    /// before it end first (their results stay for their own `wait`).
+    /// [`WorkerError::ForeignRun`] for a handle of another worker.
+    pub fn wait(&mut self, run: RunHandle) -> Result<Finished, WorkerError> {
+        let at = self.position(&run)?;
+        for i in 0..=at {
+            self.settle(i);
+        }
+        let done = self.runs.remove(at).expect("found above");
+        match done.state {
+            RunState::Done(result) => Ok(Finished {
+                result,
+                args: done.args,
+            }),
+            RunState::Running(_) => unreachable!("settled above"),
+        }
+    }
+
+    /// [`Self::wait`] for at most about `timeout`: the run's result if it (and every run
+    /// submitted before it) ended by then, or the handle back (`Err`) to wait again.
+    pub fn wait_timeout(
+        &mut self,
+        run: RunHandle,
+        timeout: Duration,
+    ) -> Result<Result<Finished, RunHandle>, WorkerError> {
+        let deadline = Instant::now() + timeout;
+        let at = self.position(&run)?;
+        for i in 0..=at {
+            let Submitted { args, state, .. } = &mut self.runs[i];
+            if let RunState::Running(flight) = state {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let outcome = match flight.pending.wait_timeout(left) {
+                    Ok(None) => return Ok(Err(run)),
+                    Ok(Some(o)) => Ok(o),
+                    Err(e) => Err(WorkerError::from(e)),
+                };
+                let RunState::Running(flight) = std::mem::replace(
+                    state,
+                    RunState::Done(Err(WorkerError::Transport(TransportError::Stopped))),
+                ) else {
+                    unreachable!("matched above")
+                };
+                let mut args = std::mem::take(args);
+                let result = self.end(*flight, outcome, &mut args);
+                self.runs[i].args = args;
+                self.runs[i].state = RunState::Done(result);
+            }
+        }
+        self.wait(run).map(Ok)
+    }
+
+    /// Runs submitted and not yet collected.
+    pub fn runs_pending(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The index of `run` among the runs not yet collected.
+    fn position(&self, run: &RunHandle) -> Result<usize, WorkerError> {
+        if run.worker != self.id {
+            return Err(WorkerError::ForeignRun);
+        }
+        // Handles are consumed by `wait`, so one of this worker's is always still here.
+        self.runs
+            .iter()
+            .position(|r| r.seq == run.seq)
+            .ok_or(WorkerError::ForeignRun)
+    }
+
+    /// Runs on the device (launched, not yet ended).
+    fn running(&self) -> usize {
+        self.runs
+            .iter()
+            .filter(|r| matches!(r.state, RunState::Running(_)))
+            .count()
+    }
+
+    /// Whether pipeline slot `slot` has a run on the device.
+    pub(crate) fn slot_busy(&self, slot: usize) -> bool {
+        self.runs
+            .iter()
+            .any(|r| matches!(&r.state, RunState::Running(f) if f.slot == slot))
+    }
+
+    /// Ends the oldest run still on the device.
+    fn settle_oldest(&mut self) {
+        if let Some(i) = self
+            .runs
+            .iter()
+            .position(|r| matches!(r.state, RunState::Running(_)))
+        {
+            self.settle(i);
+        }
+    }
+
+    /// Ends every run still on the device, oldest first (their results stay for `wait`).
+    pub(crate) fn settle_all(&mut self) {
+        for i in 0..self.runs.len() {
+            self.settle(i);
+        }
+    }
+
+    /// Waits for run `i`'s device run to end and makes it done (copy back, report).
+    fn settle(&mut self, i: usize) {
+        let r = &mut self.runs[i];
+        let RunState::Running(_) = r.state else {
+            return;
+        };
+        let RunState::Running(flight) = std::mem::replace(
+            &mut r.state,
+            RunState::Done(Err(WorkerError::Transport(TransportError::Stopped))),
+        ) else {
+            unreachable!("matched above")
+        };
+        let mut args = std::mem::take(&mut r.args);
+        let result = self.finish(*flight, &mut args);
+        let r = &mut self.runs[i];
+        r.args = args;
+        r.state = RunState::Done(result);
+    }
+
+    /// Launches a run in pipeline slot `slot` (see [`Self::submit`]).
+    fn launch(
+        &mut self,
+        slot: usize,
         handle: CallableHandle,
         args: &mut [ChipArg],
         scalars: &[u64],
         options: RunOptions,
+    ) -> Result<Launch, WorkerError> {
+        // A bind may evict a retained Definition only if no run in flight uses it.
+        self.kept.spare = self
+            .runs
+            .iter()
+            .find_map(|r| match &r.state {
+                RunState::Running(f) => f.kept_bind,
+                RunState::Done(_) => None,
+            });
+        let launched = match options.runtime {
+            Runtime::Tmr if options.host_only => Err(WorkerError::HostOnlyNeedsHbg),
+            Runtime::Tmr => self.launch_tmr(slot, handle, args, scalars, options),
+            Runtime::Hbg => self.launch_hbg(slot, handle, args, scalars, options),
+        };
+        self.kept.spare = None;
+        launched
+    }
+
+    /// Waits for a launched run's device run to end and ends it.
+    fn finish(&mut self, flight: Flight, args: &mut [ChipArg]) -> Result<RunReport, WorkerError> {
+        let mut flight = flight;
+        let pending = std::mem::replace(
+            &mut flight.pending,
+            crate::transport::PendingRun::done_stopped(),
+        );
+        let outcome = pending.wait().map_err(WorkerError::from);
+        self.end(flight, outcome, args)
+    }
+
+    /// Ends a launched run whose device run gave `outcome`: the slot's staging goes back to
+    /// the slot, the outputs are copied back, the report is made.
+    fn end(
+        &mut self,
+        flight: Flight,
+        outcome: Result<RunOutcome, WorkerError>,
+        args: &mut [ChipArg],
     ) -> Result<RunReport, WorkerError> {
+        let Flight {
+            slot,
+            staging,
+            tail,
+            ..
+        } = flight;
+        let result = outcome.and_then(|outcome| match tail {
+            Tail::Tmr {
+                start,
+                run_start,
+                sink,
+            } => self.finish_tmr(outcome, args, &staging.staged, start, run_start, sink),
+            Tail::Hbg {
+                start,
+                report,
+                clock,
+                trace,
+            } => self.finish_hbg(outcome, args, &staging.staged, start, *report, clock, trace),
+        });
+        self.staging[slot] = Some(staging);
+        result
+    }
+
+    /// The tmr run of [`Self::run`] in pipeline slot `slot`, up to the device: the entry
+    /// staged and copied in, the run launched.
+    fn launch_tmr(
+        &mut self,
+        slot: usize,
+        handle: CallableHandle,
+        args: &mut [ChipArg],
+        scalars: &[u64],
+        options: RunOptions,
+    ) -> Result<Launch, WorkerError> {
         let start = Instant::now();
-        let mut staging = Staging::default();
-        self.prepare(handle, args, scalars, true, &mut staging)?;
-        let Staging {
-            orch_args, staged, ..
-        } = staging;
+        let mut staging = self.staging[slot].take().unwrap_or_default();
+        self.prepare(slot, handle, args, scalars, true, &mut staging)?;
         let callable = &self.callables[handle.0];
         let sink = options.trace.clone();
         let run_start = start.elapsed();
-        let outcome = self.device.run(
+        // The orchestration reads the adopted entry on the device: the job takes a copy, so
+        // the slot's staging keeps its own for the next run.
+        let orch_args = Box::new((*staging.orch_args).clone());
+        let pending = self.device.launch(
             callable.orch.clone(),
             callable.kernels.clone(),
             orch_args,
             options,
         )?;
+        Ok(Launch::Running(Box::new(Flight {
+            pending,
+            slot,
+            staging,
+            kept_bind: None,
+            tail: Tail::Tmr {
+                start,
+                run_start,
+                sink,
+            },
+        })))
+    }
+
+    /// The end of a launched tmr run: its outcome checked, the outputs copied back, the host's
+    /// spans traced.
+    fn finish_tmr(
+        &mut self,
+        outcome: RunOutcome,
+        args: &mut [ChipArg],
+        staged: &[Option<u64>],
+        start: Instant,
+        run_start: Duration,
+        sink: Option<crate::transport::TraceSink>,
+    ) -> Result<RunReport, WorkerError> {
         let run_end = start.elapsed();
         if let Err(e) = outcome.result {
             return Err(WorkerError::Run(e));
         }
-        self.copy_back(args, &staged)?;
+        self.copy_back(args, staged)?;
         let host = start.elapsed();
         if let Some(sink) = sink {
             // The host's phases: staging, the run, copying back.
@@ -658,6 +1022,7 @@ impl ChipWorker {
     /// nothing).
     pub(crate) fn prepare(
         &mut self,
+        slot: usize,
         handle: CallableHandle,
         args: &[ChipArg],
         scalars: &[u64],
@@ -689,7 +1054,7 @@ impl ChipWorker {
                 });
             }
         }
-        self.device.free_all()?;
+        self.device.free_slot(slot)?;
         let Staging {
             chip,
             orch_args,
@@ -700,7 +1065,7 @@ impl ChipWorker {
         for (index, arg) in args.iter().enumerate() {
             let (c, at) = match arg {
                 ChipArg::Host(t) => {
-                    let addr = self.stage(index, t)?;
+                    let addr = self.stage(slot, index, t)?;
                     let c = ChipTensor::contiguous(addr, &t.shapes, t.dtype, AddressSpace::Device);
                     (c, Some(addr))
                 }
@@ -778,7 +1143,7 @@ impl ChipWorker {
     /// so runs with the same entry place every tensor at the same address: the staging buffers
     /// are kept across runs, no run allocates fresh device memory, and on the simulator the
     /// pages behind them stay resident (no page faults, no clearing by the OS).
-    fn stage(&self, index: usize, t: &HostTensor) -> Result<u64, WorkerError> {
+    fn stage(&self, slot: usize, index: usize, t: &HostTensor) -> Result<u64, WorkerError> {
         let numel: u64 = t.shapes.iter().map(|&s| s as u64).product();
         let bytes = numel * t.dtype.elem_size() as u64;
         if bytes != t.data.len() as u64 {
@@ -790,7 +1155,7 @@ impl ChipWorker {
         }
         let addr = self
             .device
-            .alloc(bytes.max(1))?
+            .alloc_in(slot, bytes.max(1))?
             .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
         Ok(addr)
     }

@@ -9,6 +9,7 @@ use simpler_core::orchestrator::OrchestratorLayout;
 use simpler_core::OrchArgs;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// An orchestration function, as the host registers it.
 pub type OrchFn = Arc<dyn Fn(&mut Rt<'_, '_>) -> Result<(), RtError> + Send + Sync>;
@@ -102,6 +103,60 @@ impl fmt::Display for TransportError {
 
 impl std::error::Error for TransportError {}
 
+/// A run a backend started without waiting for it ([`DeviceTransport::launch`]): its outcome
+/// comes from [`PendingRun::wait`]. A backend runs launched runs one at a time, in launch
+/// order.
+pub struct PendingRun(Pending);
+
+enum Pending {
+    /// The backend ran it to its end before returning (a backend without launches).
+    Done(Option<RunOutcome>),
+    /// Running on the device.
+    Running(Box<dyn Launched>),
+}
+
+/// What a backend's launched run gives the host: its outcome, when it ends.
+pub trait Launched: Send {
+    /// Waits for the outcome.
+    fn wait(self: Box<Self>) -> Result<RunOutcome, TransportError>;
+    /// The outcome if the run ends within `timeout`; `Ok(None)` while it still runs.
+    fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<RunOutcome>, TransportError>;
+}
+
+impl PendingRun {
+    /// A run that already ended with `outcome`.
+    pub fn done(outcome: RunOutcome) -> Self {
+        Self(Pending::Done(Some(outcome)))
+    }
+
+    /// A run whose outcome was taken (waiting on it answers [`TransportError::Stopped`]).
+    pub(crate) fn done_stopped() -> Self {
+        Self(Pending::Done(None))
+    }
+
+    /// A run still running on the device.
+    pub fn running(run: Box<dyn Launched>) -> Self {
+        Self(Pending::Running(run))
+    }
+
+    /// Waits for the run's outcome.
+    pub fn wait(self) -> Result<RunOutcome, TransportError> {
+        match self.0 {
+            Pending::Done(o) => o.ok_or(TransportError::Stopped),
+            Pending::Running(r) => r.wait(),
+        }
+    }
+
+    /// The outcome if the run ends within `timeout`; `Ok(None)` while it still runs (call
+    /// again, or [`Self::wait`]). After it gave the outcome once, the run is spent.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<RunOutcome>, TransportError> {
+        match &mut self.0 {
+            Pending::Done(o) => o.take().map(Some).ok_or(TransportError::Stopped),
+            Pending::Running(r) => r.wait_timeout(timeout),
+        }
+    }
+}
+
 /// A device as the host drives it.
 pub trait DeviceTransport: Send {
     /// The platform's name (`a2a3sim`, `a5sim`, ...).
@@ -111,6 +166,27 @@ pub trait DeviceTransport: Send {
     fn alloc(&self, bytes: u64) -> Result<Option<u64>, TransportError>;
     /// Releases every per-run allocation; persistent allocations are kept.
     fn free_all(&self) -> Result<(), TransportError>;
+    /// [`Self::alloc`] in run slot `slot` (0 or 1): the two slots' per-run memory never
+    /// overlaps, so a run can be staged in one while the other's is in flight. A backend with
+    /// one slot has only slot 0.
+    fn alloc_in(&self, slot: usize, bytes: u64) -> Result<Option<u64>, TransportError> {
+        match slot {
+            0 => self.alloc(bytes),
+            _ => Err(TransportError::Unsupported("a second run slot")),
+        }
+    }
+    /// Releases every per-run allocation of run slot `slot`.
+    fn free_slot(&self, slot: usize) -> Result<(), TransportError> {
+        match slot {
+            0 => self.free_all(),
+            _ => Err(TransportError::Unsupported("a second run slot")),
+        }
+    }
+    /// Whether [`Self::launch`] and [`Self::launch_prebuilt`] return before the run ends and
+    /// [`Self::alloc_in`] has a second slot (a depth-two pipeline is possible).
+    fn pipelines(&self) -> bool {
+        false
+    }
     /// Allocates `bytes` of persistent GM (`DEVICE_MALLOC`), kept across runs and
     /// [`Self::free_all`] until [`Self::free`]; 0 is taken as 1 byte; `None` when it does
     /// not fit.
@@ -137,6 +213,28 @@ pub trait DeviceTransport: Send {
     ) -> Result<RunOutcome, TransportError> {
         let _ = (kernels, image, options);
         Err(TransportError::Unsupported("host-built graphs"))
+    }
+    /// [`Self::run_prebuilt`] without waiting for the run: it starts after every run launched
+    /// before it. By default it runs to its end first.
+    fn launch_prebuilt(
+        &self,
+        kernels: Arc<[KernelFn]>,
+        image: HostImage<'_>,
+        options: RunOptions,
+    ) -> Result<PendingRun, TransportError> {
+        self.run_prebuilt(kernels, image, options)
+            .map(PendingRun::done)
+    }
+    /// [`Self::run`] without waiting for the run: it starts after every run launched before
+    /// it. By default it runs to its end first.
+    fn launch(
+        &self,
+        orch: OrchFn,
+        kernels: Arc<[KernelFn]>,
+        args: Box<OrchArgs>,
+        options: RunOptions,
+    ) -> Result<PendingRun, TransportError> {
+        self.run(orch, kernels, args, options).map(PendingRun::done)
     }
     /// Runs an orchestration function with its kernel table and adopted entry arguments,
     /// recording what `options` ask for.
@@ -173,6 +271,15 @@ mod sim {
         fn free_all(&self) -> Result<(), TransportError> {
             Ok(Device::free_all(self)?)
         }
+        fn alloc_in(&self, slot: usize, bytes: u64) -> Result<Option<u64>, TransportError> {
+            Ok(Device::alloc_in(self, slot, bytes)?)
+        }
+        fn free_slot(&self, slot: usize) -> Result<(), TransportError> {
+            Ok(Device::free_slot(self, slot)?)
+        }
+        fn pipelines(&self) -> bool {
+            true
+        }
         fn malloc(&self, bytes: u64) -> Result<Option<u64>, TransportError> {
             Ok(Device::malloc(self, bytes)?)
         }
@@ -195,25 +302,16 @@ mod sim {
             image: HostImage<'_>,
             options: RunOptions,
         ) -> Result<RunOutcome, TransportError> {
-            // The simulator's "H2D": one copy of each live image into the job.
-            let prebuilt = Arc::new(simpler_sim::Prebuilt {
-                usage: image.usage,
-                sched: image.sched.to_vec(),
-                payloads: image.payloads.to_vec(),
-                edges: image.edges,
-            });
-            let never: OrchFn = Arc::new(|_rt| Ok(()));
-            Ok(Device::run(
-                self,
-                Job {
-                    prebuilt: Some(prebuilt),
-                    orch: never,
-                    kernels,
-                    args: Box::default(),
-                    hook: options.hook,
-                    trace: options.trace,
-                },
-            )?)
+            Ok(Device::run(self, prebuilt_job(kernels, image, options))?)
+        }
+        fn launch_prebuilt(
+            &self,
+            kernels: Arc<[KernelFn]>,
+            image: HostImage<'_>,
+            options: RunOptions,
+        ) -> Result<PendingRun, TransportError> {
+            let pending = Device::launch(self, prebuilt_job(kernels, image, options))?;
+            Ok(PendingRun::running(Box::new(pending)))
         }
         fn run(
             &self,
@@ -222,17 +320,63 @@ mod sim {
             args: Box<OrchArgs>,
             options: RunOptions,
         ) -> Result<RunOutcome, TransportError> {
-            Ok(Device::run(
-                self,
-                Job {
-                    prebuilt: None,
-                    orch,
-                    kernels,
-                    args,
-                    hook: options.hook,
-                    trace: options.trace,
-                },
-            )?)
+            Ok(Device::run(self, orch_job(orch, kernels, args, options))?)
+        }
+        fn launch(
+            &self,
+            orch: OrchFn,
+            kernels: Arc<[KernelFn]>,
+            args: Box<OrchArgs>,
+            options: RunOptions,
+        ) -> Result<PendingRun, TransportError> {
+            let pending = Device::launch(self, orch_job(orch, kernels, args, options))?;
+            Ok(PendingRun::running(Box::new(pending)))
+        }
+    }
+
+    impl Launched for simpler_sim::Pending {
+        fn wait(self: Box<Self>) -> Result<RunOutcome, TransportError> {
+            Ok(simpler_sim::Pending::wait(*self)?)
+        }
+        fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<RunOutcome>, TransportError> {
+            Ok(simpler_sim::Pending::wait_timeout(self, timeout)?)
+        }
+    }
+
+    /// A run of a graph the host built. The simulator's "H2D" is one copy of each live image
+    /// into the job, so the host's buffers are free again as soon as the job exists.
+    fn prebuilt_job(kernels: Arc<[KernelFn]>, image: HostImage<'_>, options: RunOptions) -> Job {
+        let prebuilt = Arc::new(simpler_sim::Prebuilt {
+            usage: image.usage,
+            sched: image.sched.to_vec(),
+            payloads: image.payloads.to_vec(),
+            edges: image.edges,
+        });
+        let never: OrchFn = Arc::new(|_rt| Ok(()));
+        Job {
+            prebuilt: Some(prebuilt),
+            orch: never,
+            kernels,
+            args: Box::default(),
+            hook: options.hook,
+            trace: options.trace,
+        }
+    }
+
+    /// A run of an orchestration function on the device.
+    fn orch_job(
+        orch: OrchFn,
+        kernels: Arc<[KernelFn]>,
+        args: Box<OrchArgs>,
+        options: RunOptions,
+    ) -> Job {
+        Job {
+            prebuilt: None,
+            orch,
+            kernels,
+            args,
+            hook: options.hook,
+            trace: options.trace,
         }
     }
 }

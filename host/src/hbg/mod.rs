@@ -66,7 +66,9 @@
 //! be retained is staged per bind. Verification records anyway and compares content hashes
 //! ([`HbgError::GraphChanged`] names the first differing node, [`first_differing_node`]).
 
-use crate::chip_worker::{CallableHandle, ChipArg, ChipWorker, RunReport, Staging, WorkerError};
+use crate::chip_worker::{
+    CallableHandle, ChipArg, ChipWorker, Flight, Launch, RunReport, Staging, Tail, WorkerError,
+};
 use crate::image_payloads::ImagePayloads;
 use crate::os::PrivateMapping;
 use crate::record::{Inflight, InflightStatus, RecorderPool, RefusingWaiter};
@@ -216,15 +218,21 @@ pub(crate) struct Graphs {
     kept: Kept,
 }
 
-/// The Definitions a worker retains across binds, and this bind's use of them.
+/// The Definitions a worker retains across binds, and this bind's use of them. One per
+/// worker, shared by both pipeline slots: it is lent to the mirror a bind builds into.
 #[derive(Default)]
-struct Kept {
+pub(crate) struct Kept {
     /// In the order they were retained.
     items: Vec<Retained>,
     /// Bytes of their images.
     bytes: usize,
     /// Per entry of this bind, the retained Definition its key and boundary matched.
     hits: Vec<Option<usize>>,
+    /// Binds that used it so far (a Definition's `last_bind` counts on it).
+    binds: u64,
+    /// The first bind whose run may still be in flight in the other slot: no Definition
+    /// used at or after it is evicted (its device copy may be read).
+    pub(crate) spare: Option<u64>,
 }
 
 /// The orchestration's Graph sink during a bind: a new key starts a recording on the pool
@@ -261,6 +269,7 @@ impl Graphs {
         self.callable = callable;
         self.retention = retention;
         self.kept.hits.clear();
+        self.kept.binds += 1;
         self.staging.clear();
         self.keys.clear();
         self.shells.clear();
@@ -277,7 +286,8 @@ impl Graphs {
 impl Kept {
     /// Drops retained Definitions until at most `keep` remain and their images fit in
     /// `bytes`, oldest-used first (fewest recent binds), freeing each one's device copy. A
-    /// Definition this bind uses is never dropped; returns whether the bound was met.
+    /// Definition bind `binds` uses, or one a run still in flight uses, is never dropped;
+    /// returns whether the bound was met.
     fn evict_to(
         &mut self,
         binds: u64,
@@ -285,12 +295,13 @@ impl Kept {
         bytes: usize,
         device: &dyn crate::transport::DeviceTransport,
     ) -> Result<bool, WorkerError> {
+        let protected = self.spare.map_or(binds, |b| binds.min(b));
         while self.items.len() > keep || self.bytes > bytes {
             let victim = self
                 .items
                 .iter()
                 .enumerate()
-                .filter(|(_, r)| r.last_bind < binds)
+                .filter(|(_, r)| r.last_bind < protected)
                 .min_by_key(|(_, r)| r.last_bind)
                 .map(|(i, _)| i);
             let Some(i) = victim else {
@@ -438,13 +449,13 @@ impl BindGraphs<'_> {
             g.kept.hits[entry] = hit;
             match hit {
                 Some(r) if !g.retention.verify => {
-                    g.kept.items[r].last_bind = g.binds;
+                    g.kept.items[r].last_bind = g.kept.binds;
                     g.entries[entry].ready();
                     g.counts[1] += 1;
                 }
                 _ => {
                     if let Some(r) = hit {
-                        g.kept.items[r].last_bind = g.binds;
+                        g.kept.items[r].last_bind = g.kept.binds;
                     }
                     self.pool.submit(g.entries[entry].clone(), body);
                     g.counts[0] += 1;
@@ -533,7 +544,7 @@ impl Gm for HostViews<'_> {
 }
 
 /// Times one phase on this thread: wall clock and minor faults over the same span.
-struct Clock {
+pub(crate) struct Clock {
     bind: Instant,
     start: Instant,
     cpu: Duration,
@@ -617,19 +628,20 @@ impl ChipWorker {
 
     /// Sets how Graph Definitions are retained across binds (the caps, verification). Lower
     /// caps take effect at once: the oldest-used Definitions past them are dropped, host and
-    /// device copies; [`GraphRetention::OFF`] drops them all.
+    /// device copies; [`GraphRetention::OFF`] drops them all. Waits for the runs in flight
+    /// first (their results stay for [`ChipWorker::wait`]).
     pub fn set_graph_retention(&mut self, retention: GraphRetention) -> Result<(), WorkerError> {
+        self.settle_all();
         self.retention = retention;
-        if let Some(m) = self.hbg.as_mut() {
-            // No bind is running, so every Definition may go.
-            let binds = m.graphs.binds + 1;
-            m.graphs.kept.evict_to(
-                binds,
-                retention.max_definitions,
-                retention.max_bytes,
-                &*self.device,
-            )?;
-        }
+        // No bind is running and none is in flight, so every Definition may go.
+        let binds = self.kept.binds + 1;
+        self.kept.spare = None;
+        self.kept.evict_to(
+            binds,
+            retention.max_definitions,
+            retention.max_bytes,
+            &*self.device,
+        )?;
         Ok(())
     }
 
@@ -639,70 +651,76 @@ impl ChipWorker {
     }
 
     /// Drops every retained Graph Definition, freeing its host and device copies: the next
-    /// bind records every Graph again.
+    /// bind records every Graph again. Waits for the runs in flight first.
     pub fn forget_graphs(&mut self) -> Result<(), WorkerError> {
-        match self.hbg.as_mut() {
-            Some(m) => m.graphs.kept.forget(None, &*self.device),
-            None => Ok(()),
-        }
+        self.settle_all();
+        self.kept.forget(None, &*self.device)
     }
 
-    /// Drops the retained Graph Definitions of `handle`'s callable (its re-registration).
+    /// Drops the retained Graph Definitions of `handle`'s callable (its re-registration),
+    /// after the runs in flight.
     pub(crate) fn forget_graphs_of(&mut self, handle: CallableHandle) -> Result<(), WorkerError> {
-        match self.hbg.as_mut() {
-            Some(m) => m.graphs.kept.forget(Some(handle.0), &*self.device),
-            None => Ok(()),
-        }
+        self.settle_all();
+        self.kept.forget(Some(handle.0), &*self.device)
     }
 
     /// The Graph Definitions retained now: how many, and their images' bytes (each held once
     /// on the host and once in device memory).
     pub fn retained_graphs(&self) -> (usize, usize) {
-        self.hbg
-            .as_ref()
-            .map_or((0, 0), |m| (m.graphs.kept.items.len(), m.graphs.kept.bytes))
+        (self.kept.items.len(), self.kept.bytes)
     }
 
     /// The last bind's commit: per outer task in submission order, its Graph's key and the
     /// device address of its heap block.
     pub fn last_graph_commit(&self) -> Vec<(u64, u64)> {
-        self.hbg
-            .as_ref()
+        self.last_hbg_slot
+            .and_then(|slot| self.hbg[slot].as_ref())
             .map(|m| m.graphs.committed.clone())
             .unwrap_or_default()
     }
 
-    /// The hbg run of [`ChipWorker::run`]: the bind, phase by phase; with
-    /// [`RunOptions::host_only`] it stops after building the image.
-    pub(crate) fn run_hbg(
+    /// The hbg run of [`ChipWorker::run`] in pipeline slot `slot`, up to the device: the
+    /// bind, phase by phase, the image shipped and the run launched. With
+    /// [`RunOptions::host_only`] it stops after building the image and is done.
+    pub(crate) fn launch_hbg(
         &mut self,
+        slot: usize,
         handle: CallableHandle,
         args: &mut [ChipArg],
         scalars: &[u64],
         options: RunOptions,
-    ) -> Result<RunReport, WorkerError> {
+    ) -> Result<Launch, WorkerError> {
         let run_device = !options.host_only;
         let trace = options.trace;
         let start = Instant::now();
         let mut report = BindReport::default();
         let clock = Clock::start(start);
         // Retained across binds; a bind that fails leaves it behind and the next makes another.
-        let mut staging = self.staging.take().unwrap_or_default();
-        self.prepare(handle, args, scalars, false, &mut staging)?;
+        let mut staging = self.staging[slot].take().unwrap_or_default();
+        self.prepare(slot, handle, args, scalars, false, &mut staging)?;
         // Device memory for this bind's Definitions and Graph boundaries.
-        let staging_base =
-            self.device
-                .alloc(GRAPH_STAGING_BYTES)?
-                .ok_or(WorkerError::OutOfDeviceMemory {
-                    bytes: GRAPH_STAGING_BYTES,
-                })?;
+        let staging_base = self.device.alloc_in(slot, GRAPH_STAGING_BYTES)?.ok_or(
+            WorkerError::OutOfDeviceMemory {
+                bytes: GRAPH_STAGING_BYTES,
+            },
+        )?;
         *report.phase_mut(BindPhase::Args) = clock.stop();
 
-        let built = self.build_image(handle, args, &staging, staging_base, start, &mut report)?;
+        // The retained Definitions are lent to the mirror this bind builds into.
+        let mirror_kept = self.hbg[slot].as_mut().map(|m| &mut m.graphs.kept);
+        if let Some(k) = mirror_kept {
+            std::mem::swap(k, &mut self.kept);
+        }
+        let built = self.build_image(slot, handle, args, &staging, staging_base, start, &mut report);
+        if let Some(m) = self.hbg[slot].as_mut() {
+            std::mem::swap(&mut m.graphs.kept, &mut self.kept);
+        }
+        let built = built?;
+        self.last_hbg_slot = Some(slot);
 
         let clock = Clock::start(start);
         if run_device {
-            self.upload_graph_staging(staging_base)?;
+            self.upload_graph_staging(slot, staging_base)?;
         }
         *report.phase_mut(BindPhase::GraphUpload) = clock.stop();
 
@@ -714,18 +732,72 @@ impl ChipWorker {
 
         if !run_device {
             let run = host_only_run(start, &report, built.edges);
-            self.staging = Some(staging);
+            self.staging[slot] = Some(staging);
             if let Some(sink) = &trace {
                 record_bind_phases(sink, &report, Duration::ZERO);
             }
-            return Ok(run);
+            return Ok(Launch::Done(run));
         }
-        let outcome = self.run_image(handle, &built, start, trace.clone(), &mut report)?;
-
         let clock = Clock::start(start);
-        self.copy_back(args, &staging.staged)?;
+        let mirror = self.hbg[slot].as_mut().expect("built by this bind");
+        let image = HostImage {
+            usage: built.usage,
+            sched: mirror.sched_image.filled(built.sched_len),
+            payloads: mirror.payloads.bytes(),
+            edges: built.edges,
+        };
+        let pending = self.device.launch_prebuilt(
+            self.callables[handle.0].kernels.clone(),
+            image,
+            RunOptions {
+                trace: trace.clone(),
+                ..RunOptions::default()
+            },
+        )?;
+        Ok(Launch::Running(Box::new(Flight {
+            pending,
+            slot,
+            staging,
+            kept_bind: Some(self.kept.binds),
+            tail: Tail::Hbg {
+                start,
+                report: Box::new(report),
+                clock,
+                trace,
+            },
+        })))
+    }
+
+    /// The end of a launched hbg run: `runtime_init` and `device_run` (the device times its
+    /// own set-up, reset and image import, on its thread; `device_run` is the rest of the span
+    /// from the launch to the end of this wait), then `copy_back`.
+    pub(crate) fn finish_hbg(
+        &mut self,
+        outcome: simpler_aicpu::RunOutcome,
+        args: &mut [ChipArg],
+        staged: &[Option<u64>],
+        start: Instant,
+        mut report: BindReport,
+        clock: Clock,
+        trace: Option<crate::transport::TraceSink>,
+    ) -> Result<RunReport, WorkerError> {
+        let whole = clock.stop();
+        *report.phase_mut(BindPhase::RuntimeInit) = Phase {
+            time: outcome.init,
+            at: whole.at,
+            ..Phase::default()
+        };
+        *report.phase_mut(BindPhase::DeviceRun) = Phase {
+            time: whole.time.saturating_sub(outcome.init),
+            at: whole.at + outcome.init,
+            ..whole
+        };
+        if let Err(e) = outcome.result {
+            return Err(WorkerError::Run(e));
+        }
+        let clock = Clock::start(start);
+        self.copy_back(args, staged)?;
         *report.phase_mut(BindPhase::CopyBack) = clock.stop();
-        self.staging = Some(staging);
         if let Some(sink) = &trace {
             record_bind_phases(sink, &report, report.phase(BindPhase::RuntimeInit).at);
         }
@@ -740,8 +812,10 @@ impl ChipWorker {
     /// orchestration into it, commits the bind's Graphs, and exports the live image into the
     /// mirror's retained buffers. Fills those phases, the task and Graph counts and the image
     /// size in `report`.
+    #[allow(clippy::too_many_arguments)]
     fn build_image(
         &mut self,
+        slot: usize,
         handle: CallableHandle,
         args: &[ChipArg],
         staging: &Staging,
@@ -750,13 +824,15 @@ impl ChipWorker {
         report: &mut BindReport,
     ) -> Result<BuiltImage, WorkerError> {
         let clock = Clock::start(start);
-        if self.hbg.is_none() {
+        if self.hbg[slot].is_none() {
             let (layout, _) = self.device.layouts()?;
-            let mirror = Mirror::new(layout).map_err(WorkerError::Hbg)?;
-            self.hbg = Some(Box::new(mirror));
+            let mut mirror = Mirror::new(layout).map_err(WorkerError::Hbg)?;
+            // The worker's retained Definitions are lent to the mirror building.
+            std::mem::swap(&mut mirror.graphs.kept, &mut self.kept);
+            self.hbg[slot] = Some(Box::new(mirror));
         }
         let callable = &self.callables[handle.0];
-        let mirror = self.hbg.as_mut().expect("made above");
+        let mirror = self.hbg[slot].as_mut().expect("made above");
         let layout = mirror.layout;
         // The first bind formats the mirror's shared state; later binds attach to it and clear
         // only what the previous bind used (its watermarks, claimed slots, queued cells):
@@ -820,7 +896,7 @@ impl ChipWorker {
             &mut mirror.graphs,
             &mirror.payloads,
             &*self.device,
-            staging_base,
+            (slot, staging_base),
             pool,
         );
         *report.phase_mut(BindPhase::GraphCommit) = clock.stop();
@@ -863,9 +939,8 @@ impl ChipWorker {
 
     /// `graph_upload`: copies the bind's staged Definitions and Graph boundaries to the
     /// device memory reserved for them at `base`.
-    fn upload_graph_staging(&self, base: u64) -> Result<(), WorkerError> {
-        let staged = &self
-            .hbg
+    fn upload_graph_staging(&self, slot: usize, base: u64) -> Result<(), WorkerError> {
+        let staged = &self.hbg[slot]
             .as_ref()
             .expect("built by this bind")
             .graphs
@@ -879,51 +954,6 @@ impl ChipWorker {
             });
         }
         Ok(())
-    }
-
-    /// `runtime_init` and `device_run`: ships the built image (one copy each) and runs the
-    /// device's schedulers on it. The device times its own set-up (reset, image import) on its
-    /// thread; the binding thread waits across it, so its CPU time and faults stay with
-    /// `device_run`.
-    fn run_image(
-        &mut self,
-        handle: CallableHandle,
-        built: &BuiltImage,
-        start: Instant,
-        trace: Option<crate::transport::TraceSink>,
-        report: &mut BindReport,
-    ) -> Result<simpler_aicpu::RunOutcome, WorkerError> {
-        let clock = Clock::start(start);
-        let mirror = self.hbg.as_mut().expect("built by this bind");
-        let image = HostImage {
-            usage: built.usage,
-            sched: mirror.sched_image.filled(built.sched_len),
-            payloads: mirror.payloads.bytes(),
-            edges: built.edges,
-        };
-        let outcome = self.device.run_prebuilt(
-            self.callables[handle.0].kernels.clone(),
-            image,
-            RunOptions {
-                trace,
-                ..RunOptions::default()
-            },
-        )?;
-        let whole = clock.stop();
-        *report.phase_mut(BindPhase::RuntimeInit) = Phase {
-            time: outcome.init,
-            at: whole.at,
-            ..Phase::default()
-        };
-        *report.phase_mut(BindPhase::DeviceRun) = Phase {
-            time: whole.time.saturating_sub(outcome.init),
-            at: whole.at + outcome.init,
-            ..whole
-        };
-        if let Err(e) = outcome.result {
-            return Err(WorkerError::Run(e));
-        }
-        Ok(outcome)
     }
 }
 
@@ -1013,7 +1043,7 @@ fn commit(
     g: &mut Graphs,
     payloads: &ImagePayloads,
     device: &dyn crate::transport::DeviceTransport,
-    staging_base: u64,
+    (slot, staging_base): (usize, u64),
     pool: &mut RecorderPool,
 ) -> Result<(), WorkerError> {
     g.placed.clear();
@@ -1092,13 +1122,13 @@ fn commit(
         let retainable = g.retention.max_definitions > 0 && len <= g.retention.max_bytes;
         let room = retainable
             && g.kept.evict_to(
-                g.binds,
+                g.kept.binds,
                 g.retention.max_definitions - 1,
                 g.retention.max_bytes - len,
                 device,
             )?;
         let kept = if room {
-            let owner = (g.callable, g.binds);
+            let owner = (g.callable, g.kept.binds);
             retain(&mut g.kept, owner, &inner, &header, *need, device)?
         } else {
             None
@@ -1120,7 +1150,7 @@ fn commit(
         return Ok(());
     }
     let heap_base = device
-        .alloc(heaps)?
+        .alloc_in(slot, heaps)?
         .ok_or(WorkerError::OutOfDeviceMemory { bytes: heaps })?;
     let mut at = heap_base;
     g.committed.clear();

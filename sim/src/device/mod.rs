@@ -44,6 +44,7 @@ pub use job::{Job, OrchFn, Prebuilt, SharedHook};
 pub use trace::{TraceSink, TRACE_EVENTS_PER_THREAD};
 
 use crate::gm::GmWords;
+use simpler_core::gm::Gm;
 use config::{orchestrator_config, GM_BASE};
 use gm_alloc::GmAllocator;
 use orchestrator::device_main;
@@ -77,10 +78,84 @@ pub struct Device {
     /// GM itself, shared with the device thread: the host's copies go straight into it.
     gm_words: Arc<GmWords>,
     /// The host's turn at GM: taken by every copy in or out and held for the whole of every
-    /// run, so a copy (a plain memory copy, not atomic) never overlaps a run's accesses or
-    /// another copy. Holds `true` once a run ended without its answer (the device thread is
-    /// gone, its scheduler threads perhaps still in the run): no copy is made after that.
-    gm_turn: Mutex<bool>,
+    /// blocking run ([`Device::run`]), so a plain (non-atomic) copy never overlaps a run's
+    /// accesses or another copy. A launched run ([`Device::launch`]) is counted in it instead
+    /// of holding it, and while one is in flight copies move word by word with atomics.
+    gm_turn: Arc<Mutex<Turn>>,
+}
+
+/// The state behind the host's turn at GM.
+#[derive(Default)]
+struct Turn {
+    /// A run ended without its answer (the device thread is gone, its scheduler threads
+    /// perhaps still in the run): no copy is made after that.
+    dead: bool,
+    /// Launched runs not yet finished: the device's threads may touch GM at any time.
+    in_flight: usize,
+}
+
+/// A run [`Device::launch`] started: [`Pending::wait`] gives its outcome. The device runs
+/// launched jobs one at a time, in launch order. Dropping a pending run waits for its end.
+pub struct Pending {
+    rx: std::sync::mpsc::Receiver<RunOutcome>,
+    /// The device's turn at GM, whose `in_flight` counts this run until its answer.
+    turn: Arc<Mutex<Turn>>,
+    /// Counted out of `in_flight` (once).
+    settled: bool,
+}
+
+impl Pending {
+    /// Waits for the run's outcome ([`DeviceError::Stopped`] if the device stopped first).
+    pub fn wait(mut self) -> Result<RunOutcome, DeviceError> {
+        let outcome = self.rx.recv().ok();
+        self.settle(outcome.is_some());
+        outcome.ok_or(DeviceError::Stopped)
+    }
+
+    /// The outcome if the run ends within `timeout`; `Ok(None)` while it still runs (call
+    /// again, or [`Pending::wait`]).
+    pub fn wait_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<RunOutcome>, DeviceError> {
+        use std::sync::mpsc::RecvTimeoutError;
+        if self.settled {
+            return Err(DeviceError::Stopped);
+        }
+        match self.rx.recv_timeout(timeout) {
+            Ok(o) => {
+                self.settle(true);
+                Ok(Some(o))
+            }
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => {
+                self.settle(false);
+                Err(DeviceError::Stopped)
+            }
+        }
+    }
+
+    /// Counts the run out of the turn once its answer came (`answered`) or never will.
+    fn settle(&mut self, answered: bool) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let mut turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
+        turn.in_flight -= 1;
+        // No answer: the device thread is gone, its scheduler threads perhaps still in the
+        // run; GM is theirs for good.
+        turn.dead |= !answered;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.settled {
+            let answered = self.rx.recv().is_ok();
+            self.settle(answered);
+        }
+    }
 }
 
 impl Device {
@@ -111,7 +186,7 @@ impl Device {
                 config,
                 gm_alloc: Mutex::new(GmAllocator::new(&config)),
                 gm_words,
-                gm_turn: Mutex::new(false),
+                gm_turn: Arc::new(Mutex::new(Turn::default())),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(DeviceError::Stopped),
@@ -138,6 +213,19 @@ impl Device {
         Ok(self.gm()?.alloc(bytes))
     }
 
+    /// [`Device::alloc`] in run slot `slot` (0 or 1, [`gm_alloc::RUN_SLOTS`]): slot 0 bumps up
+    /// from the heaps, slot 1 down from under the persistent allocations, so one run can be
+    /// staged while the other slot's is in flight.
+    pub fn alloc_in(&self, slot: usize, bytes: u64) -> Result<Option<u64>, DeviceError> {
+        Ok(self.gm()?.alloc_in(slot.min(1), bytes))
+    }
+
+    /// Releases every per-run allocation of run slot `slot`.
+    pub fn free_slot(&self, slot: usize) -> Result<(), DeviceError> {
+        self.gm()?.free_slot(slot.min(1));
+        Ok(())
+    }
+
     /// The GM allocator, while the device runs.
     fn gm(&self) -> Result<MutexGuard<'_, GmAllocator>, DeviceError> {
         self.live()?;
@@ -146,8 +234,8 @@ impl Device {
         Ok(self.gm_alloc.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Releases every per-run allocation ([`Device::alloc`]); persistent allocations
-    /// ([`Device::malloc`]) are kept.
+    /// Releases every per-run allocation of both run slots ([`Device::alloc`],
+    /// [`Device::alloc_in`]); persistent allocations ([`Device::malloc`]) are kept.
     pub fn free_all(&self) -> Result<(), DeviceError> {
         self.gm()?.free_all();
         Ok(())
@@ -169,40 +257,53 @@ impl Device {
 
     /// Copies `data` to GM at `addr`; `false` if the range is outside GM.
     ///
-    /// The copy is one memory copy on the calling thread, straight into GM: no message to the
-    /// device thread and no buffer of its own. A copy asked for while another thread's run is
-    /// under way waits for the run to end.
+    /// The copy runs on the calling thread, straight into GM: no message to the device thread
+    /// and no buffer of its own. With no run under way it is one memory copy; a copy asked for
+    /// while another thread's blocking run is under way waits for the run to end; while a
+    /// launched run is in flight it moves word by word with atomics (the run may be touching
+    /// other parts of GM, and a plain copy beside an access would be a data race).
     #[allow(unsafe_code)] // the copy into GM: see its SAFETY comment
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<bool, DeviceError> {
         let turn = self.gm_turn()?;
-        // SAFETY: `turn` is the host's exclusive turn at GM: no run is under way (a run holds
-        // the turn from its request to its answer, and the device's threads touch GM only
-        // inside a run, which ends with every scheduler thread out of it), no other copy
-        // holds it, and a device whose run ended without its answer refuses the turn.
-        let written = unsafe { self.gm_words.write_exclusive(GM_BASE, addr, data) };
+        let written = if turn.in_flight > 0 {
+            self.gm_words.arena(GM_BASE).write(addr, data)
+        } else {
+            // SAFETY: `turn` is the host's exclusive turn at GM and no launched run is in
+            // flight: no run is under way (a blocking run holds the turn from its request to
+            // its answer, a launched one is counted in `in_flight` until its answer, and the
+            // device's threads touch GM only inside a run, which ends with every scheduler
+            // thread out of it), no other copy holds the turn, and a device whose run ended
+            // without its answer refuses it.
+            unsafe { self.gm_words.write_exclusive(GM_BASE, addr, data) }
+        };
         drop(turn);
         Ok(written.is_ok())
     }
 
     /// Fills `out` from GM at `addr`; `false` (and `out` unchanged) if the range is outside
-    /// GM. Like [`Device::write`], one memory copy on the calling thread, waiting for a run
-    /// under way to end.
+    /// GM. Like [`Device::write`]: one memory copy on the calling thread with no run under
+    /// way, word by word with atomics while a launched run is in flight.
     #[allow(unsafe_code)] // the copy out of GM: see its SAFETY comment
     pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<bool, DeviceError> {
         let turn = self.gm_turn()?;
-        // SAFETY: as in `write`: `turn` is the host's exclusive turn at GM.
-        let read = unsafe { self.gm_words.read_exclusive(GM_BASE, addr, out) };
+        let read = if turn.in_flight > 0 {
+            self.gm_words.arena(GM_BASE).read(addr, out)
+        } else {
+            // SAFETY: as in `write`: `turn` is the host's exclusive turn at GM and no launched
+            // run is in flight.
+            unsafe { self.gm_words.read_exclusive(GM_BASE, addr, out) }
+        };
         drop(turn);
         Ok(read.is_ok())
     }
 
-    /// The host's exclusive turn at GM (the `gm_turn` field says who takes it); refused once
-    /// the device is stopping or a run ended without its answer.
-    fn gm_turn(&self) -> Result<MutexGuard<'_, bool>, DeviceError> {
+    /// The host's turn at GM (the `gm_turn` field says who takes it); refused once the device
+    /// is stopping or a run ended without its answer.
+    fn gm_turn(&self) -> Result<MutexGuard<'_, Turn>, DeviceError> {
         self.live()?;
         // Nothing panics while holding the turn, so a poisoned lock is used as it is.
         let turn = self.gm_turn.lock().unwrap_or_else(|e| e.into_inner());
-        if *turn {
+        if turn.dead {
             return Err(DeviceError::Stopped);
         }
         Ok(turn)
@@ -217,7 +318,8 @@ impl Device {
         }
     }
 
-    /// Runs `job` to completion (or failure). Host copies wait while it runs.
+    /// Runs `job` to completion (or failure). Host copies wait while it runs; a run launched
+    /// before it ([`Device::launch`]) runs first.
     pub fn run(&self, job: Job) -> Result<RunOutcome, DeviceError> {
         let mut turn = self.gm_turn()?;
         let (tx, rx) = channel();
@@ -225,8 +327,23 @@ impl Device {
         let outcome = rx.recv();
         // No answer: the device thread is gone, and its scheduler threads may still be in
         // the run; GM is theirs for good.
-        *turn |= outcome.is_err();
+        turn.dead |= outcome.is_err();
         outcome.map_err(|_| DeviceError::Stopped)
+    }
+
+    /// Starts `job` without waiting for it: the device runs it after every job launched
+    /// before it. Host copies go on meanwhile (word by word, see [`Device::write`]); they must
+    /// not touch memory the run uses.
+    pub fn launch(&self, job: Job) -> Result<Pending, DeviceError> {
+        let mut turn = self.gm_turn()?;
+        let (tx, rx) = channel();
+        self.send(Msg::Run(job, tx))?;
+        turn.in_flight += 1;
+        Ok(Pending {
+            rx,
+            turn: self.gm_turn.clone(),
+            settled: false,
+        })
     }
 }
 
