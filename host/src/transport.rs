@@ -149,7 +149,10 @@ impl PendingRun {
 
     /// The outcome if the run ends within `timeout`; `Ok(None)` while it still runs (call
     /// again, or [`Self::wait`]). After it gave the outcome once, the run is spent.
-    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<RunOutcome>, TransportError> {
+    pub fn wait_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<RunOutcome>, TransportError> {
         match &mut self.0 {
             Pending::Done(o) => o.take().map(Some).ok_or(TransportError::Stopped),
             Pending::Running(r) => r.wait_timeout(timeout),
@@ -338,7 +341,10 @@ mod sim {
         fn wait(self: Box<Self>) -> Result<RunOutcome, TransportError> {
             Ok(simpler_sim::Pending::wait(*self)?)
         }
-        fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<RunOutcome>, TransportError> {
+        fn wait_timeout(
+            &mut self,
+            timeout: Duration,
+        ) -> Result<Option<RunOutcome>, TransportError> {
             Ok(simpler_sim::Pending::wait_timeout(self, timeout)?)
         }
     }

@@ -20,12 +20,12 @@ pub mod gm;
 pub mod wake;
 
 #[cfg(not(loom))]
+pub use device::gm_alloc::RUN_SLOTS;
+#[cfg(not(loom))]
 pub use device::{
     Device, DeviceConfig, DeviceError, DeviceLayouts, Job, OrchFn, Pending, Prebuilt, SharedHook,
     Topology, TraceSink,
 };
-#[cfg(not(loom))]
-pub use device::gm_alloc::RUN_SLOTS;
 pub use simpler_aicore as aicore;
 pub use simpler_aicpu as aicpu;
 pub use simpler_aicpu::{RunError, RunOutcome};

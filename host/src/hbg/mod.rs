@@ -711,7 +711,15 @@ impl ChipWorker {
         if let Some(k) = mirror_kept {
             std::mem::swap(k, &mut self.kept);
         }
-        let built = self.build_image(slot, handle, args, &staging, staging_base, start, &mut report);
+        let built = self.build_image(
+            slot,
+            handle,
+            args,
+            &staging,
+            staging_base,
+            start,
+            &mut report,
+        );
         if let Some(m) = self.hbg[slot].as_mut() {
             std::mem::swap(&mut m.graphs.kept, &mut self.kept);
         }

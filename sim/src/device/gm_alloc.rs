@@ -61,7 +61,11 @@ impl GmAllocator {
     pub(super) fn alloc_in(&mut self, slot: usize, bytes: u64) -> Option<u64> {
         let lowest_persistent = self.persistent.keys().next().copied().unwrap_or(self.end);
         if slot == 0 {
-            let slot1 = if self.low < self.top { self.low } else { self.end };
+            let slot1 = if self.low < self.top {
+                self.low
+            } else {
+                self.end
+            };
             let limit = lowest_persistent.min(slot1);
             let at = self.next.div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
             let end = at.checked_add(bytes).filter(|&end| end <= limit)?;
@@ -192,7 +196,10 @@ mod tests {
             assert_eq!(at % ALLOC_ALIGN, 0);
             assert!(at >= base && at + len <= end, "{at:#x}+{len}");
             for &(s, l) in taken.iter() {
-                assert!(at + len <= s || s + l <= at, "{at:#x}+{len} overlaps {s:#x}+{l}");
+                assert!(
+                    at + len <= s || s + l <= at,
+                    "{at:#x}+{len} overlaps {s:#x}+{l}"
+                );
             }
             taken.push((at, len));
         };

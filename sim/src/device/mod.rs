@@ -44,11 +44,11 @@ pub use job::{Job, OrchFn, Prebuilt, SharedHook};
 pub use trace::{TraceSink, TRACE_EVENTS_PER_THREAD};
 
 use crate::gm::GmWords;
-use simpler_core::gm::Gm;
 use config::{orchestrator_config, GM_BASE};
 use gm_alloc::GmAllocator;
 use orchestrator::device_main;
 use simpler_aicpu::RunOutcome;
+use simpler_core::gm::Gm;
 use simpler_core::layout::Layout;
 use simpler_core::orchestrator::OrchestratorLayout;
 use simpler_core::ring::MAX_RINGS;
