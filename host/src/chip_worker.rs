@@ -710,9 +710,11 @@ impl ChipWorker {
         // The blocking form of `submit` + `wait` in slot 0, on the caller's slice: runs
         // submitted before it end first (their results stay for `wait`).
         self.settle_all();
-        A::as_chip_args(args, |args| match self.launch(0, handle, args, scalars, options)? {
-            Launch::Done(report) => Ok(report),
-            Launch::Running(flight) => self.finish(*flight, args),
+        A::as_chip_args(args, |args| {
+            match self.launch(0, handle, args, scalars, options)? {
+                Launch::Done(report) => Ok(report),
+                Launch::Running(flight) => self.finish(*flight, args),
+            }
         })
     }
 
@@ -882,13 +884,10 @@ impl ChipWorker {
         options: RunOptions,
     ) -> Result<Launch, WorkerError> {
         // A bind may evict a retained Definition only if no run in flight uses it.
-        self.kept.spare = self
-            .runs
-            .iter()
-            .find_map(|r| match &r.state {
-                RunState::Running(f) => f.kept_bind,
-                RunState::Done(_) => None,
-            });
+        self.kept.spare = self.runs.iter().find_map(|r| match &r.state {
+            RunState::Running(f) => f.kept_bind,
+            RunState::Done(_) => None,
+        });
         let launched = match options.runtime {
             Runtime::Tmr if options.host_only => Err(WorkerError::HostOnlyNeedsHbg),
             Runtime::Tmr => self.launch_tmr(slot, handle, args, scalars, options),
