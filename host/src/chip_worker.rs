@@ -405,6 +405,10 @@ pub struct ChipWorker {
     pub(crate) retention: crate::hbg::GraphRetention,
     /// The retained Graph Definitions (lent to the mirror a bind builds into).
     pub(crate) kept: crate::hbg::Kept,
+    /// How whole binds are replayed.
+    pub(crate) replay: crate::hbg::BindReplay,
+    /// The image a verified replay compares with (kept across binds).
+    pub(crate) replay_check: Vec<u8>,
     /// Runs submitted and not yet collected, oldest first.
     runs: std::collections::VecDeque<Submitted>,
     /// The next run's sequence number.
@@ -491,7 +495,7 @@ pub(crate) enum Tail {
 /// host tensor was placed in GM (`None` for device tensors).
 #[derive(Default)]
 pub(crate) struct Staging {
-    chip: Box<ChipStorageTaskArgs>,
+    pub(crate) chip: Box<ChipStorageTaskArgs>,
     pub(crate) orch_args: Box<OrchArgs>,
     pub(crate) staged: Vec<Option<u64>>,
 }
@@ -517,6 +521,8 @@ impl ChipWorker {
             staging: [None, None],
             retention: crate::hbg::GraphRetention::default(),
             kept: crate::hbg::Kept::default(),
+            replay: crate::hbg::BindReplay::default(),
+            replay_check: Vec::new(),
             runs: std::collections::VecDeque::new(),
             next_run: 0,
             id: WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),

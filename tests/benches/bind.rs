@@ -45,7 +45,7 @@
 //! Run: `cargo bench -p simpler-tests --bench bind` (`SIMPLER_BENCH_SMOKE=1`: bgemm Case1 in
 //! Case0's place, one settling, two warm and one full bind per case, one bind per arm).
 
-use simpler_host::hbg::{BindPhase, BindReport, GraphRetention, CONTROL_PLANE};
+use simpler_host::hbg::{BindPhase, BindReplay, BindReport, GraphRetention, CONTROL_PLANE};
 use simpler_host::scenes::{self, Prepared};
 use simpler_host::{CallableHandle, ChipArg, ChipWorker, HostTensor};
 use simpler_host::{RunOptions, Runtime};
@@ -73,6 +73,11 @@ fn worker(scene: &str, case: &str) -> (Prepared, ChipWorker, CallableHandle) {
     // and the environment's default (the test suite's verification) does not reach them.
     w.set_graph_retention(GraphRetention::OFF)
         .expect("retention off");
+    // Every bind runs its orchestration: the figures are of binds, not of replays.
+    w.set_bind_replay(BindReplay {
+        enabled: false,
+        verify: false,
+    });
     let h = w.register(p.callable.clone());
     w.wait_for_recorders();
     (p, w, h)

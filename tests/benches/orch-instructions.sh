@@ -35,7 +35,7 @@ collected() {
   local table collected tasks
   table=$(mktemp)
   collected=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="$fn" \
-    "$bin" run "$scene" "$@" --runtime hbg --host-only --rounds "$n" 2>&1 >"$table" |
+    "$bin" run "$scene" "$@" --runtime hbg --host-only --no-replay --rounds "$n" 2>&1 >"$table" |
     awk '/Collected :/ {print $NF}')
   tasks=$(awk '$1 ~ /^[0-9]+$/ && $NF == "built" {print $6}' "$table" | sort -u)
   rm -f "$table"

@@ -5,7 +5,7 @@
 use super::{round_tensors, say, setup, RunArgs, Scene};
 use crate::chip_worker::ChipWorker;
 use crate::error::ErrorChain;
-use crate::hbg::{BindPhase, GraphPhases, GraphRetention};
+use crate::hbg::{BindPhase, BindReplay, GraphPhases, GraphRetention};
 use crate::transport::{RunOptions, Runtime};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,7 @@ pub(super) fn run(
         host_only,
         verify_graphs,
         no_retain_graphs,
+        no_replay,
         ..
     } = args;
     let (rounds, host_only) = (*rounds, *host_only);
@@ -44,6 +45,10 @@ pub(super) fn run(
     worker
         .set_graph_retention(retention)
         .map_err(|e| ErrorChain(&e).to_string())?;
+    worker.set_bind_replay(BindReplay {
+        enabled: !*no_replay,
+        verify: *verify_graphs,
+    });
     let handle = worker.register(prepared.callable.clone());
     say(
         out,
@@ -95,6 +100,11 @@ pub(super) fn run(
                 if check.pass { "PASS" } else { "FAIL" },
                 check.max_diff
             )
+        };
+        let verdict = if bind.replayed {
+            format!("{verdict}, replayed")
+        } else {
+            verdict
         };
         say(
             out,

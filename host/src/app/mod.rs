@@ -1,7 +1,7 @@
 //! The `simpler` command for any program's scenes: one call gives a crate's own [`Scene`]s
 //! `list`, `run` (with `--case`, `--rounds`, `--runtime`, `--platform`, `--clusters`, `--dag`,
 //! `--trace`, `--swimlane`, `--report`, `--phases`, `--host-only`, `--verify-graphs`,
-//! `--no-retain-graphs`) and `check`, and
+//! `--no-retain-graphs`, `--no-replay`) and `check`, and
 //! [`check_scene`] runs every case of a scene from a test.
 //!
 //! - [`main`]: the whole command for `scenes`, from the process's arguments; a program's `main`
@@ -371,6 +371,10 @@ struct RunArgs {
     /// hbg: retain no Graph Definition across rounds (every round records every Graph).
     #[arg(long)]
     no_retain_graphs: bool,
+    /// hbg: never replay a whole bind (every round runs its orchestration, even when its guard
+    /// matches the last round's).
+    #[arg(long)]
+    no_replay: bool,
 }
 
 /// The refusal of `--rounds 0`, which `simpler l3` shares.

@@ -48,6 +48,15 @@ pub enum HbgError {
         /// the difference is elsewhere (the boundary signatures, the header).
         node: Option<u32>,
     },
+    /// Replay verification ([`BindReplay::verify`](super::BindReplay::verify)): a bind whose
+    /// guard matched the slot's last bind built a different image, so a replay would have
+    /// shipped the wrong graph: the orchestration depends on something its guard does not
+    /// hold (a captured value, a read of memory that is not an entry tensor).
+    ReplayChanged {
+        /// The first byte at which the images differ (shared state's image, then the
+        /// payloads').
+        offset: usize,
+    },
 }
 
 impl fmt::Display for HbgError {
@@ -69,6 +78,12 @@ impl fmt::Display for HbgError {
             Self::GraphFailed { key, reason } => write!(
                 f,
                 "invalid arguments: the recording of graph {key:#x} failed after its outer task was submitted: {reason}"
+            ),
+            Self::ReplayChanged { offset } => write!(
+                f,
+                "the bind matched the guard of the slot's last bind but built a different image \
+                 (first difference at byte {offset}): its orchestration depends on something \
+                 the guard does not hold"
             ),
             Self::GraphChanged { key, node } => {
                 write!(
@@ -95,7 +110,10 @@ impl std::error::Error for HbgError {
             Self::GraphTooLarge(e) | Self::Orchestration(e) => Some(e),
             Self::TaskNotRun { error, .. } => Some(error),
             Self::Image(e) => Some(e),
-            Self::Mirror(_) | Self::GraphFailed { .. } | Self::GraphChanged { .. } => None,
+            Self::Mirror(_)
+            | Self::GraphFailed { .. }
+            | Self::GraphChanged { .. }
+            | Self::ReplayChanged { .. } => None,
         }
     }
 }

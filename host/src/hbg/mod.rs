@@ -81,7 +81,7 @@ use simpler_core::orchestrator::{Blocked, TaskArg};
 use simpler_core::orchestrator::{Orchestrator, OrchestratorLayout};
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
-use simpler_core::TaskId;
+use simpler_core::{ChipStorageTaskArgs, ChipTensor, TaskId};
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -196,6 +196,8 @@ pub(crate) struct Graphs {
     placed: Vec<u64>,
     /// The last commit: (key, heap block) per outer task, in submission order.
     committed: Vec<(u64, u64)>,
+    /// The last commit's heap blocks, as one allocation: its start and bytes.
+    heap_block: Option<(u64, u64)>,
     /// What `graph_upload` copies to the device: the boundaries (each invocation's tensors,
     /// then its scalars) as they are accepted, then the Definitions at the commit.
     staging: Vec<u8>,
@@ -233,6 +235,9 @@ pub(crate) struct Kept {
     /// The first bind whose run may still be in flight in the other slot: no Definition
     /// used at or after it is evicted (its device copy may be read).
     pub(crate) spare: Option<u64>,
+    /// Definitions dropped so far: a bind's guard ([`Guard`]) holds only while no Definition
+    /// its image names could have been dropped.
+    generation: u64,
 }
 
 /// The orchestration's Graph sink during a bind: a new key starts a recording on the pool
@@ -321,6 +326,7 @@ impl Kept {
     ) -> Result<(), WorkerError> {
         let r = self.items.remove(i);
         self.bytes -= r.image.len();
+        self.generation += 1;
         for h in self.hits.iter_mut().flatten() {
             if *h > i {
                 *h -= 1;
@@ -485,6 +491,94 @@ pub(crate) struct Mirror {
     graphs: Graphs,
     /// What the last bind used of the shared state (cleared at the next bind).
     last_usage: Option<simpler_core::image::Usage>,
+    /// What the last bind's image depended on, so a later bind that matches replays it.
+    guard: Guard,
+}
+
+/// How a worker replays a whole bind ([`ChipWorker::set_bind_replay`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindReplay {
+    /// Replay a bind whose guard matches the slot's last bind: its orchestration is not run,
+    /// the slot's retained image is shipped again.
+    pub enabled: bool,
+    /// Run the orchestration anyway and compare the image it builds with the one a replay
+    /// would have shipped; a difference fails the bind with [`HbgError::ReplayChanged`].
+    pub verify: bool,
+}
+
+impl Default for BindReplay {
+    /// On; verification as [`VERIFY_GRAPHS_ENV`] says (on in the test suite).
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            verify: GraphRetention::default().verify,
+        }
+    }
+}
+
+/// A bind's guard: everything its image depends on besides the orchestration's code. The
+/// callable; the chip entry as adopted (every entry tensor's address, layout and view, every
+/// entry scalar); every entry-tensor byte the orchestration read, with its value; where the
+/// bind's per-run device memory went (its Graph staging and heap blocks); and the retained
+/// Definitions' generation (none of those its image names was dropped since). A later bind in
+/// the same slot that matches all of it would build the same image byte for byte, so it ships
+/// the retained one. Its buffers are kept across binds (no allocation once grown).
+#[derive(Default)]
+struct Guard {
+    /// The rest is meaningful.
+    valid: bool,
+    callable: usize,
+    /// The chip entry's tensors and scalars, as bytes.
+    entry: Vec<u8>,
+    scalars: Vec<u64>,
+    /// Each entry read: its address and length, and the values read, concatenated.
+    reads: Vec<(u64, u32)>,
+    values: Vec<u8>,
+    generation: u64,
+    /// The retained Definitions' bind counter at this bind: a replay in flight protects the
+    /// Definitions used from it on, as the bind's own run did.
+    kept_bind: u64,
+    staging_base: u64,
+    heap: Option<(u64, u64)>,
+    built: Option<BuiltImage>,
+    /// The report fields the image implies.
+    tasks: u64,
+    image_bytes: usize,
+    graphs: [u64; 3],
+}
+
+impl Guard {
+    /// Whether a bind of `callable` on `chip`, reading `views`, would build the image this
+    /// guard was taken for.
+    fn holds(
+        &self,
+        callable: usize,
+        chip: &ChipStorageTaskArgs,
+        views: &HostViews<'_>,
+        generation: u64,
+    ) -> bool {
+        if !self.valid
+            || self.callable != callable
+            || self.generation != generation
+            || self.scalars != chip.scalars()
+            || self.entry != bytemuck::cast_slice::<ChipTensor, u8>(chip.tensors())
+        {
+            return false;
+        }
+        let mut at = 0;
+        let mut buf = [0u8; 64];
+        for &(addr, len) in &self.reads {
+            let len = len as usize;
+            let Some(dst) = buf.get_mut(..len) else {
+                return false;
+            };
+            if views.read(addr, dst).is_err() || self.values.get(at..at + len) != Some(&*dst) {
+                return false;
+            }
+            at += len;
+        }
+        true
+    }
 }
 
 impl Mirror {
@@ -502,6 +596,7 @@ impl Mirror {
             sched_image: ImageBuffer::default(),
             graphs: Graphs::default(),
             last_usage: None,
+            guard: Guard::default(),
         })
     }
 }
@@ -512,6 +607,8 @@ impl Mirror {
 struct HostViews<'a> {
     args: &'a [ChipArg],
     staged: &'a [Option<u64>],
+    /// Where every successful read went (the guard's reads), when recording.
+    reads: Option<std::sync::Mutex<&'a mut Vec<(u64, u32)>>>,
 }
 
 impl Gm for HostViews<'_> {
@@ -533,6 +630,12 @@ impl Gm for HostViews<'_> {
         let at = (addr - base) as usize;
         let src = data.get(at..at + dst.len()).ok_or(fault)?;
         dst.copy_from_slice(src);
+        if let Some(reads) = &self.reads {
+            // Uncontended: the orchestration thread is the only reader.
+            let mut reads = reads.lock().unwrap_or_else(|e| e.into_inner());
+            let len = u32::try_from(dst.len()).unwrap_or(u32::MAX);
+            reads.push((addr, len));
+        }
         Ok(())
     }
     fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
@@ -650,6 +753,16 @@ impl ChipWorker {
         self.retention
     }
 
+    /// Sets how whole hbg binds are replayed ([`BindReplay`]; on by default).
+    pub fn set_bind_replay(&mut self, replay: BindReplay) {
+        self.replay = replay;
+    }
+
+    /// How whole hbg binds are replayed.
+    pub fn bind_replay(&self) -> BindReplay {
+        self.replay
+    }
+
     /// Drops every retained Graph Definition, freeing its host and device copies: the next
     /// bind records every Graph again. Waits for the runs in flight first.
     pub fn forget_graphs(&mut self) -> Result<(), WorkerError> {
@@ -706,24 +819,73 @@ impl ChipWorker {
         )?;
         *report.phase_mut(BindPhase::Args) = clock.stop();
 
-        // The retained Definitions are lent to the mirror this bind builds into.
-        let mirror_kept = self.hbg[slot].as_mut().map(|m| &mut m.graphs.kept);
-        if let Some(k) = mirror_kept {
-            std::mem::swap(k, &mut self.kept);
-        }
-        let built = self.build_image(
-            slot,
-            handle,
-            args,
-            &staging,
-            staging_base,
-            start,
-            &mut report,
-        );
-        if let Some(m) = self.hbg[slot].as_mut() {
-            std::mem::swap(&mut m.graphs.kept, &mut self.kept);
-        }
-        let built = built?;
+        // A replay's guard check and placement are its `arena_build` (a built bind's own
+        // `arena_build` replaces it).
+        let clock = Clock::start(start);
+        let guarded = self.replay.enabled
+            && self.hbg[slot].as_ref().is_some_and(|m| {
+                let views = HostViews {
+                    args,
+                    staged: &staging.staged,
+                    reads: None,
+                };
+                m.guard.staging_base == staging_base
+                    && m.guard
+                        .holds(handle.0, &staging.chip, &views, self.kept.generation)
+            });
+        let replayed = match guarded && !self.replay.verify {
+            true => self.replay_bind(slot, &mut report)?,
+            false => None,
+        };
+        *report.phase_mut(BindPhase::ArenaBuild) = clock.stop();
+        let built = match replayed {
+            Some(built) => built,
+            None => {
+                if guarded {
+                    // Verifying: keep the image a replay would ship, to compare.
+                    let m = self.hbg[slot].as_mut().expect("guarded");
+                    let len = m.guard.built.map_or(0, |b| b.sched_len);
+                    self.replay_check.clear();
+                    self.replay_check
+                        .extend_from_slice(m.sched_image.filled(len));
+                    self.replay_check.extend_from_slice(m.payloads.bytes());
+                }
+                // The retained Definitions are lent to the mirror this bind builds into.
+                if let Some(m) = self.hbg[slot].as_mut() {
+                    std::mem::swap(&mut m.graphs.kept, &mut self.kept);
+                }
+                let built = self.build_image(
+                    slot,
+                    handle,
+                    args,
+                    &staging,
+                    staging_base,
+                    start,
+                    &mut report,
+                );
+                if let Some(m) = self.hbg[slot].as_mut() {
+                    std::mem::swap(&mut m.graphs.kept, &mut self.kept);
+                }
+                let built = built?;
+                if guarded {
+                    let m = self.hbg[slot].as_mut().expect("built");
+                    let sched = m.sched_image.filled(built.sched_len);
+                    let payloads = m.payloads.bytes();
+                    let len = sched.len() + payloads.len();
+                    let old = &self.replay_check;
+                    let differs = sched
+                        .iter()
+                        .chain(payloads)
+                        .zip(old.iter())
+                        .position(|(a, b)| a != b)
+                        .or_else(|| (len != old.len()).then_some(len.min(old.len())));
+                    if let Some(offset) = differs {
+                        return Err(WorkerError::Hbg(HbgError::ReplayChanged { offset }));
+                    }
+                }
+                built
+            }
+        };
         self.last_hbg_slot = Some(slot);
 
         let clock = Clock::start(start);
@@ -748,6 +910,10 @@ impl ChipWorker {
         }
         let clock = Clock::start(start);
         let mirror = self.hbg[slot].as_mut().expect("built by this bind");
+        let kept_bind = match report.replayed {
+            true => mirror.guard.kept_bind,
+            false => self.kept.binds,
+        };
         let image = HostImage {
             usage: built.usage,
             sched: mirror.sched_image.filled(built.sched_len),
@@ -766,7 +932,7 @@ impl ChipWorker {
             pending,
             slot,
             staging,
-            kept_bind: Some(self.kept.binds),
+            kept_bind: Some(kept_bind),
             tail: Tail::Hbg {
                 start,
                 report: Box::new(report),
@@ -774,6 +940,29 @@ impl ChipWorker {
                 trace,
             },
         })))
+    }
+
+    /// A replay of slot `slot`'s last bind, whose guard matched: the orchestration is not
+    /// run; the bind's heap blocks are placed again where they were (`None`, and the bind is
+    /// built as usual, if they cannot be) and the retained image is shipped as it is.
+    fn replay_bind(
+        &mut self,
+        slot: usize,
+        report: &mut BindReport,
+    ) -> Result<Option<BuiltImage>, WorkerError> {
+        let m = self.hbg[slot].as_ref().expect("guarded");
+        let (heap, built) = (m.guard.heap, m.guard.built);
+        if let Some((base, bytes)) = heap {
+            if self.device.alloc_in(slot, bytes)? != Some(base) {
+                return Ok(None);
+            }
+        }
+        let g = &m.guard;
+        report.tasks = g.tasks;
+        report.image_bytes = g.image_bytes;
+        report.graphs = g.graphs;
+        report.replayed = true;
+        Ok(built)
     }
 
     /// The end of a launched hbg run: `runtime_init` and `device_run` (the device times its
@@ -872,10 +1061,14 @@ impl ChipWorker {
         let wakes_before = mirror.graphs.begin_bind(pool, handle.0, self.retention);
         let mut waiter = RefusingWaiter::default();
         let abort = AtomicU32::new(0);
+        mirror.guard.valid = false;
+        let mut reads = std::mem::take(&mut mirror.guard.reads);
+        reads.clear();
         let result = {
             let views = HostViews {
                 args,
                 staged: &staging.staged,
+                reads: Some(std::sync::Mutex::new(&mut reads)),
             };
             let mut sink = BindGraphs {
                 g: &mut mirror.graphs,
@@ -894,6 +1087,7 @@ impl ChipWorker {
             let r = rt.scope(ScopeMode::Auto, |rt| (callable.orch)(rt));
             r.and_then(|()| rt.error().map_or(Ok(()), Err))
         };
+        mirror.guard.reads = reads;
         *report.phase_mut(BindPhase::HostOrch) = clock.stop();
         mirror.graphs.phases.host_orch_wakes = pool.orchestration_wakes() - wakes_before;
 
@@ -937,12 +1131,14 @@ impl ChipWorker {
         let g = &mirror.graphs;
         report.graph_phases = g.phases;
         report.graphs = core::array::from_fn(|i| g.counts[i] - graph_counts[i]);
-        *report.phase_mut(BindPhase::SharedMem) = clock.stop();
-        Ok(BuiltImage {
+        let built = BuiltImage {
             usage,
             sched_len,
             edges,
-        })
+        };
+        take_guard(mirror, handle.0, args, staging, staging_base, built, report);
+        *report.phase_mut(BindPhase::SharedMem) = clock.stop();
+        Ok(built)
     }
 
     /// `graph_upload`: copies the bind's staged Definitions and Graph boundaries to the
@@ -965,8 +1161,57 @@ impl ChipWorker {
     }
 }
 
+/// Takes the guard of the bind just built into `mirror` (see [`Guard`]): its reads' values
+/// are read again from the entry (the reads themselves were recorded as they happened).
+fn take_guard(
+    mirror: &mut Mirror,
+    callable: usize,
+    args: &[ChipArg],
+    staging: &Staging,
+    staging_base: u64,
+    built: BuiltImage,
+    report: &BindReport,
+) {
+    let g = &mut mirror.guard;
+    g.callable = callable;
+    g.entry.clear();
+    g.entry
+        .extend_from_slice(bytemuck::cast_slice::<ChipTensor, u8>(
+            staging.chip.tensors(),
+        ));
+    g.scalars.clear();
+    g.scalars.extend_from_slice(staging.chip.scalars());
+    let views = HostViews {
+        args,
+        staged: &staging.staged,
+        reads: None,
+    };
+    g.values.clear();
+    let mut buf = [0u8; 64];
+    let mut readable = true;
+    for &(addr, len) in &g.reads {
+        match buf.get_mut(..len as usize) {
+            Some(dst) => match views.read(addr, dst) {
+                Ok(()) => g.values.extend_from_slice(dst),
+                Err(_) => readable = false,
+            },
+            None => readable = false,
+        }
+    }
+    g.generation = mirror.graphs.kept.generation;
+    g.kept_bind = mirror.graphs.kept.binds;
+    g.staging_base = staging_base;
+    g.heap = mirror.graphs.heap_block;
+    g.built = Some(built);
+    g.tasks = report.tasks;
+    g.image_bytes = report.image_bytes;
+    g.graphs = report.graphs;
+    g.valid = readable;
+}
+
 /// What a bind's build leaves for the device run: the usage the images were exported with,
 /// the shared state's image length in the mirror's image buffer, and the edges recorded.
+#[derive(Clone, Copy)]
 struct BuiltImage {
     usage: simpler_core::image::Usage,
     sched_len: usize,
@@ -1154,12 +1399,14 @@ fn commit(
     for &(_, e) in &g.shells {
         heaps += required[e];
     }
+    g.heap_block = None;
     if g.shells.is_empty() {
         return Ok(());
     }
     let heap_base = device
         .alloc_in(slot, heaps)?
         .ok_or(WorkerError::OutOfDeviceMemory { bytes: heaps })?;
+    g.heap_block = Some((heap_base, heaps));
     let mut at = heap_base;
     g.committed.clear();
     for &(shell, e) in &g.shells {
@@ -1284,9 +1531,9 @@ impl From<HbgError> for RunError {
             | HbgError::TaskNotRun { error: e, .. } => RunError::Orchestration(e),
             HbgError::Image(e) => RunError::Image(e),
             HbgError::Mirror(_) => RunError::Orchestration(RtError::Fatal(5)),
-            HbgError::GraphFailed { .. } | HbgError::GraphChanged { .. } => {
-                RunError::Orchestration(RtError::Fatal(5))
-            }
+            HbgError::GraphFailed { .. }
+            | HbgError::GraphChanged { .. }
+            | HbgError::ReplayChanged { .. } => RunError::Orchestration(RtError::Fatal(5)),
         }
     }
 }

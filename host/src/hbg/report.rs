@@ -176,6 +176,9 @@ pub struct BindReport {
     pub tasks: u64,
     /// Bytes shipped: the shared state's live image plus the payloads'.
     pub image_bytes: usize,
+    /// The bind replayed the slot's last image: its guard matched, so the orchestration did
+    /// not run (`host_orch` and the phases after it up to `shared_mem` are zero).
+    pub replayed: bool,
 }
 
 impl BindReport {
