@@ -127,19 +127,31 @@ fn check() -> (u64, Option<(u64, f32, f64)>) {
     (bad, first)
 }
 
-/// Called by `_start` (CPU 0) and `_secondary_start` (CPUs 1-3).
+/// Called by `_start` (CPU 0) and `_secondary_start` (CPUs 1-3). Each role is a function of its
+/// own, so an AICore's stack holds only the AICore's frames.
 #[no_mangle]
 extern "C" fn fw_entry(boot: *const BootTable, cpu: u64) -> ! {
-    let cpu = cpu as u32;
     if cpu != 0 {
-        // SAFETY: CPU 0 wrote the table before starting this CPU and keeps it.
-        let boot = unsafe { &*boot };
-        if boot.validate(run::MAX_CORES).is_ok() {
-            // SAFETY: validated; CPU `cpu` is the only one running core `cpu - 1`.
-            let _ = unsafe { run::aicore_main(boot, cpu - boot.aicore_cpu_base, &KERNELS) };
-        }
-        arch::halt();
+        aicore(boot, cpu as u32)
     }
+    aicpu()
+}
+
+/// An AICore: the loop of core `cpu - aicore_cpu_base` until the exit signal.
+#[inline(never)]
+fn aicore(boot: *const BootTable, cpu: u32) -> ! {
+    // SAFETY: CPU 0 wrote the table before starting this CPU and keeps it.
+    let boot = unsafe { &*boot };
+    if boot.validate(run::MAX_CORES).is_ok() {
+        // SAFETY: validated; CPU `cpu` is the only one running core `cpu - 1`.
+        let _ = unsafe { run::aicore_main(boot, cpu - boot.aicore_cpu_base, &KERNELS) };
+    }
+    arch::halt()
+}
+
+/// CPU 0: the loader, then the AICPU, then the check.
+#[inline(never)]
+fn aicpu() -> ! {
     // SAFETY: CPU 0, before any other CPU runs.
     let boot = unsafe { load() };
     extern "C" {
