@@ -112,10 +112,12 @@ impl<'a> ScopeStack<'a> {
             return Err(ScopeError::NoOpenScope);
         }
         self.depth -= 1;
-        let begin = self.begins[self.depth] as usize;
+        // `depth` never passes MAX_SCOPE_DEPTH (`begin` refuses that) and each begin is at
+        // most `len`, at most `tasks.len()` (`push` refuses more): both lookups succeed.
+        let begin = self.begins.get(self.depth).map_or(0, |&b| b as usize);
         let end = self.len;
-        self.len = begin;
-        Ok(&self.tasks[begin..end])
+        self.len = begin.min(end);
+        Ok(self.tasks.get(begin..end).unwrap_or(&[]))
     }
 
     /// The ring a task submitted now goes to.
