@@ -342,10 +342,6 @@ impl<'a> SchedState<'a> {
         self.edge_at(r.ring(), r.index())
     }
 
-    pub(crate) fn edge_cells(&self, ring: usize) -> &'a [EdgeCell] {
-        self.edges[ring.min(MAX_RINGS - 1)]
-    }
-
     /// The producers a task's submit wired it to, with the edge kinds, while the task is live.
     pub fn fanin(&self, task: TaskId) -> impl Iterator<Item = (TaskId, DepFlags)> + '_ {
         let slot = self.task_slot(task);
