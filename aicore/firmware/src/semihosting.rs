@@ -3,7 +3,11 @@
 //! script, and its exit code.
 #![allow(unsafe_code)]
 
+const SYS_OPEN: u64 = 0x01;
+const SYS_WRITE: u64 = 0x05;
 const SYS_WRITE0: u64 = 0x04;
+/// SYS_OPEN's mode for "wb": create or truncate, binary.
+const MODE_WB: u64 = 5;
 const SYS_EXIT: u64 = 0x18;
 const ADP_STOPPED_APPLICATION_EXIT: u64 = 0x20026;
 
@@ -15,6 +19,20 @@ fn call(op: u64, arg: u64) -> u64 {
     // and initialised for the call.
     unsafe { core::arch::asm!("hlt #0xf000", inout("x0") r, in("x1") arg, options(nostack)) }
     r
+}
+
+/// Opens host file `name` (NUL-terminated) for binary writing; `None` if the host refused.
+pub fn open_write(name: &[u8]) -> Option<u64> {
+    let len = name.iter().position(|&b| b == 0)?;
+    let block = [name.as_ptr() as u64, MODE_WB, len as u64];
+    let handle = call(SYS_OPEN, block.as_ptr() as u64);
+    (handle as i64 >= 0).then_some(handle)
+}
+
+/// Writes `bytes` to host file `handle`; returns whether all of them were written.
+pub fn write(handle: u64, bytes: &[u8]) -> bool {
+    let block = [handle, bytes.as_ptr() as u64, bytes.len() as u64];
+    call(SYS_WRITE, block.as_ptr() as u64) == 0
 }
 
 /// Ends the program; the debugger (qemu) exits with `code`.

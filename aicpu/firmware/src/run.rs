@@ -86,6 +86,8 @@ pub struct RunReport {
     pub passes: u64,
     /// System-counter ticks from the first submit to the last retirement.
     pub ticks: u64,
+    /// Bytes of the boot table's working memory the runtime's state took.
+    pub work_bytes: u64,
 }
 
 /// One scheduler pass over the firmware's platform: a hot-path root of the
@@ -223,6 +225,7 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
     let payload_mem = carve(&mut rest, payloads_layout.size())?;
     let entry_mem = carve(&mut rest, core::mem::size_of::<ChipStorageTaskArgs>())?;
     let args_mem = carve(&mut rest, core::mem::size_of::<OrchArgs>())?;
+    let work_bytes = boot.aicpu_work.bytes - rest.len() as u64;
     sched_mem.fill(0);
     orch_mem.fill(0);
     payload_mem.fill(0);
@@ -303,5 +306,6 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
         dispatched: side.sched.dispatched,
         passes: side.sched.loops,
         ticks,
+        work_bytes,
     })
 }

@@ -185,6 +185,7 @@ fn aicpu() -> ! {
         arch::counter_hz()
     );
     let _ = writeln!(out, "stack aicpu {} bytes", start::stack_used(0));
+    let _ = writeln!(out, "work aicpu {} bytes", report.work_bytes);
     let aicore = (1..=CORES).map(start::stack_used).max().unwrap_or(0);
     let _ = writeln!(out, "stack aicore {aicore} bytes");
     if bad != 0 || report.tasks != 5 || report.dispatched != 5 {
