@@ -150,4 +150,3 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
         Ok(())
     })
 }
-

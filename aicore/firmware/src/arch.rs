@@ -40,7 +40,9 @@ pub fn counter() -> u64 {
     let v: u64;
     // SAFETY: reading CNTVCT_EL0 has no side effect; EL1 may read it (the loader leaves
     // CNTKCTL/CNTHCTL at their reset values, which permit EL1 access).
-    unsafe { asm!("isb", "mrs {v}, cntvct_el0", v = out(reg) v, options(nostack, nomem, preserves_flags)) }
+    unsafe {
+        asm!("isb", "mrs {v}, cntvct_el0", v = out(reg) v, options(nostack, nomem, preserves_flags))
+    }
     v
 }
 

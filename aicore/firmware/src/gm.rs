@@ -40,14 +40,18 @@ impl Gm for PhysGm {
         self.check(addr, dst.len())?;
         // SAFETY: `[addr, addr + len)` lies in the GM region (checked above), which `new`'s
         // contract makes readable memory no reference aliases; `dst` is a distinct buffer.
-        unsafe { core::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            core::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len())
+        };
         Ok(())
     }
 
     fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
         self.check(addr, src.len())?;
         // SAFETY: as in `read`, for a writable destination.
-        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), addr as usize as *mut u8, src.len()) };
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), addr as usize as *mut u8, src.len())
+        };
         Ok(())
     }
 }

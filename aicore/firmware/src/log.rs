@@ -37,7 +37,11 @@ pub fn info_cores_up(cores: u32) {
 #[inline(always)]
 pub fn info_run_done(tasks: u64, ticks: u64) {
     #[cfg(feature = "defmt")]
-    defmt::info!("aicpu: run of {=u64} tasks done in {=u64} ticks", tasks, ticks);
+    defmt::info!(
+        "aicpu: run of {=u64} tasks done in {=u64} ticks",
+        tasks,
+        ticks
+    );
     #[cfg(not(feature = "defmt"))]
     let _ = (tasks, ticks);
 }

@@ -27,7 +27,8 @@ impl MmioCorePort {
             cores: index,
             limit: boot.cores,
         })?;
-        let mailbox = boot.mailboxes.base + index as u64 * core::mem::size_of::<CoreMailbox>() as u64;
+        let mailbox =
+            boot.mailboxes.base + index as u64 * core::mem::size_of::<CoreMailbox>() as u64;
         Ok(Self {
             task: (regs + REG_TASK) as usize as *const u32,
             status: (regs + REG_STATUS) as usize as *mut u32,
@@ -60,7 +61,10 @@ impl CorePort for MmioCorePort {
         // AICPU reads them after the FIN that `write_status` releases.
         unsafe {
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*self.mailbox).error_code), code);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*self.mailbox).error_detail), detail);
+            core::ptr::write_volatile(
+                core::ptr::addr_of_mut!((*self.mailbox).error_detail),
+                detail,
+            );
         }
     }
 

@@ -7,8 +7,8 @@ use crate::port::MmioCorePort;
 use simpler_aicore::core_loop::{CoreLoop, Step};
 use simpler_aicore::KernelFn;
 use simpler_core::boot::{BootError, BootTable};
-use simpler_core::handshake::{AICORE_IDLE, AICPU_IDLE};
 use simpler_core::gm::Gm;
+use simpler_core::handshake::{AICORE_IDLE, AICPU_IDLE};
 
 /// The most cores a boot table may name for this firmware.
 pub const MAX_CORES: u32 = 108;
@@ -34,7 +34,11 @@ pub extern "Rust" fn simpler_fw_core_step(
 ///
 /// `boot` passed [`BootTable::validate`]; this CPU is the only one running core `index`, and
 /// the memory the table names is mapped and not referenced elsewhere in this image.
-pub unsafe fn aicore_main(boot: &BootTable, index: u32, kernels: &[KernelFn]) -> Result<u64, BootError> {
+pub unsafe fn aicore_main(
+    boot: &BootTable,
+    index: u32,
+    kernels: &[KernelFn],
+) -> Result<u64, BootError> {
     // SAFETY: forwarded from this function's contract.
     let port = unsafe { MmioCorePort::new(boot, index)? };
     // SAFETY: the validated GM region, shared with the other CPUs by the handshake.
@@ -67,7 +71,12 @@ pub unsafe fn aicore_main(boot: &BootTable, index: u32, kernels: &[KernelFn]) ->
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     use core::fmt::Write;
     let mut out = crate::semihosting::Console::new();
-    let _ = write!(out, "FAIL panic on cpu {}: {}\n", crate::arch::cpu(), info.message());
+    let _ = writeln!(
+        out,
+        "FAIL panic on cpu {}: {}",
+        crate::arch::cpu(),
+        info.message()
+    );
     out.flush();
     crate::semihosting::exit(101)
 }

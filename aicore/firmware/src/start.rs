@@ -81,9 +81,9 @@ fw_vectors:
 extern "C" fn fw_exception(vector: u64, esr: u64, elr: u64, far: u64) -> ! {
     use core::fmt::Write;
     let mut out = crate::semihosting::Console::new();
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "FAIL exception on cpu {}: vector {vector} esr {esr:#x} elr {elr:#x} far {far:#x}\n",
+        "FAIL exception on cpu {}: vector {vector} esr {esr:#x} elr {elr:#x} far {far:#x}",
         crate::arch::cpu()
     );
     out.flush();

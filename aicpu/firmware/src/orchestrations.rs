@@ -44,7 +44,11 @@ pub fn simpler_fw_orchestrate_vector(rt: &mut Rt<'_, '_>) -> Result<(), RtError>
     };
     let arg = |tensor, tag| TaskArg { tensor, tag };
     let output = arg(out, TensorArgType::Output);
-    let mut t0 = [arg(a, TensorArgType::Input), arg(b, TensorArgType::Input), output];
+    let mut t0 = [
+        arg(a, TensorArgType::Input),
+        arg(b, TensorArgType::Input),
+        output,
+    ];
     rt.submit_aiv(ADD, &mut t0, &[])?;
     let [_, _, TaskArg { tensor: c, .. }] = t0;
     rt.scope(ScopeMode::Auto, |rt| {
@@ -54,7 +58,11 @@ pub fn simpler_fw_orchestrate_vector(rt: &mut Rt<'_, '_>) -> Result<(), RtError>
         rt.submit_aiv(ADD_SCALAR, &mut t2, &[2.0f32.to_bits() as u64])?;
         let [_, TaskArg { tensor: d, .. }] = t1;
         let [_, TaskArg { tensor: e, .. }] = t2;
-        let mut t3 = [arg(d, TensorArgType::Input), arg(e, TensorArgType::Input), output];
+        let mut t3 = [
+            arg(d, TensorArgType::Input),
+            arg(e, TensorArgType::Input),
+            output,
+        ];
         rt.submit_aiv(MUL, &mut t3, &[])?;
         let [_, _, TaskArg { tensor: g, .. }] = t3;
         let mut t4 = [

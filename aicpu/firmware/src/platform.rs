@@ -41,8 +41,15 @@ impl MmioCores {
         let mut regs = [0usize; MAX_CORES];
         let mut mailboxes = [0usize; MAX_CORES];
         let size = core::mem::size_of::<CoreMailbox>();
-        for (i, (r, m)) in regs.iter_mut().zip(mailboxes.iter_mut()).take(count).enumerate() {
-            *r = boot.reg_block(i as u32).ok_or(BootError::Region { name: "reg_base" })? as usize;
+        for (i, (r, m)) in regs
+            .iter_mut()
+            .zip(mailboxes.iter_mut())
+            .take(count)
+            .enumerate()
+        {
+            *r = boot
+                .reg_block(i as u32)
+                .ok_or(BootError::Region { name: "reg_base" })? as usize;
             *m = boot.mailboxes.base as usize + i * size;
         }
         Ok(Self {

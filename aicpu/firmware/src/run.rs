@@ -10,6 +10,7 @@
 
 use crate::orchestrations::ORCHESTRATIONS;
 use crate::platform::MmioCores;
+use core::sync::atomic::AtomicU32;
 use simpler_aicore_firmware::arch;
 use simpler_aicore_firmware::gm::PhysGm;
 use simpler_aicpu::payloads::PayloadsLayout;
@@ -19,12 +20,13 @@ use simpler_core::boot::{BootError, BootTable};
 use simpler_core::gm::Gm;
 use simpler_core::handshake::{AICORE_EXITED, AICORE_IDLE, AICPU_IDLE, EXIT_SIGNAL};
 use simpler_core::layout::LayoutError;
-use simpler_core::orchestrator::{Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter};
+use simpler_core::orchestrator::{
+    Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Waiter,
+};
 use simpler_core::ring::{RingConfig, MAX_RINGS};
 use simpler_core::sched::{SchedConfig, SchedState};
 use simpler_core::scope::ScopeMode;
 use simpler_core::{ChipStorageTaskArgs, EntryError, OrchArgs};
-use core::sync::atomic::AtomicU32;
 
 /// The ring sizes the image runs with (every one of the four rings).
 pub const RING: RingConfig = RingConfig {
@@ -119,7 +121,13 @@ struct Sched<'s, 'a> {
 impl Sched<'_, '_> {
     /// One pass; records a failure and the time of the last progress.
     fn pass(&mut self) -> Result<bool, FwError> {
-        match simpler_fw_sched_pass(&mut self.sched, &mut self.cores, self.shared, self.payloads, self.gm) {
+        match simpler_fw_sched_pass(
+            &mut self.sched,
+            &mut self.cores,
+            self.shared,
+            self.payloads,
+            self.gm,
+        ) {
             Ok(true) => {
                 self.last_progress = arch::counter();
                 Ok(true)
@@ -153,7 +161,7 @@ impl Waiter for Sched<'_, '_> {
 fn carve<'m>(rest: &mut &'m mut [u8], bytes: usize) -> Result<&'m mut [u8], LayoutError> {
     let taken = core::mem::take(rest);
     let pad = taken.as_ptr().align_offset(64);
-    let need = bytes.checked_add(pad).unwrap_or(usize::MAX);
+    let need = bytes.saturating_add(pad);
     if need > taken.len() {
         return Err(LayoutError::RegionTooSmall {
             needed: need,
@@ -175,7 +183,10 @@ fn wait_cores(cores: &MmioCores, want: u32, ticks: u64) -> Result<(), FwError> {
                 break;
             }
             if arch::counter().wrapping_sub(start) > ticks {
-                return Err(FwError::CoreSilent { core: i as u32, status });
+                return Err(FwError::CoreSilent {
+                    core: i as u32,
+                    status,
+                });
             }
             core::hint::spin_loop();
         }
@@ -204,7 +215,11 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
 
     // The four heaps sit at the top of GM; the loader places tensors below them.
     let heaps = RING.heap_bytes * MAX_RINGS as u64;
-    let heap0 = boot.gm.end().and_then(|e| e.checked_sub(heaps)).filter(|&h| h >= boot.gm.base);
+    let heap0 = boot
+        .gm
+        .end()
+        .and_then(|e| e.checked_sub(heaps))
+        .filter(|&h| h >= boot.gm.base);
     let heap0 = heap0.ok_or(FwError::Boot(BootError::Region { name: "gm" }))?;
     let config = OrchestratorConfig {
         sched: SchedConfig::uniform(RING),
@@ -217,7 +232,10 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
 
     // SAFETY: the validated working region, 64-byte aligned, used by nothing else.
     let work = unsafe {
-        core::slice::from_raw_parts_mut(boot.aicpu_work.base as usize as *mut u8, boot.aicpu_work.bytes as usize)
+        core::slice::from_raw_parts_mut(
+            boot.aicpu_work.base as usize as *mut u8,
+            boot.aicpu_work.bytes as usize,
+        )
     };
     let mut rest = work;
     let sched_mem = carve(&mut rest, orch_layout.sched().size())?;
@@ -235,7 +253,9 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
 
     // The entry arguments: the loader's ChipStorageTaskArgs in GM, copied in and adopted.
     let entry_len = core::mem::size_of::<ChipStorageTaskArgs>();
-    let entry_bytes = entry_mem.get_mut(..entry_len).ok_or(FwError::Boot(BootError::Region { name: "entry_args" }))?;
+    let entry_bytes = entry_mem
+        .get_mut(..entry_len)
+        .ok_or(FwError::Boot(BootError::Region { name: "entry_args" }))?;
     if boot.entry_args.bytes < entry_len as u64 {
         return Err(FwError::Boot(BootError::Region { name: "entry_args" }));
     }
@@ -244,7 +264,9 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
     let entry: &ChipStorageTaskArgs = bytemuck::try_from_bytes(entry_bytes)
         .map_err(|_| FwError::Boot(BootError::Region { name: "entry_args" }))?;
     let args_len = core::mem::size_of::<OrchArgs>();
-    let args_bytes = args_mem.get_mut(..args_len).ok_or(FwError::Boot(BootError::Region { name: "aicpu_work" }))?;
+    let args_bytes = args_mem
+        .get_mut(..args_len)
+        .ok_or(FwError::Boot(BootError::Region { name: "aicpu_work" }))?;
     args_bytes.fill(0);
     let args: &mut OrchArgs = bytemuck::try_from_bytes_mut(args_bytes)
         .map_err(|_| FwError::Boot(BootError::Region { name: "aicpu_work" }))?;
@@ -288,7 +310,7 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
         return Err(FwError::Scheduler(e));
     }
     submitted.map_err(FwError::Submit)?;
-    while !(shared.drained() && !side.sched.busy()) {
+    while !shared.drained() || side.sched.busy() {
         if !side.pass()? {
             core::hint::spin_loop();
         }

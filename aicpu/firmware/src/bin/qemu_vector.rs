@@ -14,7 +14,9 @@ use core::fmt::Write;
 use simpler_aicore::{kernels, KernelFn};
 use simpler_aicore_firmware::semihosting::{exit, Console};
 use simpler_aicore_firmware::{arch, run, start};
-use simpler_core::boot::{BootTable, CoreMailbox, Region, BOOT_MAGIC, BOOT_VERSION, REG_BLOCK_BYTES};
+use simpler_core::boot::{
+    BootTable, CoreMailbox, Region, BOOT_MAGIC, BOOT_VERSION, REG_BLOCK_BYTES,
+};
 use simpler_core::{AddressSpace, BufferHandle, ChipStorageTaskArgs, ChipTensor, DataType};
 
 /// The AICore kernel table (the ids `simpler_aicpu_firmware::orchestrations` names).
@@ -26,8 +28,14 @@ const REGS: u64 = 0x4800_1000;
 const MAILBOXES: u64 = 0x4801_0000;
 const LOCALS: u64 = 0x4810_0000;
 const LOCAL_WORDS: u64 = simpler_aicore::LOCAL_BUFFER_WORDS as u64;
-const GM: Region = Region { base: 0x4900_0000, bytes: 64 << 20 };
-const WORK: Region = Region { base: 0x4D00_0000, bytes: 16 << 20 };
+const GM: Region = Region {
+    base: 0x4900_0000,
+    bytes: 64 << 20,
+};
+const WORK: Region = Region {
+    base: 0x4D00_0000,
+    bytes: 16 << 20,
+};
 const CORES: u32 = 3;
 /// vector_example's tensors: 128 x 128 f32, placed after the entry arguments.
 const ROWS: u32 = 128;
@@ -60,19 +68,36 @@ unsafe fn load() -> &'static BootTable {
         cores: CORES,
         reg_base: REGS,
         reg_stride: REG_BLOCK_BYTES,
-        mailboxes: Region { base: MAILBOXES, bytes: mailbox * CORES as u64 },
-        locals: Region { base: LOCALS, bytes: LOCAL_WORDS * 4 * CORES as u64 },
+        mailboxes: Region {
+            base: MAILBOXES,
+            bytes: mailbox * CORES as u64,
+        },
+        locals: Region {
+            base: LOCALS,
+            bytes: LOCAL_WORDS * 4 * CORES as u64,
+        },
         local_words: LOCAL_WORDS,
         gm: GM,
         aicpu_work: WORK,
-        entry_args: Region { base: GM.base, bytes: entry_bytes },
+        entry_args: Region {
+            base: GM.base,
+            bytes: entry_bytes,
+        },
         orchestration: 0,
         aicore_cpu_base: 1,
     };
     // SAFETY: the loader's own RAM (this function's contract); nothing else runs yet.
     unsafe {
-        core::ptr::write_bytes(REGS as usize as *mut u8, 0, (REG_BLOCK_BYTES * CORES as u64) as usize);
-        core::ptr::write_bytes(MAILBOXES as usize as *mut u8, 0, (mailbox * CORES as u64) as usize);
+        core::ptr::write_bytes(
+            REGS as usize as *mut u8,
+            0,
+            (REG_BLOCK_BYTES * CORES as u64) as usize,
+        );
+        core::ptr::write_bytes(
+            MAILBOXES as usize as *mut u8,
+            0,
+            (mailbox * CORES as u64) as usize,
+        );
         for i in 0..N {
             core::ptr::write((tensor_addr(0) + 4 * i) as usize as *mut f32, a(i));
             core::ptr::write((tensor_addr(1) + 4 * i) as usize as *mut f32, b(i));
@@ -83,7 +108,10 @@ unsafe fn load() -> &'static BootTable {
         let entry = &mut *entry_at;
         for k in 0..3 {
             let mut c = ChipTensor {
-                buffer: BufferHandle { addr: tensor_addr(k), size: N * 4 },
+                buffer: BufferHandle {
+                    addr: tensor_addr(k),
+                    size: N * 4,
+                },
                 ndims: 2,
                 dtype: DataType::Float32.raw(),
                 address_space: AddressSpace::Device as u8,
@@ -115,11 +143,14 @@ fn check() -> (u64, Option<(u64, f32, f64)>) {
     for i in 0..N {
         // SAFETY: the output tensor in GM, written by the cores before their FIN, which the
         // AICPU acquired before the run ended.
-        let got = unsafe { core::ptr::read_volatile((tensor_addr(2) + 4 * i) as usize as *const f32) };
+        let got =
+            unsafe { core::ptr::read_volatile((tensor_addr(2) + 4 * i) as usize as *const f32) };
         let s = a(i) as f64 + b(i) as f64;
         let want = (s + 1.0) * (s + 2.0) + s;
         let err = (got as f64 - want).abs();
-        if !(err <= 1e-6 + 1e-6 * want.abs()) {
+        // A NaN compares false, so it counts as off the golden.
+        let within = err <= 1e-6 + 1e-6 * want.abs();
+        if !within {
             bad += 1;
             first.get_or_insert((i, got, want));
         }
@@ -158,7 +189,11 @@ fn aicpu() -> ! {
         fn _secondary_start();
     }
     for c in 1..=CORES as u64 {
-        let r = arch::psci_cpu_on(c, _secondary_start as *const () as u64, boot as *const BootTable as u64);
+        let r = arch::psci_cpu_on(
+            c,
+            _secondary_start as *const () as u64,
+            boot as *const BootTable as u64,
+        );
         if r != 0 {
             fail("PSCI CPU_ON refused a CPU (run qemu with -smp 4)");
         }
@@ -189,7 +224,10 @@ fn aicpu() -> ! {
     let aicore = (1..=CORES).map(start::stack_used).max().unwrap_or(0);
     let _ = writeln!(out, "stack aicore {aicore} bytes");
     if bad != 0 || report.tasks != 5 || report.dispatched != 5 {
-        let _ = writeln!(out, "FAIL {bad} of {N} elements off the golden, first {first:?}");
+        let _ = writeln!(
+            out,
+            "FAIL {bad} of {N} elements off the golden, first {first:?}"
+        );
         out.flush();
         exit(1)
     }
