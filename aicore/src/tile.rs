@@ -5,6 +5,7 @@
 
 use crate::kernel::KernelFailure;
 use simpler_core::gm::Gm;
+use simpler_core::limits::MAX_TENSOR_DIMS;
 use simpler_core::{Bf16, DataType, TaskTensor};
 
 /// Largest innermost run moved in one access (elements).
@@ -28,22 +29,21 @@ fn for_each_run(
     t: &TaskTensor,
     mut run: impl FnMut(u64, usize, usize, u64) -> Result<(), KernelFailure>,
 ) -> Result<(), KernelFailure> {
-    let shapes = t.shapes();
-    let strides = t.strides();
-    let rank = shapes.len();
-    if rank == 0 {
-        // Only a zeroed TaskTensor has no dimensions; every constructor refuses rank 0.
-        return Err(KernelFailure::BadArguments { index: u32::MAX });
-    }
+    // Only a zeroed TaskTensor has no dimensions; every constructor refuses rank 0.
+    let (Some((&inner, outer_shapes)), Some((&inner_stride, outer_strides))) =
+        (t.shapes().split_last(), t.strides().split_last())
+    else {
+        return Err(UNSUPPORTED);
+    };
     let elem = t.dtype().elem_size() as u64;
-    let inner = shapes[rank - 1] as usize;
-    let inner_stride = strides[rank - 1] as u64 * elem;
-    let outer: usize = shapes[..rank - 1].iter().map(|&s| s as usize).product();
-    let mut index = [0u32; 5];
+    let inner = inner as usize;
+    let inner_stride = inner_stride as u64 * elem;
+    let outer: usize = outer_shapes.iter().map(|&s| s as usize).product();
+    let mut index = [0u32; MAX_TENSOR_DIMS];
     for row in 0..outer {
         let mut offset = t.start_offset();
-        for d in 0..rank - 1 {
-            offset += index[d] as u64 * strides[d] as u64;
+        for (&i, &stride) in index.iter().zip(outer_strides) {
+            offset += i as u64 * stride as u64;
         }
         run(
             t.buffer().addr + offset * elem,
@@ -52,51 +52,61 @@ fn for_each_run(
             inner_stride,
         )?;
         // Advance the outer index, last outer dimension fastest.
-        for d in (0..rank - 1).rev() {
-            index[d] += 1;
-            if index[d] < shapes[d] {
+        for (i, &shape) in index.iter_mut().zip(outer_shapes).rev() {
+            *i += 1;
+            if *i < shape {
                 break;
             }
-            index[d] = 0;
+            *i = 0;
         }
     }
     Ok(())
 }
 
-/// Loads every element of `t` into `dst[..numel]` as f32.
+/// What a view of another dtype, or an index the checks above rule out, reports.
+const UNSUPPORTED: KernelFailure = KernelFailure::BadArguments { index: u32::MAX };
+
+/// The element size of a dtype this module moves, or [`UNSUPPORTED`].
+fn moved_elem(dtype: DataType) -> Result<usize, KernelFailure> {
+    match dtype {
+        DataType::Float32 | DataType::Bfloat16 => Ok(dtype.elem_size() as usize),
+        _ => Err(UNSUPPORTED),
+    }
+}
+
+/// Loads every element of `t` into `dst[..numel]` as f32. Returns the element count.
 pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, KernelFailure> {
     let n = elems(t, dst.len())?;
     let dtype = t.dtype();
-    let elem = dtype.elem_size() as usize;
+    let elem = moved_elem(dtype)?;
     let mut bytes = [0u8; RUN * 4];
     for_each_run(t, |addr, first, len, stride| {
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
             if stride == elem as u64 {
-                gm.read(
-                    addr.wrapping_add((done * elem) as u64),
-                    &mut bytes[..chunk * elem],
-                )?;
+                let run = bytes.get_mut(..chunk * elem).ok_or(UNSUPPORTED)?;
+                gm.read(addr.wrapping_add((done * elem) as u64), run)?;
             } else {
-                for i in 0..chunk {
-                    let at = addr.wrapping_add((done + i) as u64 * stride);
-                    gm.read(at, &mut bytes[i * elem..(i + 1) * elem])?;
+                for (i, b) in bytes.chunks_exact_mut(elem).take(chunk).enumerate() {
+                    gm.read(addr.wrapping_add((done + i) as u64 * stride), b)?;
                 }
             }
-            let out = &mut dst[first + done..first + done + chunk];
-            match dtype {
-                DataType::Float32 => {
-                    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                        *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let out = dst
+                .get_mut(first + done..first + done + chunk)
+                .ok_or(UNSUPPORTED)?;
+            if dtype == DataType::Float32 {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    if let &[b0, b1, b2, b3] = b {
+                        *o = f32::from_le_bytes([b0, b1, b2, b3]);
                     }
                 }
-                DataType::Bfloat16 => {
-                    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                        *o = Bf16(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            } else {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    if let &[b0, b1] = b {
+                        *o = Bf16(u16::from_le_bytes([b0, b1])).to_f32();
                     }
                 }
-                _ => return Err(KernelFailure::BadArguments { index: u32::MAX }),
             }
             done += chunk;
         }
@@ -109,35 +119,30 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
 pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailure> {
     elems(t, src.len())?;
     let dtype = t.dtype();
-    let elem = dtype.elem_size() as usize;
+    let elem = moved_elem(dtype)?;
     let mut bytes = [0u8; RUN * 4];
     for_each_run(t, |addr, first, len, stride| {
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
-            let values = &src[first + done..first + done + chunk];
-            match dtype {
-                DataType::Float32 => {
-                    for (b, v) in bytes.chunks_exact_mut(4).zip(values) {
-                        b.copy_from_slice(&v.to_le_bytes());
-                    }
+            let values = src
+                .get(first + done..first + done + chunk)
+                .ok_or(UNSUPPORTED)?;
+            if dtype == DataType::Float32 {
+                for (b, v) in bytes.chunks_exact_mut(4).zip(values) {
+                    b.copy_from_slice(&v.to_le_bytes());
                 }
-                DataType::Bfloat16 => {
-                    for (b, v) in bytes.chunks_exact_mut(2).zip(values) {
-                        b.copy_from_slice(&Bf16::from_f32(*v).0.to_le_bytes());
-                    }
+            } else {
+                for (b, v) in bytes.chunks_exact_mut(2).zip(values) {
+                    b.copy_from_slice(&Bf16::from_f32(*v).0.to_le_bytes());
                 }
-                _ => return Err(KernelFailure::BadArguments { index: u32::MAX }),
             }
             if stride == elem as u64 {
-                gm.write(
-                    addr.wrapping_add((done * elem) as u64),
-                    &bytes[..chunk * elem],
-                )?;
+                let run = bytes.get(..chunk * elem).ok_or(UNSUPPORTED)?;
+                gm.write(addr.wrapping_add((done * elem) as u64), run)?;
             } else {
-                for i in 0..chunk {
-                    let at = addr.wrapping_add((done + i) as u64 * stride);
-                    gm.write(at, &bytes[i * elem..(i + 1) * elem])?;
+                for (i, b) in bytes.chunks_exact(elem).take(chunk).enumerate() {
+                    gm.write(addr.wrapping_add((done + i) as u64 * stride), b)?;
                 }
             }
             done += chunk;

@@ -176,7 +176,10 @@ impl Expansion {
 
     /// The front ready node, if any.
     pub fn front(&self) -> Option<usize> {
-        (self.ready_len > 0).then(|| self.ready[self.ready_head] as usize)
+        if self.ready_len == 0 {
+            return None;
+        }
+        self.ready.get(self.ready_head).map(|&n| n as usize)
     }
 
     /// Takes the front ready node off the queue (once all its blocks are placed).
@@ -355,11 +358,12 @@ impl Expansion {
     /// Records that one subtask of node `i` finished; returns whether the whole expansion is
     /// done (the outer task completes).
     pub fn finish_subtask(&mut self, gm: &dyn Gm, i: usize) -> Result<bool, GraphExecError> {
-        if i >= self.node_count() {
+        let count = self.node_count();
+        let Some(left) = self.remaining_subtasks.get_mut(i).filter(|_| i < count) else {
             return Err(GraphExecError::Definition { what: "node index" });
-        }
-        self.remaining_subtasks[i] = self.remaining_subtasks[i].saturating_sub(1);
-        if self.remaining_subtasks[i] > 0 {
+        };
+        *left = left.saturating_sub(1);
+        if *left > 0 {
             return Ok(false);
         }
         self.finish_node(gm, i)
@@ -372,11 +376,12 @@ impl Expansion {
         for e in lo..hi {
             let c: u16 = self.element(gm, Section::FanoutIndices, e as usize)?;
             let c = c as usize;
-            if c >= self.node_count() {
+            let count = self.node_count();
+            let Some(fanin) = self.remaining_fanin.get_mut(c).filter(|_| c < count) else {
                 return Err(GraphExecError::Definition { what: "fanout" });
-            }
-            self.remaining_fanin[c] = self.remaining_fanin[c].saturating_sub(1);
-            if self.remaining_fanin[c] == 0 {
+            };
+            *fanin = fanin.saturating_sub(1);
+            if *fanin == 0 {
                 self.push_ready(c);
             }
         }

@@ -134,14 +134,16 @@ struct PayloadRecord<'r> {
 
 impl PayloadRecord<'_> {
     fn scalar_words(&self) -> &[AtomicU64] {
+        // `record` checked that the body holds `body_words` words: tensors, scalars, predicate.
         let at = self.tensors * TENSOR_WORDS;
-        &self.body[at..at + self.scalars]
+        self.body.get(at..at + self.scalars).unwrap_or(&[])
     }
 
     fn predicate_words(&self) -> Option<&[AtomicU64]> {
         let at = self.tensors * TENSOR_WORDS + self.scalars;
         self.predicated
-            .then(|| &self.body[at..at + DispatchPredicate::WORDS])
+            .then(|| self.body.get(at..at + DispatchPredicate::WORDS))
+            .flatten()
     }
 }
 
@@ -237,7 +239,10 @@ impl<'a> TaskPayloads<'a> {
         let (tensors, scalars, predicated) = counts(head);
         let start = head[3].load(Ordering::Relaxed) as usize;
         let len = body_words(tensors, scalars, predicated);
-        let body = self.bodies[task.ring() as usize].get(start..start.checked_add(len)?)?;
+        let body = self
+            .bodies
+            .get(task.ring() as usize)?
+            .get(start..start.checked_add(len)?)?;
         Some(PayloadRecord {
             head,
             tensors,
@@ -280,8 +285,13 @@ impl<'a> TaskPayloads<'a> {
             cell.store(w, Ordering::Relaxed);
         }
         head[3].store(start as u64, Ordering::Relaxed);
-        let (tensor_words, rest) = body.split_at(nt * TENSOR_WORDS);
-        let (scalar_words, predicate_words) = rest.split_at(ns);
+        // `body` holds `len` words, at least the tensors' and the scalars' (`body_words`).
+        let Some((tensor_words, rest)) = body.split_at_checked(nt * TENSOR_WORDS) else {
+            return;
+        };
+        let Some((scalar_words, predicate_words)) = rest.split_at_checked(ns) else {
+            return;
+        };
         for (cells, t) in tensor_words.chunks_exact(TENSOR_WORDS).zip(tensors) {
             for (cell, w) in cells.iter().zip(t.packed()) {
                 cell.store(w, Ordering::Relaxed);
@@ -319,7 +329,7 @@ impl<'a> TaskPayloads<'a> {
             return 0;
         };
         let n = rec.scalars.min(out.len());
-        for (o, cell) in out[..n].iter_mut().zip(rec.scalar_words()) {
+        for (o, cell) in out.iter_mut().take(n).zip(rec.scalar_words()) {
             *o = cell.load(Ordering::Relaxed);
         }
         n
@@ -363,7 +373,8 @@ impl<'a> TaskPayloads<'a> {
         let Some(rec) = self.record(task) else {
             return;
         };
-        for cells in rec.body[..rec.tensors * TENSOR_WORDS].chunks_exact(TENSOR_WORDS) {
+        let tensor_words = rec.body.get(..rec.tensors * TENSOR_WORDS).unwrap_or(&[]);
+        for cells in tensor_words.chunks_exact(TENSOR_WORDS) {
             let mut words = [0u64; TENSOR_WORDS];
             for (w, cell) in words.iter_mut().zip(cells) {
                 *w = cell.load(Ordering::Relaxed);

@@ -220,7 +220,8 @@ impl Scheduler {
 
     /// The cores this thread owns.
     pub fn cores(&self) -> &[OwnedCore] {
-        &self.cores[..self.count]
+        // `count` is at most MAX_OWNED_CORES (`new` clamps it).
+        self.cores.get(..self.count).unwrap_or(&[])
     }
 
     /// The task owned core `i` runs, if any.
@@ -315,7 +316,9 @@ impl Scheduler {
     ) -> Result<bool, SchedError> {
         let mut progress = false;
         for i in 0..self.count {
-            let c = self.cores[i];
+            let Some(&c) = self.cores.get(i) else {
+                break;
+            };
             let Some(task) = c.running else {
                 continue;
             };
@@ -373,7 +376,7 @@ impl Scheduler {
         gm: &dyn Gm,
         shared: &SchedState<'_>,
     ) -> Result<(), SchedError> {
-        let Some(e) = self.expansions[slot].as_mut() else {
+        let Some(e) = self.expansions.get_mut(slot).and_then(Option::as_mut) else {
             return Ok(());
         };
         let outer = e.outer;
@@ -447,11 +450,16 @@ impl Scheduler {
                     break;
                 };
                 let block_num = node.logical_block_num.max(1) as u16;
-                let e = self.expansions[slot].as_mut().expect("checked above");
+                let Some(e) = self.expansions.get_mut(slot).and_then(Option::as_mut) else {
+                    break;
+                };
                 let block = e.next_block;
                 let id = Expansion::id(slot, i);
                 for &c in cores.iter().filter(|&&c| c != usize::MAX) {
-                    let core_slot = self.cores[c].slot;
+                    // Placement returns owned cores only.
+                    let Some(core_slot) = self.cores.get(c).map(|c| c.slot) else {
+                        continue;
+                    };
                     let kernel = if shape == ResourceShape::Aiv {
                         if kernels[1] != NO_KERNEL {
                             kernels[1]
@@ -482,7 +490,7 @@ impl Scheduler {
     }
 
     fn idle(&self, i: usize) -> bool {
-        self.cores[i].running.is_none()
+        self.cores.get(i).is_some_and(|c| c.running.is_none())
     }
 
     /// The next task of `shape` to place: a partially placed SPMD task first. A popped task
@@ -495,7 +503,7 @@ impl Scheduler {
         gm: &dyn Gm,
     ) -> Result<Option<Partial>, SchedError> {
         let s = shape as usize;
-        if let Some(p) = self.partial[s] {
+        if let Some(p) = self.partial.get(s).copied().flatten() {
             return Ok(Some(p));
         }
         loop {
@@ -568,7 +576,10 @@ impl Scheduler {
                 _ => place.unwrap_or([usize::MAX; 3]),
             };
             for &i in cores.iter().filter(|&&i| i != usize::MAX) {
-                let slot = self.cores[i].slot;
+                // Placement returns owned cores only.
+                let Some(slot) = self.cores.get(i).map(|c| c.slot) else {
+                    continue;
+                };
                 // A single-slot AIV task runs its AIV0 kernel on whichever vector core is free.
                 let kernel = if shape == ResourceShape::Aiv {
                     kernels.aiv0
@@ -589,7 +600,9 @@ impl Scheduler {
                 );
             }
             p.next_block += 1;
-            self.partial[shape as usize] = (p.next_block < block_num.max(1)).then_some(p);
+            if let Some(slot) = self.partial.get_mut(shape as usize) {
+                *slot = (p.next_block < block_num.max(1)).then_some(p);
+            }
             progress = true;
         }
     }
@@ -601,15 +614,18 @@ impl Scheduler {
             mask.contains(ActiveMask::AIV0),
             mask.contains(ActiveMask::AIV1),
         ];
+        let cores = self.cores();
         let mut cluster_start = 0;
-        while cluster_start < self.count {
-            let cluster = self.cores[cluster_start].cluster;
+        while let Some(first) = cores.get(cluster_start) {
+            let cluster = first.cluster;
             let mut found = [usize::MAX; 3];
             let mut i = cluster_start;
-            while i < self.count && self.cores[i].cluster == cluster {
-                let s = self.cores[i].slot.index();
-                if wanted[s] && self.idle(i) {
-                    found[s] = i;
+            while let Some(c) = cores.get(i).filter(|c| c.cluster == cluster) {
+                let s = c.slot.index();
+                if wanted.get(s) == Some(&true) && self.idle(i) {
+                    if let Some(f) = found.get_mut(s) {
+                        *f = i;
+                    }
                 }
                 i += 1;
             }

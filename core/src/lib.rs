@@ -64,6 +64,7 @@
 //! ## Device and level-3 plumbing
 //!
 //! - [`handshake`]: the AICPU-AICore handshake: register values, tokens and the dispatch payload.
+//! - [`boot`]: the firmware's boot table and the cores' register blocks and mailboxes.
 //! - [`gm`]: device global memory access: the `Gm` trait kernels and the AICPU read and write
 //!   through.
 //! - [`mailbox`]: the L3 mailbox layout and the records that travel in it.
@@ -80,6 +81,7 @@ pub mod arg;
 pub mod args;
 pub mod bf16;
 pub mod blob;
+pub mod boot;
 pub mod buffer;
 pub mod chip;
 pub mod cores;

@@ -142,11 +142,16 @@ fn coords(
 ) -> Option<[u64; MAX_TENSOR_DIMS]> {
     let mut out = [0u64; MAX_TENSOR_DIMS];
     let mut rest = start;
-    for i in 0..strides.len() {
-        let s = strides[i] as u64;
-        out[i] = rest / s;
+    // The caller has checked every stride non-zero; a zero one answers "does not fit".
+    let dims = out.iter_mut().zip(strides).zip(shapes).zip(radix);
+    for (((o, &s), &shape), &r) in dims {
+        let s = s as u64;
+        if s == 0 {
+            return None;
+        }
+        *o = rest / s;
         rest %= s;
-        if out[i] + shapes[i] as u64 > radix[i] {
+        if *o + shape as u64 > r {
             return None;
         }
     }

@@ -206,6 +206,9 @@ pub struct ReadyQueue<'a> {
     slots: &'a [Slot],
     /// `capacity - 1`: position `p` lives in slot `p & mask`.
     mask: usize,
+    /// Slot 0: the fallback of a masked index, which the mask makes unreachable; it lets the
+    /// compiler see every slot access in range, with no panic path.
+    first: &'a Slot,
 }
 
 impl<'a> ReadyQueue<'a> {
@@ -247,10 +250,16 @@ impl<'a> ReadyQueue<'a> {
         for (position, slot) in (0u64..).zip(slots) {
             slot.sequence.store(position, Ordering::Relaxed);
         }
+        let [first, ..] = slots else {
+            return Err(LayoutError::SpanOutOfOrder {
+                offset: layout.slots.offset(),
+            });
+        };
         Ok(Self {
             header,
             slots,
             mask: slots.len().wrapping_sub(1),
+            first,
         })
     }
 
@@ -264,10 +273,16 @@ impl<'a> ReadyQueue<'a> {
             });
         };
         let slots = carver.atomic_as_is(layout.slots)?;
+        let [first, ..] = slots else {
+            return Err(LayoutError::SpanOutOfOrder {
+                offset: layout.slots.offset(),
+            });
+        };
         Ok(Self {
             header,
             slots,
             mask: slots.len().wrapping_sub(1),
+            first,
         })
     }
 
@@ -320,7 +335,9 @@ impl<'a> ReadyQueue<'a> {
         // `mask` is `slots.len() - 1` with `slots.len()` a power of two (checked by `layout`),
         // so the index is always in bounds. Truncating `position` to `usize` first keeps its
         // low bits, which are the only ones the mask keeps.
-        &self.slots[position as usize & self.mask]
+        self.slots
+            .get(position as usize & self.mask)
+            .unwrap_or(self.first)
     }
 
     /// Appends `value`, or returns it in [`Full`] if the slot at the tail is still held by the

@@ -129,10 +129,28 @@ impl SchedStateLayout {
 /// The shared state, a view over its region. `Sync`: every field is atomic.
 pub struct SchedState<'a> {
     config: SchedConfig,
-    flows: &'a [RingFlow],
+    flows: &'a [RingFlow; MAX_RINGS],
     slots: [&'a [SlotState]; MAX_RINGS],
     edges: [&'a [EdgeCell]; MAX_RINGS],
+    /// Each ring's first slot and first cell: what a masked index falls back to if it is out
+    /// of range, which it never is (every array is a non-empty power of two), so that an
+    /// access is proven in range without a panic path.
+    first_slot: [&'a SlotState; MAX_RINGS],
+    first_edge: [&'a EdgeCell; MAX_RINGS],
     queues: [ReadyQueue<'a>; READY_QUEUES],
+}
+
+/// The first element of a carved ring array, refused when the array is empty (a layout from a
+/// configuration below the minimum sizes).
+fn first_of<'a, T>(items: &'a [T], field: &'static str) -> Result<&'a T, LayoutError> {
+    items.first().ok_or(LayoutError::Config { field, value: 0 })
+}
+
+/// Element `i` of a power-of-two array, masked into range; `first` (the array's first
+/// element) is the fallback the mask makes unreachable.
+#[inline(always)]
+fn masked<'a, T>(items: &'a [T], first: &'a T, i: usize) -> &'a T {
+    items.get(i & items.len().wrapping_sub(1)).unwrap_or(first)
 }
 
 impl<'a> SchedState<'a> {
@@ -158,7 +176,12 @@ impl<'a> SchedState<'a> {
         format: bool,
     ) -> Result<Self, LayoutError> {
         let mut c = Carver::new(region, &layout.layout)?;
-        let flows = c.atomic_with(layout.flows, format)?;
+        let flows: &[RingFlow; MAX_RINGS] = c
+            .atomic_with(layout.flows, format)?
+            .try_into()
+            .map_err(|_| LayoutError::SpanOutOfOrder {
+                offset: layout.flows.offset(),
+            })?;
         let [s0, s1, s2, s3] = layout.slots;
         let slots = [
             c.atomic_with(s0, format)?,
@@ -187,11 +210,17 @@ impl<'a> SchedState<'a> {
             queue(c.region(q2)?)?,
             queue(c.region(q3)?)?,
         ];
+        let [f0, f1, f2, f3] = slots.map(|s| first_of(s, "ring.window"));
+        let first_slot = [f0?, f1?, f2?, f3?];
+        let [f0, f1, f2, f3] = edges.map(|e| first_of(e, "ring.edges"));
+        let first_edge = [f0?, f1?, f2?, f3?];
         Ok(Self {
             config: layout.config,
             flows,
             slots,
             edges,
+            first_slot,
+            first_edge,
             queues,
         })
     }
@@ -285,7 +314,22 @@ impl<'a> SchedState<'a> {
 
     /// The slot state behind `r`.
     pub fn slot(&self, r: SlotRef) -> &SlotState {
-        &self.slots[r.ring()][r.index()]
+        self.slot_at(r.ring(), r.index())
+    }
+
+    /// Slot `index` of ring `ring`, the index masked by the ring's window (a `SlotRef`'s index
+    /// is already below it).
+    #[inline(always)]
+    pub(crate) fn slot_at(&self, ring: usize, index: usize) -> &'a SlotState {
+        let ring = ring.min(MAX_RINGS - 1);
+        masked(self.slots[ring], self.first_slot[ring], index)
+    }
+
+    /// Cell `index` of ring `ring`'s dependency pool, masked by the pool's size.
+    #[inline(always)]
+    pub(crate) fn edge_at(&self, ring: usize, index: usize) -> &'a EdgeCell {
+        let ring = ring.min(MAX_RINGS - 1);
+        masked(self.edges[ring], self.first_edge[ring], index)
     }
 
     /// The slot state of `task`, if that task still occupies its slot.
@@ -295,11 +339,7 @@ impl<'a> SchedState<'a> {
     }
 
     pub(crate) fn edge(&self, r: EdgeRef) -> &EdgeCell {
-        &self.edges[r.ring()][r.index()]
-    }
-
-    pub(crate) fn edge_cells(&self, ring: usize) -> &'a [EdgeCell] {
-        self.edges[ring]
+        self.edge_at(r.ring(), r.index())
     }
 
     /// The producers a task's submit wired it to, with the edge kinds, while the task is live.
@@ -447,11 +487,10 @@ impl<'a> SchedState<'a> {
             cursor = next;
         }
         let ring = r.ring();
-        let cells = self.edges[ring];
         let start = slot.edge_start.load(Ordering::Relaxed);
         let count = slot.edge_count.load(Ordering::Relaxed);
         for i in 0..count {
-            let cell = &cells[start.wrapping_add(i) as usize & (cells.len() - 1)];
+            let cell = self.edge_at(ring, start.wrapping_add(i) as usize);
             if cell.flags.load(Ordering::Relaxed) & DepFlags::RETAIN.bits() != 0 {
                 self.release_fanout(SlotRef(cell.producer.load(Ordering::Relaxed)), 1);
             }
@@ -523,14 +562,12 @@ impl<'a> SchedState<'a> {
             // A pass is under way; it will see this request before it lets go.
             return;
         }
-        let slots = self.slots[ring];
-        let mask = slots.len() as u32 - 1;
         let mut seen = flow.advance_requests.load(Ordering::Acquire);
         loop {
             let current = flow.current_task_index.load(Ordering::Acquire);
             let mut alive = flow.last_task_alive.load(Ordering::Relaxed);
             while alive != current {
-                let slot = &slots[(alive & mask) as usize];
+                let slot = self.slot_at(ring, alive as usize);
                 if slot.status.load(Ordering::Acquire) != SlotStatus::Consumed as u32 {
                     break;
                 }
@@ -639,8 +676,7 @@ impl<'a> SchedState<'a> {
         if alive == flow.current_task_index.load(Ordering::Acquire) {
             return None;
         }
-        let slots = self.slots[ring];
-        let slot = &slots[(alive & (slots.len() as u32 - 1)) as usize];
+        let slot = self.slot_at(ring, alive as usize);
         let _guard = slot.lock();
         let released = slot.fanout_refcount.load(Ordering::Relaxed) & SCOPE_BIT != 0;
         let head = TaskId::new(ring as u32, alive);

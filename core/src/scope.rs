@@ -92,7 +92,7 @@ impl<'a> ScopeStack<'a> {
 
     /// Opens a scope.
     pub fn begin(&mut self, mode: ScopeMode) -> Result<(), ScopeError> {
-        if self.depth == MAX_SCOPE_DEPTH {
+        if self.depth >= MAX_SCOPE_DEPTH {
             return Err(ScopeError::TooDeep {
                 limit: MAX_SCOPE_DEPTH,
             });
@@ -100,8 +100,16 @@ impl<'a> ScopeStack<'a> {
         if mode == ScopeMode::Auto && self.is_manual() {
             return Err(ScopeError::AutoInsideManual);
         }
-        self.begins[self.depth] = self.len as u32;
-        self.modes[self.depth] = mode;
+        let (Some(begin), Some(m)) = (
+            self.begins.get_mut(self.depth),
+            self.modes.get_mut(self.depth),
+        ) else {
+            return Err(ScopeError::TooDeep {
+                limit: MAX_SCOPE_DEPTH,
+            });
+        };
+        *begin = self.len as u32;
+        *m = mode;
         self.depth += 1;
         Ok(())
     }
@@ -112,10 +120,12 @@ impl<'a> ScopeStack<'a> {
             return Err(ScopeError::NoOpenScope);
         }
         self.depth -= 1;
-        let begin = self.begins[self.depth] as usize;
+        // `depth` never passes MAX_SCOPE_DEPTH (`begin` refuses that) and each begin is at
+        // most `len`, at most `tasks.len()` (`push` refuses more): both lookups succeed.
+        let begin = self.begins.get(self.depth).map_or(0, |&b| b as usize);
         let end = self.len;
-        self.len = begin;
-        Ok(&self.tasks[begin..end])
+        self.len = begin.min(end);
+        Ok(self.tasks.get(begin..end).unwrap_or(&[]))
     }
 
     /// The ring a task submitted now goes to.
@@ -128,14 +138,15 @@ impl<'a> ScopeStack<'a> {
 
     /// Whether the innermost scope is MANUAL (MANUAL scopes only nest MANUAL scopes).
     pub fn is_manual(&self) -> bool {
-        self.depth > 0 && self.modes[self.depth - 1] == ScopeMode::Manual
+        let innermost = self.depth.checked_sub(1).and_then(|d| self.modes.get(d));
+        innermost == Some(&ScopeMode::Manual)
     }
 
     /// Tasks the innermost scope holds.
     pub fn innermost_len(&self) -> usize {
         match self.depth {
             0 => 0,
-            d => self.len - self.begins[d - 1] as usize,
+            d => self.len - self.begins.get(d - 1).map_or(0, |&b| b as usize),
         }
     }
 

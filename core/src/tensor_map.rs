@@ -319,6 +319,19 @@ pub struct TensorMap<'a> {
     entries: &'a mut [MapEntry],
     free: &'a mut [u32],
     task_heads: [&'a mut [Head]; MAX_RINGS],
+    /// What an index outside its array reads and writes instead of panicking. Every index the
+    /// map stores or derives is in range (masked hashes, pool indices below the pool's size),
+    /// so the spare is never touched; it makes each access provably in bounds.
+    spare: Spare,
+}
+
+/// The stand-ins of [`TensorMap::spare`].
+#[derive(Clone, Copy)]
+struct Spare {
+    entry: MapEntry,
+    bucket: Bucket,
+    head: Head,
+    word: u64,
 }
 
 const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -461,7 +474,81 @@ impl<'a> TensorMap<'a> {
             entries,
             free,
             task_heads,
+            spare: Spare {
+                entry: MapEntry::zeroed(),
+                bucket: Bucket::zeroed(),
+                head: Head::zeroed(),
+                word: 0,
+            },
         })
+    }
+
+    #[inline(always)]
+    fn entry(&self, i: u32) -> &MapEntry {
+        self.entries.get(i as usize).unwrap_or(&self.spare.entry)
+    }
+
+    #[inline(always)]
+    fn entry_mut(&mut self, i: u32) -> &mut MapEntry {
+        self.entries
+            .get_mut(i as usize)
+            .unwrap_or(&mut self.spare.entry)
+    }
+
+    #[inline(always)]
+    fn bucket(&self, i: usize) -> &Bucket {
+        self.buckets.get(i).unwrap_or(&self.spare.bucket)
+    }
+
+    #[inline(always)]
+    fn bucket_mut(&mut self, i: usize) -> &mut Bucket {
+        self.buckets.get_mut(i).unwrap_or(&mut self.spare.bucket)
+    }
+
+    #[inline(always)]
+    fn fine_head(&self, i: usize) -> &Head {
+        self.fine.get(i).unwrap_or(&self.spare.head)
+    }
+
+    #[inline(always)]
+    fn fine_mut(&mut self, i: usize) -> &mut Head {
+        self.fine.get_mut(i).unwrap_or(&mut self.spare.head)
+    }
+
+    #[inline(always)]
+    fn task_head(&self, ring: usize, slot: usize) -> &Head {
+        self.task_heads
+            .get(ring)
+            .and_then(|h| h.get(slot))
+            .unwrap_or(&self.spare.head)
+    }
+
+    #[inline(always)]
+    fn task_head_mut(&mut self, ring: usize, slot: usize) -> &mut Head {
+        self.task_heads
+            .get_mut(ring)
+            .and_then(|h| h.get_mut(slot))
+            .unwrap_or(&mut self.spare.head)
+    }
+
+    /// Ring `ring`'s task-head count (0 for a ring the map has no window for).
+    #[inline(always)]
+    fn task_window(&self, ring: usize) -> usize {
+        self.task_heads.get(ring).map_or(0, |h| h.len())
+    }
+
+    /// The occupancy word of bucket `bucket`; all set (walk the bucket) for a word outside
+    /// the array, which no bucket index reaches.
+    #[inline(always)]
+    fn occupied_word(&self, bucket: usize) -> u64 {
+        self.occupied.get(bucket / 64).copied().unwrap_or(u64::MAX)
+    }
+
+    #[inline(always)]
+    fn occupied_mut(&mut self, bucket: usize) -> &mut u64 {
+        self.occupied
+            .get_mut(bucket / 64)
+            .unwrap_or(&mut self.spare.word)
     }
 
     /// Zeroes every epoch stamp (epoch 0 is never current).
@@ -559,8 +646,11 @@ impl<'a> TensorMap<'a> {
         };
         let (ring, slot) = self.task_head_index(producer).ok_or(full)?;
         let index = if self.header.free_top > 0 {
+            let Some(&i) = self.free.get(self.header.free_top as usize - 1) else {
+                return Err(full);
+            };
             self.header.free_top -= 1;
-            self.free[self.header.free_top as usize]
+            i
         } else if (self.header.bump as usize) < self.entries.len() {
             self.header.bump += 1;
             self.header.bump - 1
@@ -578,8 +668,8 @@ impl<'a> TensorMap<'a> {
         let spills = end_byte.saturating_sub(1).max(start_byte) >> level != start_byte >> level;
         let fine = self.fine_of(addr, kind, level, start_byte >> level);
 
-        self.occupied[bucket / 64] |= 1 << (bucket % 64);
-        let b = &mut self.buckets[bucket];
+        *self.occupied_mut(bucket) |= 1 << (bucket % 64);
+        let b = self.bucket_mut(bucket);
         if b.epoch != epoch {
             *b = Bucket {
                 first: NIL,
@@ -593,7 +683,7 @@ impl<'a> TensorMap<'a> {
         b.levels |= 1 << level;
         b.spills |= (spills as u64) << level;
         b.min_version = b.min_version.min(tensor.version());
-        let fine_head = &mut self.fine[fine];
+        let fine_head = self.fine_mut(fine);
         if fine_head.epoch != epoch {
             *fine_head = Head { first: NIL, epoch };
         }
@@ -602,7 +692,7 @@ impl<'a> TensorMap<'a> {
         let old_task_first = self.link_to_task(index, ring, slot);
 
         let (shapes, strides) = (*tensor.shapes_all(), *tensor.strides_all());
-        self.entries[index as usize] = MapEntry {
+        *self.entry_mut(index) = MapEntry {
             buffer_addr: addr,
             producer,
             start,
@@ -627,10 +717,10 @@ impl<'a> TensorMap<'a> {
             _pad2: [0; 8],
         };
         if old_bucket_first != NIL {
-            self.entries[old_bucket_first as usize].prev_in_bucket = index;
+            self.entry_mut(old_bucket_first).prev_in_bucket = index;
         }
         if old_fine_first != NIL {
-            self.entries[old_fine_first as usize].prev_in_fine = index;
+            self.entry_mut(old_fine_first).prev_in_fine = index;
         }
         self.header.live += 1;
         Ok(())
@@ -657,10 +747,10 @@ impl<'a> TensorMap<'a> {
     ) -> bool {
         let addr = probe.buffer().addr;
         let bucket = self.bucket_of(addr, kind);
-        if self.occupied[bucket / 64] & 1 << (bucket % 64) == 0 {
+        if self.occupied_word(bucket) & 1 << (bucket % 64) == 0 {
             return false;
         }
-        let head = self.buckets[bucket];
+        let head = *self.bucket(bucket);
         if head.epoch != self.header.epoch {
             return false;
         }
@@ -747,7 +837,7 @@ impl<'a> TensorMap<'a> {
                 level,
                 block,
             } => {
-                let head = self.fine[chain];
+                let head = *self.fine_head(chain);
                 if head.epoch != epoch {
                     return;
                 }
@@ -757,7 +847,7 @@ impl<'a> TensorMap<'a> {
         let (p_start, p_end) = probe.range;
         while cursor != NIL {
             let this = cursor;
-            let entry = &self.entries[this as usize];
+            let entry = self.entry(this);
             cursor = match fine {
                 Some(_) => entry.next_in_fine,
                 None => entry.next_in_bucket,
@@ -813,10 +903,10 @@ impl<'a> TensorMap<'a> {
         let Some((ring, slot)) = self.task_head_index(task) else {
             return false;
         };
-        let e = self.entries[index as usize];
+        let e = *self.entry(index);
         self.unlink_from_task(&e);
         let old_first = self.link_to_task(index, ring, slot);
-        let entry = &mut self.entries[index as usize];
+        let entry = self.entry_mut(index);
         entry.producer = task;
         entry.next_in_task = old_first;
         entry.prev_in_task = NIL;
@@ -827,12 +917,12 @@ impl<'a> TensorMap<'a> {
     #[inline]
     fn unlink_from_task(&mut self, e: &MapEntry) {
         if e.prev_in_task != NIL {
-            self.entries[e.prev_in_task as usize].next_in_task = e.next_in_task;
+            self.entry_mut(e.prev_in_task).next_in_task = e.next_in_task;
         } else if let Some((ring, slot)) = self.task_head_index(e.producer) {
-            self.task_heads[ring][slot].first = e.next_in_task;
+            self.task_head_mut(ring, slot).first = e.next_in_task;
         }
         if e.next_in_task != NIL {
-            self.entries[e.next_in_task as usize].prev_in_task = e.prev_in_task;
+            self.entry_mut(e.next_in_task).prev_in_task = e.prev_in_task;
         }
     }
 
@@ -841,44 +931,46 @@ impl<'a> TensorMap<'a> {
     #[inline]
     fn link_to_task(&mut self, index: u32, ring: usize, slot: usize) -> u32 {
         let epoch = self.header.epoch;
-        let task_head = &mut self.task_heads[ring][slot];
+        let task_head = self.task_head_mut(ring, slot);
         if task_head.epoch != epoch {
             *task_head = Head { first: NIL, epoch };
         }
         let old_first = task_head.first;
         task_head.first = index;
         if old_first != NIL {
-            self.entries[old_first as usize].prev_in_task = index;
+            self.entry_mut(old_first).prev_in_task = index;
         }
         old_first
     }
 
     /// Unlinks entry `index` from its bucket and task chains and returns it to the pool.
     fn remove(&mut self, index: u32) {
-        let e = self.entries[index as usize];
+        let e = *self.entry(index);
         if e.bucket == NIL {
             return;
         }
         if e.prev_in_bucket != NIL {
-            self.entries[e.prev_in_bucket as usize].next_in_bucket = e.next_in_bucket;
+            self.entry_mut(e.prev_in_bucket).next_in_bucket = e.next_in_bucket;
         } else {
-            self.buckets[e.bucket as usize].first = e.next_in_bucket;
+            self.bucket_mut(e.bucket as usize).first = e.next_in_bucket;
         }
         if e.next_in_bucket != NIL {
-            self.entries[e.next_in_bucket as usize].prev_in_bucket = e.prev_in_bucket;
+            self.entry_mut(e.next_in_bucket).prev_in_bucket = e.prev_in_bucket;
         }
         if e.prev_in_fine != NIL {
-            self.entries[e.prev_in_fine as usize].next_in_fine = e.next_in_fine;
+            self.entry_mut(e.prev_in_fine).next_in_fine = e.next_in_fine;
         } else {
-            self.fine[e.fine as usize].first = e.next_in_fine;
+            self.fine_mut(e.fine as usize).first = e.next_in_fine;
         }
         if e.next_in_fine != NIL {
-            self.entries[e.next_in_fine as usize].prev_in_fine = e.prev_in_fine;
+            self.entry_mut(e.next_in_fine).prev_in_fine = e.prev_in_fine;
         }
         self.unlink_from_task(&e);
-        self.entries[index as usize].bucket = NIL;
-        self.free[self.header.free_top as usize] = index;
-        self.header.free_top += 1;
+        self.entry_mut(index).bucket = NIL;
+        if let Some(f) = self.free.get_mut(self.header.free_top as usize) {
+            *f = index;
+            self.header.free_top += 1;
+        }
         self.header.live -= 1;
     }
 
@@ -887,13 +979,13 @@ impl<'a> TensorMap<'a> {
         let Some((ring, slot)) = self.task_head_index(task) else {
             return;
         };
-        let head = self.task_heads[ring][slot];
+        let head = *self.task_head(ring, slot);
         if head.epoch != self.header.epoch {
             return;
         }
         let mut cursor = head.first;
         while cursor != NIL {
-            let e = self.entries[cursor as usize];
+            let e = *self.entry(cursor);
             let this = cursor;
             cursor = e.next_in_task;
             if e.producer == task {
@@ -918,7 +1010,7 @@ impl<'a> TensorMap<'a> {
     /// Frees the entries of every task of `ring` retired since the last cleanup.
     fn free_retired(&mut self, ring: usize) {
         let (from, to) = (self.header.last_cleanup[ring], self.header.last_alive[ring]);
-        if to - from <= self.task_heads[ring].len() as u32 {
+        if to - from <= self.task_window(ring) as u32 {
             // O(entries of the retired tasks): each retired id's slot chain, exact id only.
             for local in from..to {
                 self.free_task(TaskId::new(ring as u32, local));
@@ -932,14 +1024,14 @@ impl<'a> TensorMap<'a> {
 
     /// Frees every entry of `ring` whose producer has retired, whatever its slot.
     fn sweep_retired(&mut self, ring: usize) {
-        for slot in 0..self.task_heads[ring].len() {
-            let head = self.task_heads[ring][slot];
+        for slot in 0..self.task_window(ring) {
+            let head = *self.task_head(ring, slot);
             if head.epoch != self.header.epoch {
                 continue;
             }
             let mut cursor = head.first;
             while cursor != NIL {
-                let e = self.entries[cursor as usize];
+                let e = *self.entry(cursor);
                 let this = cursor;
                 cursor = e.next_in_task;
                 if self.is_retired(e.producer) {

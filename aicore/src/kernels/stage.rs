@@ -86,36 +86,54 @@ fn for_each_view(
     // step[d]: elements one index of dimension d advances (the product of the inner shapes).
     // Every shape is non-zero and their product fits usize (checked above), so each step is
     // at least 1 and no product overflows.
-    let mut step = [1usize; MAX_TENSOR_DIMS];
-    for d in (0..rank.saturating_sub(1)).rev() {
-        step[d] = step[d + 1] * shapes[d + 1] as usize;
+    let mut step_store = [1usize; MAX_TENSOR_DIMS];
+    let steps = step_store.get_mut(..rank).ok_or(bad(index))?;
+    let mut inner = 1usize;
+    for (st, &shape) in steps.iter_mut().zip(shapes).rev() {
+        *st = inner;
+        inner = inner.saturating_mul(shape as usize);
     }
+    let steps: &[usize] = steps;
     let mut pos = lo;
     while pos < hi {
+        let left = hi - pos;
         // The outermost dimension whose step `pos` is aligned to and the range still holds;
         // the innermost (step 1) always qualifies.
-        let d = (0..rank)
-            .find(|&d| pos % step[d] == 0 && step[d] <= hi - pos)
-            .unwrap_or(rank - 1);
-        let extent = shapes[d] as usize;
-        let at = (pos / step[d]) % extent;
-        let count = ((hi - pos) / step[d]).min(extent - at);
+        let d = steps
+            .iter()
+            .position(|&st| st != 0 && pos % st == 0 && st <= left)
+            .unwrap_or(rank.saturating_sub(1));
+        let (Some(&st), Some(&extent)) = (steps.get(d), shapes.get(d)) else {
+            return Err(bad(index));
+        };
+        let extent = extent as usize;
+        if st == 0 || extent == 0 {
+            return Err(bad(index));
+        }
+        let at = (pos / st) % extent;
+        let count = (left / st).min(extent - at);
+        if count == 0 {
+            return Err(bad(index));
+        }
         let mut view_shapes = [0u32; MAX_TENSOR_DIMS];
         let mut view_offsets = [0u32; MAX_TENSOR_DIMS];
-        for e in 0..rank {
-            (view_shapes[e], view_offsets[e]) = if e < d {
-                (1, ((pos / step[e]) % shapes[e] as usize) as u32)
+        let dims = view_shapes.iter_mut().zip(view_offsets.iter_mut());
+        for (e, ((vs, vo), (&shape, &st_e))) in dims.zip(shapes.iter().zip(steps)).enumerate() {
+            (*vs, *vo) = if e < d {
+                // `st_e` and `shape` are non-zero (checked by `operand`).
+                (1, ((pos / st_e.max(1)) % (shape as usize).max(1)) as u32)
             } else if e == d {
                 (count as u32, at as u32)
             } else {
-                (shapes[e], 0)
+                (shape, 0)
             };
         }
-        let view = t
-            .view(&view_shapes[..rank], &view_offsets[..rank])
-            .map_err(|_| bad(index))?;
+        let (Some(vs), Some(vo)) = (view_shapes.get(..rank), view_offsets.get(..rank)) else {
+            return Err(bad(index));
+        };
+        let view = t.view(vs, vo).map_err(|_| bad(index))?;
         f(&view, pos - lo)?;
-        pos += count * step[d];
+        pos += count * st;
     }
     Ok(())
 }

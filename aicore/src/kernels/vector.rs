@@ -81,7 +81,10 @@ fn binary(
     let mut lo = 0;
     while lo < n {
         let len = (n - lo).min(half);
-        let (xs, ys) = (&mut xs[..len], &mut ys[..len]);
+        // `len` is at most `half`, the length of `xs` and at most that of `ys`.
+        let (Some(xs), Some(ys)) = (xs.get_mut(..len), ys.get_mut(..len)) else {
+            return Err(too_large(n, half));
+        };
         load_range(ctx.gm, x, 0, lo, xs)?;
         load_range(ctx.gm, y, 1, lo, ys)?;
         for (a, &b) in xs.iter_mut().zip(ys.iter()) {

@@ -901,7 +901,7 @@ impl<'a> Wiring<'a> {
         let pslot = self.shared.slot(pr);
         if pslot.seen_epoch.load(Ordering::Relaxed) == self.epoch && pslot.task_id() == producer {
             let edge = pslot.seen_edge.load(Ordering::Relaxed);
-            let cell = &self.shared.edge_cells(ring)[edge as usize];
+            let cell = self.shared.edge_at(ring, edge as usize);
             let had = DepFlags::from_bits_truncate(cell.flags.load(Ordering::Relaxed));
             let new = flags.difference(had);
             if !new.is_empty() {
@@ -941,7 +941,9 @@ impl<'a> Wiring<'a> {
         };
         let index = self.rings[ring].edges.cell(linear);
         // The cell is complete before the producer can see it in its fanout list.
-        self.shared.edge_cells(ring)[index as usize].set(me.0, pr.0, flags.bits());
+        self.shared
+            .edge_at(ring, index as usize)
+            .set(me.0, pr.0, flags.bits());
         let Some(done) = self
             .shared
             .attach(pslot, producer, EdgeRef::new(ring, index), flags)
@@ -982,7 +984,7 @@ impl<'a> Wiring<'a> {
 
     /// Records where this task's edges end (for reclaiming the pool in task order).
     fn finish_edges(&mut self, ring: usize, me: SlotRef) -> (u32, u32) {
-        let cur = &self.rings[ring];
+        let cur = &self.rings[ring.min(MAX_RINGS - 1)];
         let slot = self.shared.slot(me);
         let start = slot.edge_start.load(Ordering::Relaxed);
         let count = cur.edges.top().wrapping_sub(start);
