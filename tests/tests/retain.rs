@@ -558,6 +558,8 @@ fn the_command_reports_the_bind_window_and_takes_the_retention_flags() {
             "--rounds",
             "3",
             flag,
+            // Every round binds (a replayed round would record nothing whatever the flag).
+            "--no-replay",
         ];
         let exit = run_cli(simpler_host::scenes::all(), args, &mut out, &mut err);
         let out = String::from_utf8(out).unwrap();
@@ -601,6 +603,46 @@ fn the_command_reports_the_bind_window_and_takes_the_retention_flags() {
             );
         } else {
             assert!(record_node > 0.0, "{flag}: every round records: {graphs}");
+        }
+    }
+}
+
+/// By default a warm round whose guard matches the last round's replays its bind (the
+/// per-round line says so); `--no-replay` binds every round.
+#[test]
+fn the_command_replays_warm_rounds_unless_told_not_to() {
+    use simpler_host::app::{run_cli, Exit};
+    for (extra, replays) in [(None, true), (Some("--no-replay"), false)] {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut args = vec![
+            "simpler",
+            "run",
+            "graph_vector",
+            "--runtime",
+            "hbg",
+            "--rounds",
+            "3",
+        ];
+        args.extend(extra);
+        let exit = run_cli(simpler_host::scenes::all(), args, &mut out, &mut err);
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            matches!(exit, Exit::Success),
+            "{out}{}",
+            String::from_utf8_lossy(&err)
+        );
+        let rounds: Vec<&str> = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .collect();
+        assert_eq!(rounds.len(), 3, "{out}");
+        assert!(rounds.iter().all(|l| l.contains("PASS")), "{out}");
+        assert!(
+            !rounds[0].ends_with("replayed"),
+            "the cold round binds: {out}"
+        );
+        for l in &rounds[1..] {
+            assert_eq!(l.ends_with(", replayed"), replays, "{extra:?}: {l}");
         }
     }
 }
