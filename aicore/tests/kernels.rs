@@ -217,6 +217,7 @@ impl Scene {
             gm: &self.gm,
             args: &args,
             local: &mut local,
+            ops: &simpler_aicore::Portable,
             block_idx: 0,
             block_num: 1,
             sub_block: 0,
