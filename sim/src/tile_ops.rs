@@ -122,7 +122,13 @@ mod tests {
 
     #[test]
     fn products_agree_with_an_f64_product_within_reordered_rounding() {
-        for (m, k, n) in [(128, 128, 128), (16, 16, 16), (7, 33, 5), (1, 1, 1), (3, 128, 64)] {
+        for (m, k, n) in [
+            (128, 128, 128),
+            (16, 16, 16),
+            (7, 33, 5),
+            (1, 1, 1),
+            (3, 128, 64),
+        ] {
             let a = values(m * k, 1 + m as u64);
             let b = values(k * n, 7 + n as u64);
             let mut exact = vec![0.0f64; m * n];
@@ -143,11 +149,17 @@ mod tests {
             // k · 2⁻²⁴ relative to the result's scale, with a margin of 4.
             let bound = 4.0 * k as f64 / (1u64 << 24) as f64;
             let (eh, ep) = (error(&host, &exact), error(&portable, &exact));
-            assert!(eh <= bound && ep <= bound, "{m}x{k}x{n}: {eh} {ep} > {bound}");
+            assert!(
+                eh <= bound && ep <= bound,
+                "{m}x{k}x{n}: {eh} {ep} > {bound}"
+            );
             HostTileOps.matmul_bt(&a, &b, &mut host, k, n, 0.25);
             Portable.matmul_bt(&a, &b, &mut portable, k, n, 0.25);
             let (eh, ep) = (error(&host, &exact_bt), error(&portable, &exact_bt));
-            assert!(eh <= bound && ep <= bound, "{m}x{k}x{n} bt: {eh} {ep} > {bound}");
+            assert!(
+                eh <= bound && ep <= bound,
+                "{m}x{k}x{n} bt: {eh} {ep} > {bound}"
+            );
         }
     }
 

@@ -15,9 +15,14 @@
 //! and reset in place between rounds (`HostTensor::reset_outputs_from`). Cases whose scene is
 //! not registered are skipped.
 //!
+//! bgemm's GFLOP/s is also printed as `<case>_share_of_peak`: its median over the two-core
+//! fp32 FMA peak ([`simpler_tests::peak`]), measured in this run before the cases and again
+//! after them, the higher of the two (printed as `fp32_fma_gflops_all_cores`).
+//!
 //! Not shown: the reference's figures come from its own C++ simulator on the same kind of
 //! machine (vector_example 58.7 ms, Bgemm64 65.5 ms, bgemm Case0 3.3 GFLOP/s); the kernels here
-//! are plain Rust loops, so bgemm measures them as much as the runtime.
+//! run on the host's vector units (`simpler_sim::tile_ops`), so bgemm measures them and the
+//! tile moves through GM as much as the runtime.
 //!
 //! Run: `cargo bench -p simpler-tests --bench scene` (`SCENE_ROUNDS=n`, `SCENE_CASES=a,b`;
 //! `SIMPLER_BENCH_SMOKE=1`: one round of each case but the two largest).
@@ -67,6 +72,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(sized(ROUNDS, 1));
     let only = std::env::var("SCENE_CASES").ok();
+    let peak_secs = sized(0.3, 0.01);
+    let mut peak = simpler_tests::peak::fma_gflops(simpler_tests::peak::cpus(), peak_secs);
+    let mut shares = Vec::new();
     for &(scene, case, cap) in CASES {
         let name = format!("{scene}_{case}");
         if only
@@ -155,8 +163,22 @@ fn main() {
                 s.median
             );
         }
-        if !rate.is_empty() {
+        if let Some(s) = simpler_tests::measure::summarize(&mut rate) {
             report_summary("scene", &format!("{name}_gflops"), &mut rate, "GFLOP/s");
+            shares.push((name, s.median));
         }
+    }
+    peak = peak.max(simpler_tests::peak::fma_gflops(
+        simpler_tests::peak::cpus(),
+        peak_secs,
+    ));
+    report("scene", "fp32_fma_gflops_all_cores", peak, "GFLOP/s");
+    for (name, gflops) in shares {
+        report(
+            "scene",
+            &format!("{name}_share_of_peak"),
+            gflops / peak,
+            "fraction",
+        );
     }
 }

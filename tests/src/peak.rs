@@ -121,7 +121,10 @@ pub fn fma_gflops(threads: usize, secs: f64) -> f64 {
 /// baseline target allows (no FMA instruction on baseline x86-64: a multiply and an add).
 fn fma_portable(iters: u64) -> f32 {
     let mut acc = [[0.5f32; 8]; CHAINS];
-    let (x, y) = (std::hint::black_box(0.999_9f32), std::hint::black_box(1e-4f32));
+    let (x, y) = (
+        std::hint::black_box(0.999_9f32),
+        std::hint::black_box(1e-4f32),
+    );
     for _ in 0..iters {
         for chain in acc.iter_mut() {
             for lane in chain.iter_mut() {
@@ -224,7 +227,10 @@ mod tests {
             scalar = scalar * 0.999_9 + 1e-4;
         }
         let portable = fma_portable(1000);
-        assert!((portable - scalar * 96.0).abs() < 1e-3, "{portable} vs {scalar}");
+        assert!(
+            (portable - scalar * 96.0).abs() < 1e-3,
+            "{portable} vs {scalar}"
+        );
         #[cfg(target_arch = "x86_64")]
         {
             if fma_isa() == Isa::Avx512 {
