@@ -19,6 +19,10 @@
 //! fp32 FMA peak ([`simpler_tests::peak`]), measured in this run before the cases and again
 //! after them, the higher of the two (printed as `fp32_fma_gflops_all_cores`).
 //!
+//! After each case, `<case>_max_rss_mb`: the process's peak resident memory so far (`VmHWM`),
+//! a high-water mark over the cases run before it too (the first case, vector_example, is
+//! alone in its figure but for the process's own start-up).
+//!
 //! Not shown: the reference's figures come from its own C++ simulator on the same kind of
 //! machine (vector_example 58.7 ms, Bgemm64 65.5 ms, bgemm Case0 3.3 GFLOP/s); the kernels here
 //! run on the host's vector units (`simpler_sim::tile_ops`), so bgemm measures them and the
@@ -32,7 +36,8 @@ use simpler_host::ChipWorker;
 use simpler_host::RunOptions;
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::measure::{
-    process_minor_faults, report, report_summary, sized, smoke, threads_minor_faults,
+    peak_rss_bytes, process_minor_faults, report, report_summary, sized, smoke,
+    threads_minor_faults,
 };
 use std::time::Instant;
 
@@ -163,6 +168,12 @@ fn main() {
                 s.median
             );
         }
+        report(
+            "scene",
+            &format!("{name}_max_rss_mb"),
+            peak_rss_bytes() as f64 / (1 << 20) as f64,
+            "MiB",
+        );
         if let Some(s) = simpler_tests::measure::summarize(&mut rate) {
             report_summary("scene", &format!("{name}_gflops"), &mut rate, "GFLOP/s");
             shares.push((name, s.median));
