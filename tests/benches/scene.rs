@@ -11,8 +11,9 @@
 //! `ChipWorker::run` call (what its caller waits for) minus the device time, median and minimum;
 //! and the median minor page faults the process takes during one warm `run` call (a count, so
 //! it does not depend on the machine's load; hbg's idle recorder threads left out), which must
-//! stay below 256 plus one per 64 pages of entry tensors. The round's tensors are cloned once
-//! and reset in place between rounds (`HostTensor::reset_outputs_from`). Cases whose scene is
+//! stay below 256 plus one per 64 pages of entry tensors. The round's tensors are the prepared
+//! ones, reset in place between rounds (`HostTensor::reset_outputs_from`) from one fresh copy
+//! of each tensor a run writes; inputs are held once. Cases whose scene is
 //! not registered are skipped.
 //!
 //! bgemm's GFLOP/s is also printed as `<case>_share_of_peak`: its median over the two-core
@@ -31,9 +32,10 @@
 //! Run: `cargo bench -p simpler-tests --bench scene` (`SCENE_ROUNDS=n`, `SCENE_CASES=a,b`;
 //! `SIMPLER_BENCH_SMOKE=1`: one round of each case but the two largest).
 
+use simpler_core::ArgDirection;
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::ChipWorker;
 use simpler_host::RunOptions;
+use simpler_host::{ChipWorker, HostTensor};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::measure::{
     peak_rss_bytes, process_minor_faults, report, report_summary, sized, smoke,
@@ -89,7 +91,7 @@ fn main() {
         {
             continue;
         }
-        let Some(prepared) = scenes::find(scene).and_then(|s| s.prepare(case)) else {
+        let Some(mut prepared) = scenes::find(scene).and_then(|s| s.prepare(case)) else {
             continue;
         };
         let flop = (scene == "bgemm").then(|| flop_per_gemm(&prepared));
@@ -104,12 +106,19 @@ fn main() {
         let handle = worker.register(prepared.callable.clone());
         let (mut device, mut host, mut rate) = (Vec::new(), Vec::new(), Vec::new());
         let (mut overhead, mut faults) = (Vec::new(), Vec::new());
-        // The round buffers are cloned once and reset in place between rounds, as a round
-        // loop that does not waste host time on fresh pages does.
-        let mut tensors = prepared.tensors.clone();
+        // The round's tensors are the prepared ones; only those a run writes keep a fresh copy
+        // to reset from between rounds (an input is never written back, so it needs none),
+        // so the host holds each input once.
+        let mut tensors = std::mem::take(&mut prepared.tensors);
+        let fresh: Vec<Option<HostTensor>> = tensors
+            .iter()
+            .map(|t| (t.dir != ArgDirection::In).then(|| t.clone()))
+            .collect();
         for round in 0..=rounds.min(cap) {
-            for (t, fresh) in tensors.iter_mut().zip(&prepared.tensors) {
-                t.reset_outputs_from(fresh);
+            for (t, fresh) in tensors.iter_mut().zip(&fresh) {
+                if let Some(fresh) = fresh {
+                    t.reset_outputs_from(fresh);
+                }
             }
             let faults_before = run_faults();
             let call = Instant::now();
