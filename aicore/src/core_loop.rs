@@ -7,6 +7,8 @@ use crate::kernel::{KernelCtx, KernelFailure, KernelFn};
 use simpler_core::gm::Gm;
 use simpler_core::handshake::*;
 
+use crate::tile_ops::{Portable, TileOps};
+
 /// The core's side of its registers and payloads.
 pub trait CorePort {
     /// Reads the task register (acquire: the payload written before it is visible).
@@ -17,6 +19,11 @@ pub trait CorePort {
     fn write_error(&self, code: u32, detail: u32);
     /// The payload buffer of parity `parity` (0 or 1).
     fn payload(&self, parity: u32) -> &DispatchPayload;
+    /// The core's compute units, which its kernels hand their tile math to (the portable
+    /// loops unless the platform has faster ones).
+    fn tile_ops(&self) -> &dyn TileOps {
+        &Portable
+    }
 }
 
 /// What one step of the loop did.
@@ -71,6 +78,7 @@ impl CoreLoop {
                 gm,
                 args: &payload.args,
                 local,
+                ops: port.tile_ops(),
                 block_idx: payload.block_idx,
                 block_num: payload.block_num,
                 sub_block: payload.sub_block,

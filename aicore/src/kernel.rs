@@ -3,6 +3,8 @@
 use simpler_core::gm::{Gm, GmFault};
 use simpler_core::CoreTaskArgs;
 
+use crate::tile_ops::TileOps;
+
 /// The core's local (unified) buffer, in f32 words: what [`KernelCtx::local`] holds on the
 /// simulator's default device (`DeviceConfig::local_words`). A kernel must not assume more; one
 /// whose operands may not fit streams them through it (`kernels::stage`).
@@ -75,6 +77,9 @@ pub struct KernelCtx<'a> {
     pub args: &'a CoreTaskArgs,
     /// The core's local (unified) buffer, in f32 words.
     pub local: &'a mut [f32],
+    /// The platform's tile operations (matrix products, elementwise math, reductions) on
+    /// buffers carved from `local`; [`crate::Portable`] where the platform has nothing faster.
+    pub ops: &'a dyn TileOps,
     /// This block's index in an SPMD launch (0 for an ordinary task).
     pub block_idx: u32,
     /// Blocks in the launch (1 for an ordinary task).

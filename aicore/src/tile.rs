@@ -1,7 +1,10 @@
 //! Moving a tensor view between GM and a local f32 buffer, in row-major element order.
 //!
 //! FLOAT32 and BFLOAT16 views are supported (bf16 is widened on load and rounded to nearest
-//! even on store). Each innermost run of the view is one GM access when its stride is 1.
+//! even on store). A view whose elements are dense in row-major order (each dimension's stride
+//! the product of the inner shapes) is one run; otherwise each innermost row is one. An f32
+//! run with stride 1 is one GM access straight into or out of the local buffer's bytes; a bf16
+//! run moves through a stack buffer in chunks, widened or rounded on the way.
 
 use crate::kernel::KernelFailure;
 use simpler_core::gm::Gm;
@@ -36,6 +39,10 @@ fn for_each_run(
         return Err(UNSUPPORTED);
     };
     let elem = t.dtype().elem_size() as u64;
+    if is_dense(t.shapes(), t.strides()) {
+        let numel: usize = t.shapes().iter().map(|&s| s as usize).product();
+        return run(t.buffer().addr + t.start_offset() * elem, 0, numel, elem);
+    }
     let inner = inner as usize;
     let inner_stride = inner_stride as u64 * elem;
     let outer: usize = outer_shapes.iter().map(|&s| s as usize).product();
@@ -74,6 +81,19 @@ fn moved_elem(dtype: DataType) -> Result<usize, KernelFailure> {
     }
 }
 
+/// Whether a view's elements are contiguous in row-major order: every stride is the product
+/// of the inner shapes (a size-1 dimension's stride does not matter).
+fn is_dense(shapes: &[u32], strides: &[u32]) -> bool {
+    let mut step = 1u64;
+    for (&shape, &stride) in shapes.iter().zip(strides).rev() {
+        if shape != 1 && stride as u64 != step {
+            return false;
+        }
+        step = step.saturating_mul(shape as u64);
+    }
+    true
+}
+
 /// Loads every element of `t` into `dst[..numel]` as f32. Returns the element count.
 pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, KernelFailure> {
     let n = elems(t, dst.len())?;
@@ -81,6 +101,15 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
     let elem = moved_elem(dtype)?;
     let mut bytes = [0u8; RUN * 4];
     for_each_run(t, |addr, first, len, stride| {
+        if dtype == DataType::Float32 && stride == 4 {
+            let out = dst.get_mut(first..first + len).ok_or(UNSUPPORTED)?;
+            gm.read(addr, bytemuck::cast_slice_mut(out))?;
+            // GM holds little-endian words: a no-op on little-endian hosts and devices.
+            for v in out.iter_mut() {
+                *v = f32::from_bits(u32::from_le(v.to_bits()));
+            }
+            return Ok(());
+        }
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
@@ -122,6 +151,10 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
     let elem = moved_elem(dtype)?;
     let mut bytes = [0u8; RUN * 4];
     for_each_run(t, |addr, first, len, stride| {
+        let values = src.get(first..first + len).ok_or(UNSUPPORTED)?;
+        if dtype == DataType::Float32 && stride == 4 && cfg!(target_endian = "little") {
+            return Ok(gm.write(addr, bytemuck::cast_slice(values))?);
+        }
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);

@@ -217,6 +217,7 @@ impl Scene {
             gm: &self.gm,
             args: &args,
             local: &mut local,
+            ops: &simpler_aicore::Portable,
             block_idx: 0,
             block_num: 1,
             sub_block: 0,
@@ -1104,28 +1105,28 @@ fn tensors_outside_gm_report_the_fault() {
     };
     let past = BASE + (1 << 16) + 4096;
     let before = BASE - 1024;
-    // The first access is the first row: 8 f32.
+    // A dense tensor moves in one access, so the fault names all of it: 32 f32.
     assert_eq!(
         scene.run(kernels::add, &[a, a, outside(past)], &[]),
         Err(KernelFailure::Memory(GmFault {
             addr: past,
-            len: 32
+            len: 128
         }))
     );
     assert_eq!(
         scene.run(kernels::matmul, &[outside(before), b, a], &[]),
         Err(KernelFailure::Memory(GmFault {
             addr: before,
-            len: 32
+            len: 128
         }))
     );
-    // A tensor straddling the end of GM faults on the row that crosses it.
+    // A tensor straddling the end of GM faults as a whole, before any of its bytes move.
     let straddle = outside(BASE + (1 << 16) - 64);
     assert_eq!(
         scene.run(kernels::accumulate, &[a, straddle], &[]),
         Err(KernelFailure::Memory(GmFault {
-            addr: BASE + (1 << 16),
-            len: 32
+            addr: BASE + (1 << 16) - 64,
+            len: 128
         }))
     );
 }

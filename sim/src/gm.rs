@@ -2,8 +2,10 @@
 //! (copies), the AICPU (element reads and writes) and every core (tile moves).
 //!
 //! Word-wise atomics make concurrent access by many threads well defined without `unsafe`:
-//! whole words move with relaxed loads and stores; a partial word at either end of a range is
-//! updated with a compare-and-swap so neighbouring bytes written by another core are kept.
+//! whole words move with relaxed loads and stores (on x86-64 and aarch64 plain moves, with one
+//! bounds check per access), and a partial word at either
+//! end of a range is updated with a compare-and-swap so neighbouring bytes written by another
+//! core are kept.
 //! Ordering between a producer's writes and a consumer's reads comes from the handshake
 //! (the FIN status store releases, the scheduler's read acquires); between the host's copies
 //! and a run, from the run's request and its answer (a channel each way).
@@ -11,39 +13,47 @@
 use simpler_core::gm::{Gm, GmFault};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Eight GM words on one host cache line. GM's backing store is a slice of these, so a device
-/// address that is a multiple of 64 bytes from the base (every host allocation is) starts a
-/// host cache line.
-#[derive(Default)]
-#[repr(C, align(64))]
-pub struct WordLine([AtomicU64; 8]);
+/// Words of padding allocated before GM so its first word can start a host cache line.
+const LINE_WORDS: usize = 8;
 
-/// GM's backing store: zeroed 64-bit atomic words on whole cache lines, allocated once per
-/// device. The device's threads and the host's handle share one and reach it through a
-/// [`GmArena`] each, so the host copies in and out of GM on its own thread.
+/// GM's backing store: zeroed 64-bit atomic words, allocated once per device. The device's
+/// threads and the host's handle share one and reach it through a [`GmArena`] each, so the
+/// host copies in and out of GM on its own thread.
+///
+/// The words come from the allocator's zeroed allocation (`calloc`), which for an arena of
+/// GM's size maps fresh pages the kernel supplies zeroed and commits on first touch: the
+/// resident memory follows what runs write (or read), not the arena's size. GM's first word
+/// is the first one of the allocation on a 64-byte boundary, so a device address that is a
+/// multiple of 64 bytes from the base (every device allocation is) starts a host cache line,
+/// and two cores' tiles do not share one.
 pub struct GmWords {
-    lines: Box<[WordLine]>,
-    /// Words GM has (the last line may hold a few more, never addressed).
+    /// The allocation: `LINE_WORDS` more than GM has, for the alignment.
+    all: Box<[AtomicU64]>,
+    /// Index in `all` of GM's first word.
+    first: usize,
+    /// Words GM has.
     words: usize,
 }
 
 impl GmWords {
-    /// `words` zeroed words.
+    /// `words` zeroed words, no page of them touched.
     pub fn zeroed(words: usize) -> Self {
-        Self {
-            lines: (0..words.div_ceil(8))
-                .map(|_| WordLine::default())
-                .collect(),
-            words,
-        }
+        let all: Box<[AtomicU64]> = bytemuck::zeroed_slice_box(words + LINE_WORDS);
+        // Words to skip to the next 64-byte boundary (the allocation is 8-byte aligned).
+        let first = (64 - all.as_ptr() as usize % 64) % 64 / 8;
+        Self { all, first, words }
+    }
+
+    /// GM's words.
+    fn slice(&self) -> &[AtomicU64] {
+        &self.all[self.first..self.first + self.words]
     }
 
     /// The arena over these words, addressed from `base` (8-byte aligned).
     pub fn arena(&self, base: u64) -> GmArena<'_> {
         GmArena {
             base,
-            lines: &self.lines,
-            words: self.words,
+            words: self.slice(),
         }
     }
 
@@ -58,16 +68,16 @@ impl GmWords {
     #[allow(unsafe_code)]
     pub unsafe fn write_exclusive(&self, base: u64, addr: u64, src: &[u8]) -> Result<(), GmFault> {
         let off = self.arena(base).offset(addr, src.len())?;
-        // SAFETY: `offset` checked that `off..off + src.len()` lies inside the first
-        // `self.words * 8` bytes of `self.lines`, which is one allocation of `WordLine`s: 64
-        // bytes each, eight `AtomicU64`s and no padding, so every byte written belongs to an
-        // `AtomicU64`, whose `UnsafeCell` permits writing through a pointer derived from a
-        // shared borrow (taken from the whole slice, so its provenance covers the range). `src`
+        // SAFETY: `offset` checked that `off..off + src.len()` lies inside the
+        // `self.words * 8` bytes of `self.slice()`, a slice of `AtomicU64`s (8 bytes each, no
+        // padding), so every byte written belongs to an `AtomicU64`, whose `UnsafeCell`
+        // permits writing through a pointer derived from a shared borrow (taken from the
+        // whole slice, so its provenance covers the range). `src`
         // is host memory, distinct from GM. The caller guarantees that no other thread
         // accesses the words meanwhile, so the plain write races with nothing; later accesses
         // are ordered after it by whatever ends the caller's exclusive turn.
         unsafe {
-            let gm = self.lines.as_ptr().cast::<u8>().cast_mut().add(off);
+            let gm = self.slice().as_ptr().cast::<u8>().cast_mut().add(off);
             std::ptr::copy_nonoverlapping(src.as_ptr(), gm, src.len());
         }
         Ok(())
@@ -88,12 +98,12 @@ impl GmWords {
         dst: &mut [u8],
     ) -> Result<(), GmFault> {
         let off = self.arena(base).offset(addr, dst.len())?;
-        // SAFETY: as in `write_exclusive`, the range lies inside `self.lines` (checked by
+        // SAFETY: as in `write_exclusive`, the range lies inside `self.slice()` (checked by
         // `offset`); reading the bytes of `AtomicU64`s through a pointer derived from the
         // shared slice is allowed, and no other thread writes them meanwhile (the caller's
         // guarantee). `dst` is a unique borrow of host memory, distinct from GM.
         unsafe {
-            let gm = self.lines.as_ptr().cast::<u8>().add(off);
+            let gm = self.slice().as_ptr().cast::<u8>().add(off);
             std::ptr::copy_nonoverlapping(gm, dst.as_mut_ptr(), dst.len());
         }
         Ok(())
@@ -104,8 +114,7 @@ impl GmWords {
 /// words; the device thread, every scheduler thread, every core and the host share one.
 pub struct GmArena<'a> {
     base: u64,
-    lines: &'a [WordLine],
-    words: usize,
+    words: &'a [AtomicU64],
 }
 
 impl GmArena<'_> {
@@ -116,18 +125,18 @@ impl GmArena<'_> {
 
     /// Bytes of device memory: 8 per word.
     pub fn len(&self) -> u64 {
-        self.words as u64 * 8
+        self.words.len() as u64 * 8
     }
 
     /// Whether the arena has no words (then every access faults but an empty one at `base`).
     pub fn is_empty(&self) -> bool {
-        self.words == 0
+        self.words.is_empty()
     }
 
-    /// Word `i` (below `self.words`).
+    /// Word `i` (below `self.len() / 8`).
     #[inline(always)]
     fn word(&self, i: usize) -> &AtomicU64 {
-        &self.lines[i / 8].0[i % 8]
+        &self.words[i]
     }
 
     fn offset(&self, addr: u64, len: usize) -> Result<usize, GmFault> {
@@ -156,6 +165,34 @@ impl GmArena<'_> {
     }
 }
 
+impl GmArena<'_> {
+    /// Reads whole words from `i` into `dst` (a multiple of 8 bytes, in range).
+    #[inline]
+    fn read_words(&self, i: usize, dst: &mut [u8]) {
+        let words = &self.words[i..i + dst.len() / 8];
+        for (bytes, word) in dst.chunks_exact_mut(8).zip(words) {
+            bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+    }
+
+    /// Writes `src` (a multiple of 8 bytes, in range) to whole words from `i`.
+    #[inline]
+    fn write_words(&self, i: usize, src: &[u8]) {
+        let words = &self.words[i..i + src.len() / 8];
+        for (bytes, word) in src.chunks_exact(8).zip(words) {
+            word.store(le_word(bytes), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The little-endian word in `bytes` (exactly 8).
+#[inline(always)]
+fn le_word(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(bytes);
+    u64::from_le_bytes(word)
+}
+
 impl Gm for GmArena<'_> {
     fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
         let off = self.offset(addr, dst.len())?;
@@ -169,14 +206,14 @@ impl Gm for GmArena<'_> {
             dst = rest;
             i += 1;
         }
-        let mut whole = dst.chunks_exact_mut(8);
-        for chunk in whole.by_ref() {
-            chunk.copy_from_slice(&self.word(i).load(Ordering::Relaxed).to_le_bytes());
-            i += 1;
-        }
-        let tail = whole.into_remainder();
+        let whole = dst.len() / 8 * 8;
+        let (words, tail) = dst.split_at_mut(whole);
+        self.read_words(i, words);
         if !tail.is_empty() {
-            let word = self.word(i).load(Ordering::Relaxed).to_le_bytes();
+            let word = self
+                .word(i + whole / 8)
+                .load(Ordering::Relaxed)
+                .to_le_bytes();
             tail.copy_from_slice(&word[..tail.len()]);
         }
         Ok(())
@@ -192,17 +229,11 @@ impl Gm for GmArena<'_> {
             src = &src[n..];
             i += 1;
         }
-        let mut whole = src.chunks_exact(8);
-        for chunk in whole.by_ref() {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.word(i)
-                .store(u64::from_le_bytes(word), Ordering::Relaxed);
-            i += 1;
-        }
-        let tail = whole.remainder();
+        let whole = src.len() / 8 * 8;
+        let (words, tail) = src.split_at(whole);
+        self.write_words(i, words);
         if !tail.is_empty() {
-            self.store_part(i, 0, tail);
+            self.store_part(i + whole / 8, 0, tail);
         }
         Ok(())
     }

@@ -12,11 +12,13 @@
 //!
 //! - [`device`]: the device: its threads, registers, runs and host requests.
 //! - [`gm`]: GM as an arena of atomic words.
+//! - [`tile_ops`]: the cores' tile math on the host's vector units.
 //! - [`wake`]: the wakeup primitive idle threads block on.
 
 #[cfg(not(loom))]
 pub mod device;
 pub mod gm;
+pub mod tile_ops;
 pub mod wake;
 
 #[cfg(not(loom))]

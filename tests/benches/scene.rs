@@ -11,23 +11,35 @@
 //! `ChipWorker::run` call (what its caller waits for) minus the device time, median and minimum;
 //! and the median minor page faults the process takes during one warm `run` call (a count, so
 //! it does not depend on the machine's load; hbg's idle recorder threads left out), which must
-//! stay below 256 plus one per 64 pages of entry tensors. The round's tensors are cloned once
-//! and reset in place between rounds (`HostTensor::reset_outputs_from`). Cases whose scene is
+//! stay below 256 plus one per 64 pages of entry tensors. The round's tensors are the prepared
+//! ones, reset in place between rounds (`HostTensor::reset_outputs_from`) from one fresh copy
+//! of each tensor a run writes; inputs are held once. Cases whose scene is
 //! not registered are skipped.
+//!
+//! bgemm's GFLOP/s is also printed as `<case>_share_of_peak`: its median over the two-core
+//! fp32 FMA peak ([`simpler_tests::peak`]), measured in this run before the cases and again
+//! after them, the higher of the two (printed as `fp32_fma_gflops_all_cores`).
+//!
+//! After each case, `<case>_max_rss_mb`: the process's peak resident memory so far (`VmHWM`),
+//! a high-water mark over the cases run before it too (the first case, vector_example, is
+//! alone in its figure but for the process's own start-up).
 //!
 //! Not shown: the reference's figures come from its own C++ simulator on the same kind of
 //! machine (vector_example 58.7 ms, Bgemm64 65.5 ms, bgemm Case0 3.3 GFLOP/s); the kernels here
-//! are plain Rust loops, so bgemm measures them as much as the runtime.
+//! run on the host's vector units (`simpler_sim::tile_ops`), so bgemm measures them and the
+//! tile moves through GM as much as the runtime.
 //!
 //! Run: `cargo bench -p simpler-tests --bench scene` (`SCENE_ROUNDS=n`, `SCENE_CASES=a,b`;
 //! `SIMPLER_BENCH_SMOKE=1`: one round of each case but the two largest).
 
+use simpler_core::ArgDirection;
 use simpler_host::scenes::{self, Prepared};
-use simpler_host::ChipWorker;
 use simpler_host::RunOptions;
+use simpler_host::{ChipWorker, HostTensor};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::measure::{
-    process_minor_faults, report, report_summary, sized, smoke, threads_minor_faults,
+    peak_rss_bytes, process_minor_faults, report, report_summary, sized, smoke,
+    threads_minor_faults,
 };
 use std::time::Instant;
 
@@ -67,6 +79,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(sized(ROUNDS, 1));
     let only = std::env::var("SCENE_CASES").ok();
+    let peak_secs = sized(0.3, 0.01);
+    let mut peak = simpler_tests::peak::fma_gflops(simpler_tests::peak::cpus(), peak_secs);
+    let mut shares = Vec::new();
     for &(scene, case, cap) in CASES {
         let name = format!("{scene}_{case}");
         if only
@@ -76,7 +91,7 @@ fn main() {
         {
             continue;
         }
-        let Some(prepared) = scenes::find(scene).and_then(|s| s.prepare(case)) else {
+        let Some(mut prepared) = scenes::find(scene).and_then(|s| s.prepare(case)) else {
             continue;
         };
         let flop = (scene == "bgemm").then(|| flop_per_gemm(&prepared));
@@ -91,12 +106,19 @@ fn main() {
         let handle = worker.register(prepared.callable.clone());
         let (mut device, mut host, mut rate) = (Vec::new(), Vec::new(), Vec::new());
         let (mut overhead, mut faults) = (Vec::new(), Vec::new());
-        // The round buffers are cloned once and reset in place between rounds, as a round
-        // loop that does not waste host time on fresh pages does.
-        let mut tensors = prepared.tensors.clone();
+        // The round's tensors are the prepared ones; only those a run writes keep a fresh copy
+        // to reset from between rounds (an input is never written back, so it needs none),
+        // so the host holds each input once.
+        let mut tensors = std::mem::take(&mut prepared.tensors);
+        let fresh: Vec<Option<HostTensor>> = tensors
+            .iter()
+            .map(|t| (t.dir != ArgDirection::In).then(|| t.clone()))
+            .collect();
         for round in 0..=rounds.min(cap) {
-            for (t, fresh) in tensors.iter_mut().zip(&prepared.tensors) {
-                t.reset_outputs_from(fresh);
+            for (t, fresh) in tensors.iter_mut().zip(&fresh) {
+                if let Some(fresh) = fresh {
+                    t.reset_outputs_from(fresh);
+                }
             }
             let faults_before = run_faults();
             let call = Instant::now();
@@ -155,8 +177,28 @@ fn main() {
                 s.median
             );
         }
-        if !rate.is_empty() {
+        report(
+            "scene",
+            &format!("{name}_max_rss_mb"),
+            peak_rss_bytes() as f64 / (1 << 20) as f64,
+            "MiB",
+        );
+        if let Some(s) = simpler_tests::measure::summarize(&mut rate) {
             report_summary("scene", &format!("{name}_gflops"), &mut rate, "GFLOP/s");
+            shares.push((name, s.median));
         }
+    }
+    peak = peak.max(simpler_tests::peak::fma_gflops(
+        simpler_tests::peak::cpus(),
+        peak_secs,
+    ));
+    report("scene", "fp32_fma_gflops_all_cores", peak, "GFLOP/s");
+    for (name, gflops) in shares {
+        report(
+            "scene",
+            &format!("{name}_share_of_peak"),
+            gflops / peak,
+            "fraction",
+        );
     }
 }

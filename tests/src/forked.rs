@@ -20,7 +20,7 @@ pub fn run(tests: &[Test]) -> ExitCode {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let selected: Vec<&Test> = tests
         .iter()
-        .filter(|(name, _)| filter.as_deref().map_or(true, |f| name.contains(f)))
+        .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
         .collect();
     println!("\nrunning {} tests (sequentially, forking)", selected.len());
     let start = Instant::now();

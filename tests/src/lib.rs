@@ -16,9 +16,10 @@
 //!   install.
 //! - [`measure`]: timing and reporting helpers for the benchmarks, in the `bench <name> <figure>
 //!   <value> <unit>` line format.
+//! - [`peak`]: the machine's fp32 FMA peak and memcpy bandwidth, measured.
 //!
-//! `unsafe` appears only in `alloc_count` (a `GlobalAlloc` impl), which allows it with its
-//! reason.
+//! `unsafe` appears only in `alloc_count` (a `GlobalAlloc` impl) and `peak` (calling the FMA
+//! loops compiled for a vector unit detected at run time), each allowing it with its reason.
 
 pub mod alloc_count;
 pub mod check;
@@ -27,5 +28,6 @@ pub mod forked;
 pub mod harness;
 pub mod l3;
 pub mod measure;
+pub mod peak;
 pub mod random;
 pub mod workloads;

@@ -42,6 +42,20 @@ pub fn process_minor_faults() -> u64 {
         .unwrap_or(0)
 }
 
+/// The process's peak resident memory in bytes (`VmHWM` in `/proc/self/status`), 0 where
+/// unreadable: a high-water mark, so it only grows over a process's life.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// Minor page faults the live threads of this process whose name starts with `prefix` have
 /// taken (`/proc/self/task/*/stat`; a name is cut to 15 bytes there), 0 where unreadable.
 /// Subtracted from [`process_minor_faults`], it leaves out threads that work beside a measured

@@ -1032,7 +1032,7 @@ fn violated_invariants(b: &[u8; 144]) -> Vec<&'static str> {
     }
     let byte_offset = rd_u64(b, 88);
     let nbytes = rd_u64(b, 40);
-    check!(byte_offset % elem == 0, "byte_offset % elem == 0");
+    check!(byte_offset.is_multiple_of(elem), "byte_offset % elem == 0");
     if bad.is_empty() {
         let extent = oracle_extent(b, ndims, elem);
         check!(extent < u64::MAX as u128, "extent representable in u64");
@@ -1163,7 +1163,7 @@ fn oracle(b: &[u8; 144]) -> Result<u64, TensorError> {
         return geom(G::DataType { value: dtype });
     };
     let byte_offset = rd_u64(b, 88);
-    if byte_offset % elem != 0 {
+    if !byte_offset.is_multiple_of(elem) {
         return Err(TensorError::MisalignedOffset {
             byte_offset,
             elem_size: elem as u32,

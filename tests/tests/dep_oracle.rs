@@ -560,12 +560,13 @@ fn undecided(a: &Access, w: &Access) -> Option<Undecided> {
 /// quotient), and the buffer a whole number of outer rows (radix = the row count).
 fn mixed_radix(strides: &[u32], elems: u64) -> Option<Vec<u64>> {
     let n = strides.len();
-    if n == 0 || strides[n - 1] != 1 || strides[0] == 0 || elems % strides[0] as u64 != 0 {
+    if n == 0 || strides[n - 1] != 1 || strides[0] == 0 || !elems.is_multiple_of(strides[0] as u64)
+    {
         return None;
     }
     let mut radix = vec![elems / strides[0] as u64];
     for i in 1..n {
-        if strides[i] == 0 || strides[i - 1] % strides[i] != 0 {
+        if strides[i] == 0 || !strides[i - 1].is_multiple_of(strides[i]) {
             return None;
         }
         radix.push((strides[i - 1] / strides[i]) as u64);

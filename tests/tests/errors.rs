@@ -338,6 +338,7 @@ fn kernel_failures_and_gm_faults_say_what_was_refused() {
         gm: &NoGm,
         args: &args,
         local: &mut local,
+        ops: &simpler_aicore::Portable,
         block_idx: 0,
         block_num: 1,
         sub_block: 0,

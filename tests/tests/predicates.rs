@@ -151,7 +151,7 @@ fn gate_args(x: &TaskTensor, r: u32) -> Result<[TaskArg; 2], RtError> {
 /// What the gate task of row `r` adds: rows alternate between a positive and a negative
 /// first element.
 fn gate_shift(r: u32) -> f32 {
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         100.0
     } else {
         -100.0

@@ -331,7 +331,7 @@ impl<'s> Board<'s> {
 /// Spins, and every `SPINS_BEFORE_YIELD` consecutive failures yields the CPU.
 fn back_off(spins: &mut u32) {
     *spins += 1;
-    if *spins % SPINS_BEFORE_YIELD == 0 {
+    if (*spins).is_multiple_of(SPINS_BEFORE_YIELD) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
@@ -394,7 +394,7 @@ impl Scheduler<'_, '_> {
                 return;
             }
             idle += 1;
-            if idle % self.idle_spins == 0 {
+            if idle.is_multiple_of(self.idle_spins) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -1208,7 +1208,7 @@ fn a_ring_draining_onto_a_scope_pinned_head_is_not_a_deadlock() {
     impl Waiter for Retry {
         fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
             self.1 += 1;
-            if self.1 % 4096 == 0 {
+            if self.1.is_multiple_of(4096) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

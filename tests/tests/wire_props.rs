@@ -257,7 +257,7 @@ fn view_violations(b: &[u8]) -> (Vec<Rule>, Option<u128>) {
     match elem {
         None => v.push(Rule::DType(dtype)),
         Some(e) => {
-            if byte_offset % e != 0 {
+            if !byte_offset.is_multiple_of(e) {
                 v.push(Rule::Misaligned(byte_offset, e as u32));
             }
         }

@@ -18,10 +18,10 @@
 use super::args::{
     bad, matrix, operand, operand_of, product, scalar, scalar_f32, scalar_flag, tensors,
 };
-use super::matmul::gemm;
 use super::stage::carve;
 use crate::kernel::{KernelCtx, KernelFailure};
 use crate::tile;
+use crate::tile_ops::TileOps;
 use simpler_core::{Bf16, DataType};
 
 /// `s = scale · q kᵀ`. Tensors: `[q (H, D), k (Bs, D), s OUT (H·Bs elements)]`; scalar 0 holds
@@ -39,18 +39,8 @@ pub fn pa_qk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let [q_buf, k_buf, s_buf] = carve(ctx.local, [h * d, bs * d, h * bs])?;
     tile::load(ctx.gm, q, q_buf)?;
     tile::load(ctx.gm, k, k_buf)?;
-    scores(q_buf, k_buf, s_buf, d, bs, scale);
+    ctx.ops.matmul_bt(q_buf, k_buf, s_buf, d, bs, scale);
     tile::store(ctx.gm, s, s_buf)
-}
-
-/// `s = scale · q kᵀ` on local buffers: `q` is `(H, d)`, `k` `(bs, d)`, `s` `(H, bs)`.
-pub(super) fn scores(q: &[f32], k: &[f32], s: &mut [f32], d: usize, bs: usize, scale: f32) {
-    for (s_row, q_row) in s.chunks_exact_mut(bs).zip(q.chunks_exact(d)) {
-        for (out, k_row) in s_row.iter_mut().zip(k.chunks_exact(d)) {
-            let dot: f32 = q_row.iter().zip(k_row).map(|(&x, &y)| x * y).sum();
-            *out = scale * dot;
-        }
-    }
 }
 
 /// Row softmax numerators of one block. Tensors: `[s (H, Bs), p OUT (H·Bs), m OUT (H),
@@ -74,7 +64,7 @@ pub fn pa_softmax(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let round = p.dtype() == DataType::Bfloat16;
     let [s_buf, m_buf, l_buf] = carve(ctx.local, [h * bs, h, h])?;
     tile::load(ctx.gm, s, s_buf)?;
-    softmax_rows(s_buf, m_buf, l_buf, bs, valid, round);
+    softmax_rows(ctx.ops, s_buf, m_buf, l_buf, bs, valid, round);
     tile::store(ctx.gm, p, s_buf)?;
     tile::store(ctx.gm, m, m_buf)?;
     tile::store(ctx.gm, l, l_buf)
@@ -93,7 +83,7 @@ pub fn pa_pv(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let [p_buf, v_buf, o_buf] = carve(ctx.local, [h * bs, bs * d, h * d])?;
     tile::load(ctx.gm, p, p_buf)?;
     tile::load(ctx.gm, v, v_buf)?;
-    gemm(p_buf, v_buf, o_buf, bs, d);
+    ctx.ops.matmul(p_buf, v_buf, o_buf, bs, d);
     tile::store(ctx.gm, o, o_buf)
 }
 
@@ -101,6 +91,7 @@ pub fn pa_pv(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
 /// numerators over the first `valid` columns (rounded to bf16 when `round`) and 0 past them;
 /// `m` and `l` get the rows' max and sum. `valid` is `1..=bs`.
 pub(super) fn softmax_rows(
+    ops: &dyn TileOps,
     s: &mut [f32],
     m: &mut [f32],
     l: &mut [f32],
@@ -111,16 +102,16 @@ pub(super) fn softmax_rows(
     let rows = s.chunks_exact_mut(bs).zip(m.iter_mut().zip(l.iter_mut()));
     for (row, (row_max, row_sum)) in rows {
         let (live, masked) = row.split_at_mut(valid);
-        let max = live.iter().fold(f32::NEG_INFINITY, |acc, &x| acc.max(x));
-        let mut sum = 0.0f32;
-        for x in live.iter_mut() {
-            let e = libm::expf(*x - max);
-            *x = if round { Bf16::from_f32(e).to_f32() } else { e };
-            sum += *x;
+        let max = ops.max(live);
+        ops.exp_sub(live, max);
+        if round {
+            for x in live.iter_mut() {
+                *x = Bf16::from_f32(*x).to_f32();
+            }
         }
         masked.fill(0.0);
         *row_max = max;
-        *row_sum = sum;
+        *row_sum = ops.sum(live);
     }
 }
 

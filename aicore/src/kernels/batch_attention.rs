@@ -14,8 +14,7 @@
 //! `BadArguments` naming that tensor.
 
 use super::args::{bad, matrix, operand, scalar, scalar_f32, scalar_flag, tensors};
-use super::attention::{normalise, scores, softmax_rows, Fold};
-use super::matmul::gemm;
+use super::attention::{normalise, softmax_rows, Fold};
 use super::stage::{carve, load_range, store_range};
 use crate::kernel::{KernelCtx, KernelFailure};
 use simpler_core::gm::Gm;
@@ -90,7 +89,7 @@ pub fn pa_qk_batch(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
         let q_first = (row * num_heads + q_offset) * d;
         load_range(ctx.gm, query, 0, q_first, q_buf)?;
         load_range(ctx.gm, key, 1, block * bs * d, k_buf)?;
-        scores(q_buf, k_buf, s_buf, d, bs, 1.0);
+        ctx.ops.matmul_bt(q_buf, k_buf, s_buf, d, bs, 1.0);
         store_range(ctx.gm, sij, 3, b * h * bs, s_buf)?;
     }
     Ok(())
@@ -124,10 +123,8 @@ pub fn pa_softmax_batch(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
             l_buf.fill(0.0);
         } else {
             load_range(ctx.gm, sij, 0, b * h * bs, s_buf)?;
-            for x in s_buf.iter_mut() {
-                *x *= scale;
-            }
-            softmax_rows(s_buf, m_buf, l_buf, bs, valid, round);
+            ctx.ops.scale(s_buf, scale);
+            softmax_rows(ctx.ops, s_buf, m_buf, l_buf, bs, valid, round);
         }
         store_range(ctx.gm, pij, 2, b * h * bs, s_buf)?;
         store_range(ctx.gm, mij, 3, b * h, m_buf)?;
@@ -158,7 +155,7 @@ pub fn pa_pv_batch(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
         let block = physical_block(ctx.gm, table, start + b, block_num, bn)?;
         load_range(ctx.gm, pij, 0, b * h * bs, p_buf)?;
         load_range(ctx.gm, value, 1, block * bs * d, v_buf)?;
-        gemm(p_buf, v_buf, o_buf, bs, d);
+        ctx.ops.matmul(p_buf, v_buf, o_buf, bs, d);
         store_range(ctx.gm, oi_new, 3, b * h * d, o_buf)?;
     }
     Ok(())

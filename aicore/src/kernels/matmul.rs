@@ -40,33 +40,10 @@ pub fn matmul(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     for slice in 0..batch {
         tile::load(ctx.gm, &batch_slice(a, 0, slice)?, a_buf)?;
         tile::load(ctx.gm, &batch_slice(b, 1, slice)?, b_buf)?;
-        gemm(a_buf, b_buf, c_buf, k, n);
+        ctx.ops.matmul(a_buf, b_buf, c_buf, k, n);
         tile::store(ctx.gm, &batch_slice(c, 2, slice)?, c_buf)?;
     }
     Ok(())
-}
-
-/// `c (m x n) = a (m x k) · b (k x n)`, all row-major, with `m` taken from `c.len() / n`.
-///
-/// The loop order is i-k-j: the innermost loop adds a scaled row of `b` into a row of `c`, both
-/// contiguous, so it vectorises and streams `b` once per row of `a`. Short slices end the
-/// loops early rather than panic.
-pub(crate) fn gemm(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
-    if n == 0 {
-        return;
-    }
-    if k == 0 {
-        c.fill(0.0);
-        return;
-    }
-    for (c_row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)) {
-        c_row.fill(0.0);
-        for (&x, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
-            for (y, &z) in c_row.iter_mut().zip(b_row) {
-                *y += x * z;
-            }
-        }
-    }
 }
 
 /// Checks tensor `index` and reads it as `(batch, rows, cols)`: its last two extents and the

@@ -8,20 +8,21 @@
 use super::args::{bad, operand, operand_of, scalar_f32, tensors};
 use super::stage::{load_range, store_range};
 use crate::kernel::{KernelCtx, KernelFailure};
+use crate::tile_ops::TileOps;
 use simpler_core::TaskTensor;
 
 /// `c = a + b`. Tensors: `[a, b, c OUT]`, equal element counts, f32 or bf16 each.
 pub fn add(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let args = ctx.args;
     let [a, b, c] = tensors::<3>(args)?;
-    binary(ctx, [a, b], (c, 2), |x, y| x + y)
+    binary(ctx, [a, b], (c, 2), |ops, x, y| ops.add(x, y))
 }
 
 /// `c = a * b`. Tensors: `[a, b, c OUT]`, equal element counts, f32 or bf16 each.
 pub fn mul(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let args = ctx.args;
     let [a, b, c] = tensors::<3>(args)?;
-    binary(ctx, [a, b], (c, 2), |x, y| x * y)
+    binary(ctx, [a, b], (c, 2), |ops, x, y| ops.mul(x, y))
 }
 
 /// `c = a + s`. Tensors: `[a, c OUT]`, equal element counts; scalar 0 holds `s` as f32 bits in
@@ -40,9 +41,7 @@ pub fn add_scalar(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     while lo < n {
         let x = &mut ctx.local[..(n - lo).min(chunk)];
         load_range(ctx.gm, a, 0, lo, x)?;
-        for v in x.iter_mut() {
-            *v += s;
-        }
+        ctx.ops.add_scalar(x, s);
         store_range(ctx.gm, c, 1, lo, x)?;
         lo += x.len();
     }
@@ -59,16 +58,16 @@ pub fn accumulate(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     if squeeze(p.shapes()) != squeeze(c.shapes()) {
         return Err(bad(1));
     }
-    binary(ctx, [p, c], (c, 1), |x, y| x + y)
+    binary(ctx, [p, c], (c, 1), |ops, x, y| ops.add(x, y))
 }
 
-/// `out = op(x, y)` over equal-count inputs `[x, y]` (tensors 0 and 1); `out` is tensor
-/// `out_index`.
+/// `out = op(x, y)` over equal-count inputs `[x, y]` (tensors 0 and 1), `op` updating a chunk
+/// of `x` in place with the platform's tile operations; `out` is tensor `out_index`.
 fn binary(
     ctx: &mut KernelCtx<'_>,
     [x, y]: [&TaskTensor; 2],
     (out, out_index): (&TaskTensor, usize),
-    op: impl Fn(f32, f32) -> f32,
+    op: fn(&dyn TileOps, &mut [f32], &[f32]),
 ) -> Result<(), KernelFailure> {
     let n = operand(x, 0)?;
     operand_of(y, 1, n)?;
@@ -87,9 +86,7 @@ fn binary(
         };
         load_range(ctx.gm, x, 0, lo, xs)?;
         load_range(ctx.gm, y, 1, lo, ys)?;
-        for (a, &b) in xs.iter_mut().zip(ys.iter()) {
-            *a = op(*a, b);
-        }
+        op(ctx.ops, xs, ys);
         store_range(ctx.gm, out, out_index, lo, xs)?;
         lo += len;
     }

@@ -28,8 +28,35 @@ use std::time::{Duration, Instant};
 
 /// A zeroed region of at least `bytes` bytes, aligned to a cache line (what core's layouts
 /// carve).
-fn region(bytes: usize) -> Box<[Line]> {
-    bytemuck::zeroed_slice_box(bytes.div_ceil(64))
+///
+/// Its words come from the allocator's zeroed allocation (`calloc`), which for a region of a
+/// ring's or TensorMap's size maps fresh pages the kernel supplies zeroed and commits on first
+/// touch, so resident memory follows what runs use. (A zeroed allocation aligned past 16 bytes
+/// is cleared by the allocator page by page, so the alignment is found inside a few words of
+/// slack instead.)
+struct Region {
+    all: Box<[u64]>,
+    first: usize,
+    words: usize,
+}
+
+impl Region {
+    fn new(bytes: usize) -> Self {
+        let words = bytes.div_ceil(size_of::<Line>()) * (size_of::<Line>() / 8);
+        let all: Box<[u64]> = bytemuck::zeroed_slice_box(words + size_of::<Line>() / 8);
+        let align = align_of::<Line>();
+        let first = (align - all.as_ptr() as usize % align) % align / 8;
+        Self { all, first, words }
+    }
+
+    /// The region's bytes, starting on a cache line.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.all[self.first..self.first + self.words])
+    }
+}
+
+fn region(bytes: usize) -> Region {
+    Region::new(bytes)
 }
 
 /// The orchestrator's waiting policy: spin briefly, then block on the wakeup; give up when the
@@ -84,30 +111,24 @@ pub(super) fn device_main(
     let mut sched_mem = region(orch_layout.sched().size());
     let mut orch_mem = region(orch_layout.size());
     let mut payload_mem = region(payloads_layout.size());
-    let shared = match SchedState::init(
-        bytemuck::cast_slice_mut(&mut sched_mem),
-        orch_layout.sched(),
-    ) {
+    let shared = match SchedState::init(sched_mem.bytes_mut(), orch_layout.sched()) {
         Ok(s) => s,
         Err(e) => {
             let _ = ready.send(Err(e.into()));
             return;
         }
     };
-    let payloads =
-        match TaskPayloads::init(bytemuck::cast_slice_mut(&mut payload_mem), &payloads_layout) {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = ready.send(Err(e.into()));
-                return;
-            }
-        };
+    // The region is fresh zeroed pages, which need no formatting: attaching leaves them
+    // untouched until a record is written into them.
+    let payloads = match TaskPayloads::attach(payload_mem.bytes_mut(), &payloads_layout) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
     let gm = gm_words.arena(GM_BASE);
-    let mut orch = match Orchestrator::init(
-        bytemuck::cast_slice_mut(&mut orch_mem),
-        &orch_layout,
-        &shared,
-    ) {
+    let mut orch = match Orchestrator::init(orch_mem.bytes_mut(), &orch_layout, &shared) {
         Ok(o) => o,
         Err(e) => {
             let _ = ready.send(Err(e.into()));

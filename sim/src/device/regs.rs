@@ -9,7 +9,9 @@
 //! acquire on each read of one) are what make a payload written before dispatch, and a
 //! kernel's GM writes before FIN, visible to the other side.
 
+use crate::tile_ops::HostTileOps;
 use simpler_aicore::core_loop::CorePort;
+use simpler_aicore::TileOps;
 use simpler_aicpu::Platform;
 use simpler_core::handshake::{DispatchPayload, AICORE_IDLE, AICPU_IDLE};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -56,6 +58,9 @@ impl CorePort for CoreBlock {
     }
     fn payload(&self, parity: u32) -> &DispatchPayload {
         &self.payloads[(parity & 1) as usize]
+    }
+    fn tile_ops(&self) -> &dyn TileOps {
+        &HostTileOps
     }
 }
 

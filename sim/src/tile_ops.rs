@@ -1,0 +1,182 @@
+//! The simulator's compute units: [`TileOps`] on the host's vector units.
+//!
+//! Matrix products go to the `gemm` crate, which picks its micro-kernel for the widest vector
+//! unit the CPU reports when first called (AVX-512F with the `x86-v4` feature, else AVX2 with
+//! FMA, else SSE or a portable loop) and blocks the product for the caches. It runs on the
+//! calling thread (`Parallelism::None`): a simulated core is one task on one host thread, and
+//! the device's other threads are the other cores. `gemm` was chosen over `matrixmultiply`,
+//! the other well-kept pure-Rust candidate, because it has AVX-512 micro-kernels, which reach
+//! the larger share of this machine's peak on 128x128x128 tiles (`tests/benches/README.md`,
+//! `peak` and `scene`), and it takes any row and column strides, so `q kᵀ` needs no transpose.
+//!
+//! Elementwise operations, reductions and `exp` run the portable loops ([`TileOps`]' provided
+//! methods): on a tile that sits in the core's cache they cost little beside the moves in and
+//! out of GM, and keeping them bit-identical to the firmware's keeps the scenes' goldens exact.
+//!
+//! Results: a product sums its `k` terms in `gemm`'s blocked order, not the portable loop's
+//! one-term-at-a-time order; `tile_ops` tests bound the difference (see
+//! [`simpler_aicore::tile_ops`] for the bound).
+
+use simpler_aicore::TileOps;
+
+/// The host's vector units as the cores' tile operations; one shared by every core.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostTileOps;
+
+/// `c (m × n) = beta · a (m × k) · b`, with `b`'s element `(p, j)` at `p * b_rs + j * b_cs`;
+/// `m` is as many whole rows as `a` and `c` both have. Returns false (doing nothing) when `b`
+/// is too short for `k × n` under its strides, for the caller to run the portable loop, which
+/// covers what it can.
+#[allow(unsafe_code)] // `gemm`'s entry point takes raw pointers and strides
+fn product(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    k: usize,
+    n: usize,
+    (b_rs, b_cs): (usize, usize),
+    beta: f32,
+) -> bool {
+    if n == 0 || k == 0 {
+        return false;
+    }
+    let m = (c.len() / n).min(a.len() / k);
+    // The last element `b` is read at, for p = k - 1 and j = n - 1.
+    let b_last = (k - 1) * b_rs + (n - 1) * b_cs;
+    if m == 0 || b_last >= b.len() {
+        return false;
+    }
+    // SAFETY: `gemm` reads `m × k` elements of `a` at `i * k + p` (`i < m`, `p < k`), all
+    // below `m * k <= a.len()`; `k × n` of `b` at `p * b_rs + j * b_cs <= b_last < b.len()`;
+    // and writes `m × n` of `c` at `i * n + j < m * n <= c.len()`. `c` is a unique borrow,
+    // distinct from `a` and `b`, so nothing else reads or writes it meanwhile; `read_dst` is
+    // false, so `c`'s old contents (which may be any bits) are never read. The call runs on
+    // this thread only (`Parallelism::None`) and returns before the borrows end.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            0.0,
+            beta,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+    true
+}
+
+impl TileOps for HostTileOps {
+    fn matmul(&self, a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
+        if !product(a, b, c, k, n, (n, 1), 1.0) {
+            simpler_aicore::tile_ops::matmul(a, b, c, k, n);
+        }
+    }
+
+    fn matmul_bt(&self, a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
+        // bᵀ's element (p, j) is b's (j, p), at j * k + p.
+        if !product(a, b, c, k, n, (1, k), scale) {
+            simpler_aicore::tile_ops::matmul_bt(a, b, c, k, n, scale);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simpler_aicore::Portable;
+
+    /// Uniform in [-1, 1) from a seeded xorshift, so inputs are reproducible.
+    fn values(len: usize, mut seed: u64) -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// Largest |x - exact| over the largest |exact|, against an f64 product.
+    fn error(c: &[f32], exact: &[f64]) -> f64 {
+        let scale = exact.iter().fold(0.0f64, |m, &v| m.max(v.abs()));
+        let worst = c
+            .iter()
+            .zip(exact)
+            .fold(0.0f64, |m, (&x, &e)| m.max((x as f64 - e).abs()));
+        worst / scale
+    }
+
+    #[test]
+    fn products_agree_with_an_f64_product_within_reordered_rounding() {
+        for (m, k, n) in [
+            (128, 128, 128),
+            (16, 16, 16),
+            (7, 33, 5),
+            (1, 1, 1),
+            (3, 128, 64),
+        ] {
+            let a = values(m * k, 1 + m as u64);
+            let b = values(k * n, 7 + n as u64);
+            let mut exact = vec![0.0f64; m * n];
+            let mut exact_bt = vec![0.0f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    for p in 0..k {
+                        exact[i * n + j] += a[i * k + p] as f64 * b[p * n + j] as f64;
+                        // b read as (n × k) for the transposed product.
+                        exact_bt[i * n + j] += a[i * k + p] as f64 * b[j * k + p] as f64;
+                    }
+                    exact_bt[i * n + j] *= 0.25;
+                }
+            }
+            let (mut host, mut portable) = (vec![f32::NAN; m * n], vec![0.0; m * n]);
+            HostTileOps.matmul(&a, &b, &mut host, k, n);
+            Portable.matmul(&a, &b, &mut portable, k, n);
+            // k · 2⁻²⁴ relative to the result's scale, with a margin of 4.
+            let bound = 4.0 * k as f64 / (1u64 << 24) as f64;
+            let (eh, ep) = (error(&host, &exact), error(&portable, &exact));
+            assert!(
+                eh <= bound && ep <= bound,
+                "{m}x{k}x{n}: {eh} {ep} > {bound}"
+            );
+            HostTileOps.matmul_bt(&a, &b, &mut host, k, n, 0.25);
+            Portable.matmul_bt(&a, &b, &mut portable, k, n, 0.25);
+            let (eh, ep) = (error(&host, &exact_bt), error(&portable, &exact_bt));
+            assert!(
+                eh <= bound && ep <= bound,
+                "{m}x{k}x{n} bt: {eh} {ep} > {bound}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_operands_cover_whole_rows_like_the_portable_loop() {
+        let (a, b) = (values(6, 3), values(4, 5));
+        // b too short for k × n = 2 × 3: the portable loop runs and covers what it can.
+        let (mut host, mut portable) = ([9.0f32; 6], [9.0f32; 6]);
+        HostTileOps.matmul(&a, &b, &mut host, 2, 3);
+        Portable.matmul(&a, &b, &mut portable, 2, 3);
+        assert_eq!(host, portable);
+        // c of 1.5 rows: only its whole row is written.
+        let mut c = [9.0f32; 3];
+        HostTileOps.matmul(&a, &values(4, 5), &mut c[..3], 2, 2);
+        assert_eq!(c[2], 9.0);
+        // k = 0 is a zero product.
+        HostTileOps.matmul(&[], &[], &mut c, 0, 3);
+        assert_eq!(c, [0.0; 3]);
+    }
+}

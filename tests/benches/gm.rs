@@ -1,0 +1,72 @@
+//! `gm`: moving tiles through the simulator's GM against the machine's memcpy.
+//!
+//! `copy_gbps`: a 64 MiB stream of 128x128 f32 tiles (64 KiB each), each loaded from one GM
+//! region into a core's local buffer by the kernels' tile helper (`simpler_aicore::tile::load`)
+//! and stored by `tile::store` to a second region; bytes of the stream per second, one thread.
+//! `memcpy_gbps`: the same bytes copied between two warm host buffers
+//! (`simpler_tests::peak::CopyBuffers`). The two arms alternate, and `copy_share_of_memcpy` is
+//! the ratio of their medians. The stream's GM is written once before timing, so neither arm
+//! measures first-touch page clearing.
+//!
+//! Not shown: moves of strided or bf16 views (a row or a chunk at a time), and several cores
+//! moving at once (they share the memory bandwidth the one-thread figures measure).
+//!
+//! Run: `cargo bench -p simpler-tests --bench gm` (`SIMPLER_BENCH_SMOKE=1`: one small sample).
+
+use simpler_aicore::tile;
+use simpler_core::gm::Gm;
+use simpler_core::{AddressSpace, BufferHandle, DataType, TaskTensor};
+use simpler_sim::gm::GmWords;
+use simpler_tests::measure::{report, report_summary, sized, summarize};
+use simpler_tests::peak::CopyBuffers;
+use std::time::Instant;
+
+const TILE: u32 = 128;
+const TILE_BYTES: u64 = (TILE * TILE * 4) as u64;
+const BASE: u64 = 0x1_0000_0000;
+
+fn tile_at(addr: u64) -> TaskTensor {
+    TaskTensor::new(
+        BufferHandle {
+            addr,
+            size: TILE_BYTES,
+        },
+        0,
+        &[TILE, TILE],
+        &[TILE, 1],
+        DataType::Float32,
+        AddressSpace::Device,
+    )
+    .expect("a tile view")
+}
+
+fn main() {
+    let bytes: u64 = sized(64 << 20, 1 << 20);
+    let samples = sized(9, 1);
+    let words = GmWords::zeroed((2 * bytes / 8) as usize);
+    let gm = words.arena(BASE);
+    let fill: Vec<u8> = (0..bytes).map(|i| (i * 31 % 251) as u8).collect();
+    gm.write(BASE, &fill).unwrap();
+    gm.write(BASE + bytes, &vec![0u8; bytes as usize]).unwrap();
+    let mut local = vec![0f32; (TILE * TILE) as usize];
+    let mut host = CopyBuffers::new(bytes as usize);
+    let (mut stream, mut copy) = (Vec::new(), Vec::new());
+    for _ in 0..samples {
+        let start = Instant::now();
+        for at in (0..bytes).step_by(TILE_BYTES as usize) {
+            tile::load(&gm, &tile_at(BASE + at), &mut local).unwrap();
+            tile::store(&gm, &tile_at(BASE + bytes + at), &local).unwrap();
+        }
+        stream.push(bytes as f64 / start.elapsed().as_secs_f64() / 1e9);
+        copy.push(host.gbps(1));
+    }
+    // The stream moved the bytes: the second region now equals the first.
+    let mut back = vec![0u8; bytes as usize];
+    gm.read(BASE + bytes, &mut back).unwrap();
+    assert!(back == fill, "the tile stream did not copy its bytes");
+    let s = summarize(&mut stream).unwrap().median;
+    let c = summarize(&mut copy).unwrap().median;
+    report_summary("gm", "copy_gbps", &mut stream, "GB/s");
+    report_summary("gm", "memcpy_gbps", &mut copy, "GB/s");
+    report("gm", "copy_share_of_memcpy", s / c, "fraction");
+}

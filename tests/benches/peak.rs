@@ -1,0 +1,90 @@
+//! `peak`: this machine's limits, so every kernel figure can be quoted as a share of a peak
+//! measured in the same run.
+//!
+//! - `fp32_fma_gflops_one_core` and `fp32_fma_gflops_all_cores`: fused multiply-adds on
+//!   registers only, 12 independent accumulator chains per thread (enough to hide the FMA
+//!   latency on every x86-64 core in use), the widest vector unit the CPU reports at run time
+//!   (AVX-512F, else AVX2 with FMA, else a portable loop the compiler vectorises for the
+//!   baseline target); one thread, then one per available CPU started together. A
+//!   multiply-add counts as 2 FLOP.
+//! - `memcpy_gbps`: bytes copied per second between two warm 64 MiB buffers (both written
+//!   once before timing, so no first-touch page clearing is measured), one thread.
+//! - `tile_matmul_gflops_host` and `tile_matmul_gflops_portable`: one 128x128x128 f32 product
+//!   after another on one thread, through the simulator's tile operations
+//!   (`simpler_sim::tile_ops::HostTileOps`, on `gemm`) and through the firmware's portable loop
+//!   (`simpler_aicore::Portable`), with `tile_matmul_share_of_one_core_peak` for the first.
+//! - `isa`: which vector unit the FMA figures used (0 portable, 256 AVX2+FMA, 512 AVX-512F).
+//!
+//! Each figure is the median and the maximum of repeated samples (the maximum is the least
+//! disturbed one on a shared machine). [`simpler_tests::peak`] holds the measuring code, which
+//! the `scene` benchmark also runs so its GFLOP/s are quoted against a peak of the same run.
+//!
+//! Not shown: peaks under memory traffic, or with the frequency a long AVX-512 load settles at
+//! on some parts; the all-core figure assumes the other tenants of the machine leave the CPUs
+//! free for the sample (on a busy machine it reads low).
+//!
+//! Run: `cargo bench -p simpler-tests --bench peak` (`SIMPLER_BENCH_SMOKE=1`: one short sample).
+
+use simpler_aicore::{Portable, TileOps};
+use simpler_sim::tile_ops::HostTileOps;
+use simpler_tests::measure::{report, sized};
+use simpler_tests::peak;
+use std::time::Instant;
+
+/// GFLOP/s of `reps` 128x128x128 products on `ops`.
+fn tile_matmul(ops: &dyn TileOps, reps: usize) -> f64 {
+    const T: usize = 128;
+    let a: Vec<f32> = (0..T * T).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+    let b: Vec<f32> = (0..T * T).map(|i| (i % 7) as f32 / 7.0 - 0.5).collect();
+    let mut c = vec![0f32; T * T];
+    let start = Instant::now();
+    for _ in 0..reps {
+        ops.matmul(&a, std::hint::black_box(&b), &mut c, T, T);
+    }
+    std::hint::black_box(&c);
+    (2 * T * T * T * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+fn main() {
+    let samples = sized(7, 1);
+    let isa = peak::fma_isa();
+    report("peak", "isa", isa.bits() as f64, "bits");
+    let mut one = Vec::new();
+    let mut all = Vec::new();
+    let mut copy = Vec::new();
+    let (mut host, mut portable) = (Vec::new(), Vec::new());
+    let mut bufs = peak::CopyBuffers::new(sized(64 << 20, 1 << 20));
+    // Interleaved: a drift of the machine's load moves every figure alike.
+    for _ in 0..samples {
+        one.push(peak::fma_gflops(1, sized(0.2, 0.01)));
+        all.push(peak::fma_gflops(peak::cpus(), sized(0.2, 0.01)));
+        copy.push(bufs.gbps(sized(8, 1)));
+        host.push(tile_matmul(&HostTileOps, sized(2000, 2)));
+        portable.push(tile_matmul(&Portable, sized(100, 1)));
+    }
+    let one_core = simpler_tests::measure::summarize(&mut one.clone())
+        .unwrap()
+        .median;
+    let host_median = simpler_tests::measure::summarize(&mut host.clone())
+        .unwrap()
+        .median;
+    report(
+        "peak",
+        "tile_matmul_share_of_one_core_peak",
+        host_median / one_core,
+        "fraction",
+    );
+    for (figure, mut xs, unit) in [
+        ("fp32_fma_gflops_one_core", one, "GFLOP/s"),
+        ("fp32_fma_gflops_all_cores", all, "GFLOP/s"),
+        ("memcpy_gbps", copy, "GB/s"),
+        ("tile_matmul_gflops_host", host, "GFLOP/s"),
+        ("tile_matmul_gflops_portable", portable, "GFLOP/s"),
+    ] {
+        let s = simpler_tests::measure::summarize(&mut xs).expect("samples");
+        report("peak", &format!("{figure}_median"), s.median, unit);
+        report("peak", &format!("{figure}_max"), *xs.last().unwrap(), unit);
+        assert!(s.median > 0.0, "{figure}: {}", s.median);
+    }
+    report("peak", "cpus", peak::cpus() as f64, "cpus");
+}
