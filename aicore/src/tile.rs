@@ -103,7 +103,9 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
     for_each_run(t, |addr, first, len, stride| {
         if dtype == DataType::Float32 && stride == 4 {
             let out = dst.get_mut(first..first + len).ok_or(UNSUPPORTED)?;
-            gm.read(addr, bytemuck::cast_slice_mut(out))?;
+            // f32 to bytes never fails; the checked cast keeps the core loop free of panic paths.
+            let raw = bytemuck::try_cast_slice_mut(out).map_err(|_| UNSUPPORTED)?;
+            gm.read(addr, raw)?;
             // GM holds little-endian words: a no-op on little-endian hosts and devices.
             for v in out.iter_mut() {
                 *v = f32::from_bits(u32::from_le(v.to_bits()));
@@ -117,7 +119,9 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
                 let run = bytes.get_mut(..chunk * elem).ok_or(UNSUPPORTED)?;
                 gm.read(addr.wrapping_add((done * elem) as u64), run)?;
             } else {
-                for (i, b) in bytes.chunks_exact_mut(elem).take(chunk).enumerate() {
+                // `elem` is 2 or 4 (`moved_elem`); `max(1)` shows the compiler it is not zero, so
+                // the chunking has no panic path.
+                for (i, b) in bytes.chunks_exact_mut(elem.max(1)).take(chunk).enumerate() {
                     gm.read(addr.wrapping_add((done + i) as u64 * stride), b)?;
                 }
             }
@@ -153,7 +157,8 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
     for_each_run(t, |addr, first, len, stride| {
         let values = src.get(first..first + len).ok_or(UNSUPPORTED)?;
         if dtype == DataType::Float32 && stride == 4 && cfg!(target_endian = "little") {
-            return Ok(gm.write(addr, bytemuck::cast_slice(values))?);
+            let raw = bytemuck::try_cast_slice(values).map_err(|_| UNSUPPORTED)?;
+            return Ok(gm.write(addr, raw)?);
         }
         let mut done = 0;
         while done < len {
@@ -174,7 +179,8 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
                 let run = bytes.get(..chunk * elem).ok_or(UNSUPPORTED)?;
                 gm.write(addr.wrapping_add((done * elem) as u64), run)?;
             } else {
-                for (i, b) in bytes.chunks_exact(elem).take(chunk).enumerate() {
+                // As in `load`: `max(1)` keeps the chunking free of a panic path.
+                for (i, b) in bytes.chunks_exact(elem.max(1)).take(chunk).enumerate() {
                     gm.write(addr.wrapping_add((done + i) as u64 * stride), b)?;
                 }
             }
