@@ -11,19 +11,49 @@
 //! `arena_h2d`), device = `runtime_init` + `device_run`. Every run's golden is checked after
 //! the blocks (a check inside them would add to the wall).
 //!
-//! Not shown: copy-back, which both arms pay after the device run.
+//! Both arms bind every run (whole-bind replay off). A third section turns replay on and binds
+//! the same staged entry again in host-only binds (the image is kept, not shipped):
+//! `guarded_replay_host_us` is a replayed bind's host time (the entry's placement, `args`; the
+//! guard check and the heap blocks' placement, `arena_build`), next to the same span of a bind
+//! that runs its orchestration (`bind_host_us`: `args` to `shared_mem`), binds alternating
+//! between two workers; allocations and minor faults per replayed bind, whole process. Not
+//! shown: shipping the image and copying the entry in and out, which every run pays whether
+//! it replays or not.
 //!
 //! Run: `cargo bench -p simpler-tests --bench pipeline` (`SIMPLER_BENCH_SMOKE=1`: blocks of 2,
 //! one per arm).
 
-use simpler_host::hbg::{BindPhase, GraphRetention};
+use simpler_host::hbg::{BindPhase, BindReplay, BindReport, GraphRetention};
 use simpler_host::scenes;
 use simpler_host::{ChipArg, ChipWorker, RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
-use simpler_tests::measure::{report, report_summary, sized};
+use simpler_tests::alloc_count::{self as counter, Counting};
+use simpler_tests::measure::{process_minor_faults, report, report_summary, sized};
 use std::time::Instant;
 
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// The host's phases of a bind up to the launch.
+const TO_LAUNCH: [BindPhase; 7] = [
+    BindPhase::Args,
+    BindPhase::ArenaBuild,
+    BindPhase::HostOrch,
+    BindPhase::GraphCommit,
+    BindPhase::SharedMem,
+    BindPhase::GraphUpload,
+    BindPhase::ArenaH2d,
+];
+
+fn us(report: &BindReport, phases: &[BindPhase]) -> f64 {
+    phases
+        .iter()
+        .map(|&ph| report.phase(ph).time.as_secs_f64() * 1e6)
+        .sum()
+}
+
 fn main() {
+    simpler_host::alloc_count::install(counter::thread);
     let p = scenes::find("dsv4_shaped")
         .expect("scene")
         .prepare("default")
@@ -34,6 +64,10 @@ fn main() {
         ..GraphRetention::default()
     })
     .expect("retention");
+    w.set_bind_replay(BindReplay {
+        enabled: false,
+        verify: false,
+    });
     let h = w.register(p.callable.clone());
     w.wait_for_recorders();
     let opts = || RunOptions::on(Runtime::Hbg);
@@ -49,23 +83,10 @@ fn main() {
             let mut a = entry();
             let r = w.run(h, &mut a, &p.scalars, opts()).expect("depth-one run");
             let bind = r.bind.expect("hbg");
-            let host: std::time::Duration = [
-                BindPhase::Args,
-                BindPhase::ArenaBuild,
-                BindPhase::HostOrch,
-                BindPhase::GraphCommit,
-                BindPhase::SharedMem,
-                BindPhase::GraphUpload,
-                BindPhase::ArenaH2d,
-            ]
-            .iter()
-            .map(|&ph| bind.phase(ph).time)
-            .sum();
-            let device =
-                bind.phase(BindPhase::RuntimeInit).time + bind.phase(BindPhase::DeviceRun).time;
+            let device = us(&bind, &[BindPhase::RuntimeInit, BindPhase::DeviceRun]);
             if b > 0 {
-                binds.push(host.as_secs_f64() * 1e6);
-                devices.push(device.as_secs_f64() * 1e6);
+                binds.push(us(&bind, &TO_LAUNCH));
+                devices.push(device);
             }
             kept.push(a);
         }
@@ -119,9 +140,87 @@ fn main() {
         (bind + device) / bind.max(device),
         "x",
     );
+    replay(&p);
     for (i, a) in kept.iter().enumerate() {
         let host: Vec<_> = a.iter().filter_map(ChipArg::host).cloned().collect();
         let c = (p.check)(&host);
         assert!(c.pass, "run {i}: golden (max diff {})", c.max_diff);
     }
+}
+
+/// Replayed binds against binds that run, on two workers binding the same entry in turn.
+fn replay(p: &simpler_host::scenes::Prepared) {
+    let mut workers: Vec<_> = [true, false]
+        .into_iter()
+        .map(|enabled| {
+            let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
+            w.set_graph_retention(GraphRetention {
+                verify: false,
+                ..GraphRetention::default()
+            })
+            .expect("retention");
+            w.set_bind_replay(BindReplay {
+                enabled,
+                verify: false,
+            });
+            let h = w.register(p.callable.clone());
+            w.wait_for_recorders();
+            (w, h)
+        })
+        .collect();
+    let (settle, binds) = (sized(3, 1), sized(30, 2));
+    let replayed_phases = [
+        BindPhase::Args,
+        BindPhase::ArenaBuild,
+        BindPhase::GraphUpload,
+    ];
+    let (mut replayed, mut bound) = (Vec::new(), Vec::new());
+    let (mut allocs, mut faults) = (Vec::new(), Vec::new());
+    let mut entries: Vec<Vec<ChipArg>> = (0..2)
+        .map(|_| p.tensors.iter().cloned().map(ChipArg::Host).collect())
+        .collect();
+    for round in 0..settle + binds {
+        for (i, (w, h)) in workers.iter_mut().enumerate() {
+            let (f0, a0) = (process_minor_faults(), counter::process());
+            let r = w
+                .run(
+                    *h,
+                    &mut entries[i],
+                    &p.scalars,
+                    RunOptions::host_only_hbg(),
+                )
+                .expect("run");
+            let (f, a) = (process_minor_faults() - f0, counter::process() - a0);
+            let bind = r.bind.expect("hbg");
+            assert_eq!(
+                bind.replayed,
+                i == 0 && round > 0,
+                "worker {i}, round {round}"
+            );
+            if round < settle {
+                continue;
+            }
+            if i == 0 {
+                replayed.push(us(&bind, &replayed_phases));
+                allocs.push(a as f64);
+                faults.push(f as f64);
+            } else {
+                bound.push(us(&bind, &TO_LAUNCH[..6]));
+            }
+        }
+    }
+    report_summary("pipeline", "guarded_replay_host_us", &mut replayed, "us");
+    report_summary("pipeline", "bind_host_us", &mut bound, "us");
+    report_summary(
+        "pipeline",
+        "guarded_replay_process_allocs_per_bind",
+        &mut allocs,
+        "allocs",
+    );
+    report_summary(
+        "pipeline",
+        "guarded_replay_process_minflt_per_bind",
+        &mut faults,
+        "faults",
+    );
 }
