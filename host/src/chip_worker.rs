@@ -450,6 +450,9 @@ struct Submitted {
     state: RunState,
 }
 
+// The queue holds a few runs at most, and a done run's result is moved out once: boxing it
+// would allocate per run for nothing.
+#[allow(clippy::large_enum_variant)]
 enum RunState {
     /// On the device (or queued behind the other slot's run).
     Running(Box<Flight>),
@@ -459,6 +462,8 @@ enum RunState {
 
 /// How far a launch got: to the run's end (host-only, or a backend that runs synchronously),
 /// or to the device.
+// Moved out at once by the caller; boxing the report would allocate per host-only bind.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Launch {
     Done(RunReport),
     Running(Box<Flight>),
@@ -963,7 +968,7 @@ impl ChipWorker {
         let run_start = start.elapsed();
         // The orchestration reads the adopted entry on the device: the job takes a copy, so
         // the slot's staging keeps its own for the next run.
-        let orch_args = Box::new((*staging.orch_args).clone());
+        let orch_args = Box::new(*staging.orch_args);
         let pending = self.device.launch(
             callable.orch.clone(),
             callable.kernels.clone(),

@@ -968,6 +968,7 @@ impl ChipWorker {
     /// The end of a launched hbg run: `runtime_init` and `device_run` (the device times its
     /// own set-up, reset and image import, on its thread; `device_run` is the rest of the span
     /// from the launch to the end of this wait), then `copy_back`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn finish_hbg(
         &mut self,
         outcome: simpler_aicpu::RunOutcome,

@@ -59,6 +59,8 @@ pub(super) fn child_main(setup: ChildSetup<'_>) -> ! {
     os::exit_now(code)
 }
 
+// One per child process, made once: the chip variant's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Role {
     #[cfg(feature = "sim")]
     Chip {
