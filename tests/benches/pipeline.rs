@@ -183,12 +183,7 @@ fn replay(p: &simpler_host::scenes::Prepared) {
         for (i, (w, h)) in workers.iter_mut().enumerate() {
             let (f0, a0) = (process_minor_faults(), counter::process());
             let r = w
-                .run(
-                    *h,
-                    &mut entries[i],
-                    &p.scalars,
-                    RunOptions::host_only_hbg(),
-                )
+                .run(*h, &mut entries[i], &p.scalars, RunOptions::host_only_hbg())
                 .expect("run");
             let (f, a) = (process_minor_faults() - f0, counter::process() - a0);
             let bind = r.bind.expect("hbg");

@@ -93,7 +93,11 @@ fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
 /// A worker with the callable registered and a one-word flag in persistent device memory
 /// (raised: 1, or lowered: 0).
 fn worker(raised: bool) -> (ChipWorker, CallableHandle, u64) {
-    let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
+    worker_with(raised, DeviceConfig::new(Topology::A2a3))
+}
+
+fn worker_with(raised: bool, config: DeviceConfig) -> (ChipWorker, CallableHandle, u64) {
+    let mut w = ChipWorker::init(config).expect("device");
     let table: Vec<KernelFn> = vec![gated_add, add, fail, kernels::empty];
     let h = w.register_callable(
         std::sync::Arc::new(orchestrate),
@@ -283,4 +287,38 @@ fn a_handle_of_another_worker_is_refused() {
     let e = other.wait(run).expect_err("foreign");
     assert!(matches!(e, WorkerError::ForeignRun), "{e:?}");
     assert_eq!(e.to_string(), "the run handle belongs to another worker");
+}
+
+#[test]
+fn a_run_the_watchdog_ends_fails_alone() {
+    for runtime in [Runtime::Tmr, Runtime::Hbg] {
+        let mut config = DeviceConfig::new(Topology::A2a3);
+        config.watchdog = Duration::from_millis(250);
+        let (mut w, h, flag) = worker_with(false, config);
+        // Run 0's kernel holds its core past the watchdog period: no pass or step makes
+        // progress meanwhile, so the watchdog ends the run once the kernel returns.
+        let stuck = w.submit(
+            h,
+            entry(flag, 10),
+            &scalars(10, GATED_ADD),
+            options(runtime),
+        );
+        let after = w.submit(h, entry(flag, 11), &scalars(11, ADD), options(runtime));
+        // Not a measurement: the gate stays shut well past the watchdog period.
+        std::thread::sleep(Duration::from_millis(1200));
+        w.copy_to_device(flag, &1u32.to_le_bytes()).expect("raise");
+        let e = w
+            .wait(stuck)
+            .expect("own handle")
+            .result
+            .expect_err("timed out");
+        assert!(
+            matches!(e, WorkerError::Run(RunError::Timeout)),
+            "{runtime:?}: {e:?}"
+        );
+        let b = w.wait(after).expect("own handle");
+        b.result
+            .unwrap_or_else(|e| panic!("{runtime:?} run after the timeout: {e}"));
+        check(11, &b.args);
+    }
 }
