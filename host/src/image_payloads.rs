@@ -89,6 +89,43 @@ impl ImagePayloads {
 }
 
 impl ImagePayloads {
+    /// Calls `f` with the position (in words) and value of every device address the records
+    /// hold: each tensor's buffer address and each dispatch predicate's element address.
+    /// Scalars are not among them: a scalar is a value, whatever the orchestration computed
+    /// it from.
+    pub(crate) fn addresses(&mut self, mut f: impl FnMut(usize, u64)) {
+        let words = &self.stream.get_mut().words;
+        let mut at = 0;
+        while let Some(&counts) = words.get(at + PREFIX_WORDS - 1) {
+            let (nt, ns, predicated) = decode_counts(counts);
+            let body = at + PREFIX_WORDS;
+            for t in 0..nt {
+                let w = body + t * TENSOR_WORDS;
+                if let Some(&v) = words.get(w) {
+                    f(w, v);
+                }
+            }
+            let end = body + nt * TENSOR_WORDS + ns;
+            if predicated {
+                // The predicate's first word is its element's address.
+                if let Some(&v) = words.get(end) {
+                    f(end, v);
+                }
+            }
+            at = end
+                + if predicated {
+                    DispatchPredicate::WORDS
+                } else {
+                    0
+                };
+        }
+    }
+
+    /// The image's words, to patch in place (positions from [`Self::addresses`]).
+    pub(crate) fn words_mut(&mut self) -> &mut [u64] {
+        &mut self.stream.get_mut().words
+    }
+
     /// The image as [`Self::image`] last completed it.
     pub(crate) fn bytes(&mut self) -> &[u8] {
         bytemuck::cast_slice(&self.stream.get_mut().words)
@@ -263,5 +300,68 @@ mod tests {
         // Cleared, the stream starts the next bind empty.
         stream.clear();
         assert_eq!(stream.image(&[0; 4]).map(<[u8]>::len), Some(0));
+    }
+    /// The addresses are every tensor's buffer address and every predicate's element
+    /// address, and nothing else (not a scalar that happens to hold an address's value):
+    /// moving those in a range moves exactly them.
+    #[test]
+    fn addresses_are_tensor_and_predicate_addresses_and_no_scalar() {
+        let layout = PayloadsLayout::new([8, 0, 0, 0]).unwrap();
+        let mut stream = ImagePayloads::default();
+        let pred = |addr| DispatchPredicate {
+            addr,
+            target: 1,
+            elem_size: 4,
+            op: 0,
+            reserved: [0; 6],
+        };
+        let k = MixedKernels {
+            aic: 1,
+            aiv0: NO_KERNEL,
+            aiv1: NO_KERNEL,
+        };
+        let id = |n| TaskId::new(0, n);
+        stream.record(id(0), k, 1, &[arg(0x3000), arg(0x5000)], &[0x3000], None);
+        // Task 1 has no record (an allocation task): its empty record is walked over.
+        stream.record(
+            id(2),
+            k,
+            1,
+            &[arg(0x3400)],
+            &[7, 0x3008],
+            Some(&pred(0x3010)),
+        );
+        stream.record(id(3), k, 1, &[], &[], Some(&pred(0x5010)));
+        stream.record(id(4), k, 1, &[arg(0x2fff)], &[], None);
+        let tasks = [5, 0, 0, 0];
+        stream.image(&tasks).unwrap();
+        // 0x3000..0x4000 moves to 0x9000.
+        let mut sites = Vec::new();
+        stream.addresses(|at, a| sites.push((at, a)));
+        for (at, a) in sites {
+            if a.wrapping_sub(0x3000) < 0x1000 {
+                stream.words_mut()[at] = a - 0x3000 + 0x9000;
+            }
+        }
+        let image = stream.bytes().to_vec();
+        let mut mem = vec![Line([0; 64]); layout.size().div_ceil(64)];
+        let got = TaskPayloads::init(bytemuck::cast_slice_mut(&mut mem), &layout).unwrap();
+        got.import(&tasks, &mut Reader::new(&image))
+            .expect("import");
+        let read = |n| {
+            let mut a = CoreTaskArgs::new();
+            got.read_args(id(n), &mut a);
+            let addrs: Vec<u64> = a.tensors().iter().map(|t| t.buffer().addr).collect();
+            (
+                addrs,
+                a.scalars().to_vec(),
+                got.predicate(id(n)).map(|p| p.addr),
+            )
+        };
+        assert_eq!(read(0), (vec![0x9000, 0x5000], vec![0x3000], None));
+        assert_eq!(read(1), (vec![], vec![], None));
+        assert_eq!(read(2), (vec![0x9400], vec![7, 0x3008], Some(0x9010)));
+        assert_eq!(read(3), (vec![], vec![], Some(0x5010)));
+        assert_eq!(read(4), (vec![0x2fff], vec![], None));
     }
 }

@@ -16,7 +16,9 @@
 //! `guarded_replay_host_us` is a replayed bind's host time (the entry's placement, `args`; the
 //! guard check and the heap blocks' placement, `arena_build`), next to the same span of a bind
 //! that runs its orchestration (`bind_host_us`: `args` to `shared_mem`), binds alternating
-//! between two workers; allocations and minor faults per replayed bind, whole process. Not
+//! between two workers; `guarded_replay_moved_host_us`, the same span on a third worker whose
+//! entry is device memory in two sets of buffers used in turn (every replay relocates the
+//! image to the other set); allocations and minor faults per replayed bind, whole process. Not
 //! shown: shipping the image and copying the entry in and out, which every run pays whether
 //! it replays or not.
 //!
@@ -25,7 +27,7 @@
 
 use simpler_host::hbg::{BindPhase, BindReplay, BindReport, GraphRetention};
 use simpler_host::scenes;
-use simpler_host::{ChipArg, ChipWorker, RunOptions, Runtime};
+use simpler_host::{ChipArg, ChipWorker, DeviceTensor, RunOptions, Runtime};
 use simpler_sim::{DeviceConfig, Topology};
 use simpler_tests::alloc_count::{self as counter, Counting};
 use simpler_tests::measure::{process_minor_faults, report, report_summary, sized};
@@ -150,7 +152,7 @@ fn main() {
 
 /// Replayed binds against binds that run, on two workers binding the same entry in turn.
 fn replay(p: &simpler_host::scenes::Prepared) {
-    let mut workers: Vec<_> = [true, false]
+    let mut workers: Vec<_> = [true, false, true]
         .into_iter()
         .map(|enabled| {
             let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
@@ -174,12 +176,30 @@ fn replay(p: &simpler_host::scenes::Prepared) {
         BindPhase::ArenaBuild,
         BindPhase::GraphUpload,
     ];
-    let (mut replayed, mut bound) = (Vec::new(), Vec::new());
+    let (mut replayed, mut bound, mut moved) = (Vec::new(), Vec::new(), Vec::new());
     let (mut allocs, mut faults) = (Vec::new(), Vec::new());
     let mut entries: Vec<Vec<ChipArg>> = (0..2)
         .map(|_| p.tensors.iter().cloned().map(ChipArg::Host).collect())
         .collect();
+    // The third worker's entry lives in persistent device memory, in two sets of buffers
+    // used in turn: every replay relocates the image to the other set.
+    let device_sets: Vec<Vec<ChipArg>> = {
+        let w = &mut workers[2].0;
+        (0..2)
+            .map(|_| {
+                p.tensors
+                    .iter()
+                    .map(|t| {
+                        let addr = w.malloc(t.data.len() as u64).expect("malloc");
+                        ChipArg::Device(DeviceTensor::contiguous(addr, &t.shapes, t.dtype, t.dir))
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    entries.push(device_sets[0].clone());
     for round in 0..settle + binds {
+        entries[2].clone_from(&device_sets[round % 2]);
         for (i, (w, h)) in workers.iter_mut().enumerate() {
             let (f0, a0) = (process_minor_faults(), counter::process());
             let r = w
@@ -189,22 +209,25 @@ fn replay(p: &simpler_host::scenes::Prepared) {
             let bind = r.bind.expect("hbg");
             assert_eq!(
                 bind.replayed,
-                i == 0 && round > 0,
+                i != 1 && round > 0,
                 "worker {i}, round {round}"
             );
             if round < settle {
                 continue;
             }
-            if i == 0 {
-                replayed.push(us(&bind, &replayed_phases));
-                allocs.push(a as f64);
-                faults.push(f as f64);
-            } else {
-                bound.push(us(&bind, &TO_LAUNCH[..6]));
+            match i {
+                0 => {
+                    replayed.push(us(&bind, &replayed_phases));
+                    allocs.push(a as f64);
+                    faults.push(f as f64);
+                }
+                1 => bound.push(us(&bind, &TO_LAUNCH[..6])),
+                _ => moved.push(us(&bind, &replayed_phases)),
             }
         }
     }
     report_summary("pipeline", "guarded_replay_host_us", &mut replayed, "us");
+    report_summary("pipeline", "guarded_replay_moved_host_us", &mut moved, "us");
     report_summary("pipeline", "bind_host_us", &mut bound, "us");
     report_summary(
         "pipeline",

@@ -13,7 +13,9 @@ use simpler_core::orchestrator::TaskArg;
 use simpler_core::{ArgDirection, TensorArgType};
 use simpler_host::hbg::{BindReplay, HbgError};
 use simpler_host::scenes;
-use simpler_host::{ChipArg, ChipWorker, HostTensor, RunOptions, Runtime, WorkerError};
+use simpler_host::{
+    ChipArg, ChipWorker, DeviceTensor, HostTensor, RunOptions, Runtime, WorkerError,
+};
 use simpler_sim::{DeviceConfig, Topology};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -261,5 +263,187 @@ fn paged_attention_replays_until_a_context_length_changes() {
         assert_eq!(r.bind.unwrap().replayed, replayed);
         let c = (prepared.check)(&a);
         assert!(c.pass, "golden (max diff {})", c.max_diff);
+    }
+}
+
+/// Host tensors copied into fresh persistent device allocations, as device entry tensors:
+/// the entry of a bind whose buffers live at other addresses than the last bind's. Returns
+/// the entry and each allocation's address.
+fn on_device(w: &mut ChipWorker, tensors: &[HostTensor]) -> (Vec<ChipArg>, Vec<u64>) {
+    let mut addrs = Vec::new();
+    let args = tensors
+        .iter()
+        .map(|t| {
+            let addr = w.malloc(t.data.len() as u64).expect("malloc");
+            w.copy_to_device(addr, &t.data).expect("copy in");
+            addrs.push(addr);
+            ChipArg::Device(DeviceTensor::contiguous(addr, &t.shapes, t.dtype, t.dir))
+        })
+        .collect();
+    (args, addrs)
+}
+
+/// The host tensors `template` describes, with the bytes now at `addrs` (a run's outputs).
+fn from_device(w: &mut ChipWorker, template: &[HostTensor], addrs: &[u64]) -> Vec<HostTensor> {
+    template
+        .iter()
+        .zip(addrs)
+        .map(|(t, &addr)| {
+            let mut t = t.clone();
+            w.copy_from_device(addr, &mut t.data).expect("copy out");
+            t
+        })
+        .collect()
+}
+
+/// The rows scene's entry with x and y in persistent device memory, n on the host (the
+/// orchestration reads it, and only host copies are readable while binding).
+fn rows_on_device(w: &mut ChipWorker, rows: u32, seed: u32) -> (Vec<ChipArg>, Vec<u64>) {
+    let host = entry(rows, seed);
+    let tensors: Vec<HostTensor> = host[1..]
+        .iter()
+        .map(|a| a.host().unwrap().clone())
+        .collect();
+    let (dev, addrs) = on_device(w, &tensors);
+    (std::iter::once(host[0].clone()).chain(dev).collect(), addrs)
+}
+
+/// y = x + s on the first `rows` rows, read back from the device.
+fn check_device(w: &mut ChipWorker, y: u64, rows: u32, seed: u32, s: f32) {
+    let mut host = entry(rows, seed);
+    if let ChipArg::Host(t) = &mut host[2] {
+        w.copy_from_device(y, &mut t.data).expect("copy out");
+    }
+    check(&host, rows, seed, s);
+}
+
+#[test]
+fn a_replay_follows_entry_buffers_to_new_addresses() {
+    // Three sets of device buffers in turn: every bind after the first sees other addresses
+    // than the bind before it in the same slot.
+    static RUNS: AtomicU32 = AtomicU32::new(0);
+    fn orch(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+        let s = rt.args().scalars()[0];
+        rows_from_entry(rt, &RUNS, s)
+    }
+    for verify in [false, true] {
+        let (mut w, h) = worker(
+            orch,
+            BindReplay {
+                enabled: true,
+                verify,
+            },
+        );
+        let s = 0.5f32.to_bits() as u64;
+        let before = RUNS.load(Ordering::Relaxed);
+        let sets: Vec<_> = (0..3).map(|seed| rows_on_device(&mut w, 3, seed)).collect();
+        assert_ne!(sets[0].1, sets[1].1, "distinct allocations");
+        for round in 0..7 {
+            let (args, addrs) = &sets[round % 3];
+            let mut a = args.clone();
+            // Verifying, the relocated image is compared byte for byte with the one the
+            // orchestration builds at the new addresses: a relocation that missed or
+            // misplaced an address fails the bind.
+            let r = w.run(h, &mut a, &[s], hbg()).expect("run");
+            assert_eq!(
+                r.bind.unwrap().replayed,
+                !verify && round > 0,
+                "round {round}"
+            );
+            check_device(&mut w, addrs[1], 3, (round % 3) as u32, 0.5);
+            // The next round in this set starts from a zeroed y again.
+            w.copy_to_device(addrs[1], &vec![0u8; (ROWS * N * 4) as usize])
+                .unwrap();
+        }
+        let runs = RUNS.load(Ordering::Relaxed) - before;
+        assert_eq!(runs, if verify { 7 } else { 1 }, "verify {verify}");
+    }
+}
+
+#[test]
+fn entry_buffers_that_overlap_differently_do_not_replay() {
+    let (mut w, h) = worker(counted_a, ON);
+    let s = 1.5f32.to_bits() as u64;
+    let (args, addrs) = rows_on_device(&mut w, 2, 1);
+    let mut a = args.clone();
+    w.run(h, &mut a, &[s], hbg()).expect("first");
+    check_device(&mut w, addrs[1], 2, 1, 1.5);
+    // In place: y is x's buffer. The layouts are unchanged, the addresses moved, but x and y
+    // now overlap, so the dependencies are not the ones retained.
+    let mut a = args.clone();
+    let ChipArg::Device(x) = &a[1] else {
+        unreachable!()
+    };
+    let x = x.clone();
+    let ChipArg::Device(y) = &mut a[2] else {
+        unreachable!()
+    };
+    y.addr = x.addr;
+    let r = w.run(h, &mut a, &[s], hbg()).expect("in place");
+    assert!(!r.bind.unwrap().replayed, "overlap changed");
+    // x += s on rows 0 and 1, in place.
+    let mut host = entry(2, 1);
+    if let ChipArg::Host(t) = &mut host[2] {
+        w.copy_from_device(addrs[0], &mut t.data).expect("copy out");
+    }
+    let got = host[2].host().unwrap().to_f32();
+    for (i, v) in got.iter().enumerate() {
+        let x = (100 + i as u32 % 89) as f32;
+        let want = if (i as u32) / N < 2 { x + 1.5 } else { x };
+        assert_eq!(*v, want, "element {i}");
+    }
+}
+
+#[test]
+fn dsv4_replays_onto_moved_entry_buffers_and_verifies_byte_for_byte() {
+    // The Graph scene: its boundaries sit in the Graph staging, whose tensors move too.
+    let prepared = scenes::find("dsv4_shaped")
+        .unwrap()
+        .prepare("default")
+        .unwrap();
+    let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
+    w.set_bind_replay(BindReplay {
+        enabled: true,
+        verify: true,
+    });
+    let h = w.register(prepared.callable.clone());
+    let sets: Vec<_> = (0..2)
+        .map(|_| on_device(&mut w, &prepared.tensors))
+        .collect();
+    for round in 0..4 {
+        let (args, addrs) = &sets[round % 2];
+        let mut a = args.clone();
+        w.run(h, &mut a, &prepared.scalars, hbg())
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let out = from_device(&mut w, &prepared.tensors, addrs);
+        let c = (prepared.check)(&out);
+        assert!(c.pass, "round {round}: golden (max diff {})", c.max_diff);
+        // Outputs back to their starting values for the set's next round.
+        for (t, &addr) in prepared.tensors.iter().zip(addrs) {
+            if t.dir != ArgDirection::In {
+                w.copy_to_device(addr, &t.data).unwrap();
+            }
+        }
+    }
+    // Without verification every round replays the last verified bind's image, relocated
+    // to its set's buffers.
+    w.set_bind_replay(ON);
+    for round in 0..4 {
+        let (args, addrs) = &sets[round % 2];
+        let mut a = args.clone();
+        let r = w.run(h, &mut a, &prepared.scalars, hbg()).expect("run");
+        assert!(r.bind.unwrap().replayed, "round {round}");
+        let out = from_device(&mut w, &prepared.tensors, addrs);
+        let c = (prepared.check)(&out);
+        assert!(
+            c.pass,
+            "replayed round {round}: golden (max diff {})",
+            c.max_diff
+        );
+        for (t, &addr) in prepared.tensors.iter().zip(addrs) {
+            if t.dir != ArgDirection::In {
+                w.copy_to_device(addr, &t.data).unwrap();
+            }
+        }
     }
 }

@@ -387,6 +387,22 @@ pub fn definition_size(input: &DefinitionInput<'_>) -> Result<usize, DefinitionE
 // Writing
 // ------------------------------------------------------------------------------------------
 
+/// A node tensor as its Definition keeps it. A tensor taken from the boundary is rebound to
+/// each invocation's boundary tensor, so its recorded buffer address is never read; it is
+/// written as 0, which keeps the Definition the same wherever the recorded invocation's
+/// boundary lived (a retained Definition is matched on the boundary's layout, not its
+/// addresses, and verified by content).
+fn recorded_tensor(t: &TaskTensor, kind: TensorSourceKind) -> GraphTensor {
+    let mut packed = GraphTensor::from_task_tensor(t).unwrap_or_default();
+    if matches!(
+        kind,
+        TensorSourceKind::BoundaryExact | TensorSourceKind::BoundaryView
+    ) {
+        packed.buffer_addr = 0;
+    }
+    packed
+}
+
 fn packed_source(kind: TensorSourceKind, index: usize, packed_offset: u64) -> GraphTensorSourceRef {
     GraphTensorSourceRef {
         source: kind as u8,
@@ -508,7 +524,7 @@ impl Image<'_> {
     fn write_predicate(&mut self, input: &DefinitionInput<'_>, index: usize, p: usize) {
         let pred = &input.predicates[index];
         let packed = GraphPredicate {
-            operand: GraphTensor::from_task_tensor(&pred.operand).unwrap_or_default(),
+            operand: recorded_tensor(&pred.operand, pred.source.kind),
             operand_source: packed_source(
                 pred.source.kind,
                 pred.source.index,
@@ -534,7 +550,7 @@ impl Image<'_> {
         let tensors = &input.tensors[node.tensor_offset as usize..][..tc];
         let sources = &input.tensor_sources[node.tensor_source_offset as usize..][..tc];
         for (k, (tensor, src)) in tensors.iter().zip(sources).enumerate() {
-            let packed = GraphTensor::from_task_tensor(tensor).unwrap_or_default();
+            let packed = recorded_tensor(tensor, src.kind);
             self.put(Section::Tensors, t + k, &packed);
             let packed = packed_source(src.kind, src.index, src.packed_offset);
             self.put(Section::TensorSources, t + k, &packed);

@@ -253,7 +253,8 @@ crate::assert_layout!(GraphNodeDefinition, size = 40, align = 4, {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct GraphTensor {
-    /// The buffer's address (a recorded virtual address for internal outputs).
+    /// The buffer's address: a recorded virtual address for internal outputs, 0 in a
+    /// Definition for a tensor taken from the boundary (rebound per invocation).
     pub buffer_addr: u64,
     /// The buffer's size in bytes.
     pub buffer_size: u64,

@@ -53,8 +53,8 @@ pub enum HbgError {
     /// shipped the wrong graph: the orchestration depends on something its guard does not
     /// hold (a captured value, a read of memory that is not an entry tensor).
     ReplayChanged {
-        /// The first byte at which the images differ (shared state's image, then the
-        /// payloads').
+        /// The first byte at which the images differ (the shared state's image, then the
+        /// payloads', then the Graph staging's).
         offset: usize,
     },
 }

@@ -131,6 +131,9 @@ pub(crate) struct Graphs {
     /// What `graph_upload` copies to the device: the boundaries (each invocation's tensors,
     /// then its scalars) as they are accepted, then the Definitions at the commit.
     staging: Vec<u8>,
+    /// Where in `staging` each accepted boundary tensor starts (a replay whose entry moved
+    /// relocates their buffer addresses).
+    boundary_at: Vec<u32>,
     /// The entry of the invocation accepted last (its outer task is submitted next).
     pending: usize,
     /// Binds so far (the recorder pool's rotation follows it).
@@ -186,6 +189,7 @@ impl Graphs {
         self.kept.hits.clear();
         self.kept.binds += 1;
         self.staging.clear();
+        self.boundary_at.clear();
         self.keys.clear();
         self.shells.clear();
         self.used = 0;
@@ -258,15 +262,21 @@ impl BindGraphs<'_> {
             }
         };
         // Stage the boundary first: without room the body runs inline and nothing is begun.
-        let mark = g.staging.len();
+        let mark = (g.staging.len(), g.boundary_at.len());
+        let unstage = |g: &mut Graphs| {
+            g.staging.truncate(mark.0);
+            g.boundary_at.truncate(mark.1);
+            g.counts[2] += 1;
+        };
         let mut at = None;
         for (i, a) in boundary.iter().enumerate() {
             let Some(p) = place(&mut g.staging, self.base, bytemuck::bytes_of(&a.tensor)) else {
                 // No room: nothing half-staged stays, and the body runs inline.
-                g.staging.truncate(mark);
-                g.counts[2] += 1;
+                unstage(g);
                 return None;
             };
+            // Below GRAPH_STAGING_BYTES, so it fits.
+            g.boundary_at.push((p - self.base) as u32);
             if i == 0 {
                 at = Some(p);
             }
@@ -275,8 +285,7 @@ impl BindGraphs<'_> {
         if !scalars.is_empty()
             && place(&mut g.staging, self.base, bytemuck::cast_slice(scalars)).is_none()
         {
-            g.staging.truncate(mark);
-            g.counts[2] += 1;
+            unstage(g);
             return None;
         }
         if known.is_none() {
@@ -526,16 +535,20 @@ impl ChipWorker {
         // A replay's guard check and placement are its `arena_build` (a built bind's own
         // `arena_build` replaces it).
         let clock = Clock::start(start);
+        let generation = self.kept.generation;
         let guarded = self.replay.enabled
-            && self.hbg[slot].as_ref().is_some_and(|m| {
+            && self.hbg[slot].as_mut().is_some_and(|m| {
                 let views = HostViews {
                     args,
                     staged: &staging.staged,
                     reads: None,
                 };
-                m.guard.staging_base == staging_base
-                    && m.guard
-                        .holds(handle.0, &staging.chip, &views, self.kept.generation)
+                let holds = m.guard.staging_base == staging_base
+                    && m.guard.holds(handle.0, &staging.chip, &views, generation);
+                if holds {
+                    Guard::relocate(m, &staging.chip);
+                }
+                holds
             });
         let replayed = match guarded && !self.replay.verify {
             true => self.replay_bind(slot, &mut report)?,
@@ -553,6 +566,7 @@ impl ChipWorker {
                     self.replay_check
                         .extend_from_slice(m.sched_image.filled(len));
                     self.replay_check.extend_from_slice(m.payloads.bytes());
+                    self.replay_check.extend_from_slice(&m.graphs.staging);
                 }
                 // The retained Definitions are lent to the mirror this bind builds into.
                 if let Some(m) = self.hbg[slot].as_mut() {
@@ -575,11 +589,13 @@ impl ChipWorker {
                     let m = self.hbg[slot].as_mut().expect("built");
                     let sched = m.sched_image.filled(built.sched_len);
                     let payloads = m.payloads.bytes();
-                    let len = sched.len() + payloads.len();
+                    let staged = &m.graphs.staging;
+                    let len = sched.len() + payloads.len() + staged.len();
                     let old = &self.replay_check;
                     let differs = sched
                         .iter()
                         .chain(payloads)
+                        .chain(staged)
                         .zip(old.iter())
                         .position(|(a, b)| a != b)
                         .or_else(|| (len != old.len()).then_some(len.min(old.len())));

@@ -1,11 +1,12 @@
 //! Guarded replay of a whole bind ([`BindReplay`]): the guard a bind leaves, the check a
-//! later bind in the same slot makes against it, and the replay that ships the retained image
-//! without running the orchestration.
+//! later bind in the same slot makes against it, the relocation of the retained image to
+//! entry buffers that moved, and the replay that ships the image without running the
+//! orchestration.
 
 use super::{BindReport, BuiltImage, GraphRetention, HostViews, Mirror};
 use crate::chip_worker::{ChipArg, ChipWorker, Staging, WorkerError};
 use simpler_core::gm::Gm;
-use simpler_core::{ChipStorageTaskArgs, ChipTensor};
+use simpler_core::{BufferHandle, ChipStorageTaskArgs, ChipTensor};
 
 /// How a worker replays a whole bind ([`ChipWorker::set_bind_replay`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,20 +30,30 @@ impl Default for BindReplay {
 }
 
 /// A bind's guard: everything its image depends on besides the orchestration's code. The
-/// callable; the chip entry as adopted (every entry tensor's address, layout and view, every
-/// entry scalar); every entry-tensor byte the orchestration read, with its value; where the
-/// bind's per-run device memory went (its Graph staging and heap blocks); and the retained
-/// Definitions' generation (none of those its image names was dropped since). A later bind in
-/// the same slot that matches all of it would build the same image byte for byte, so it ships
-/// the retained one. Its buffers are kept across binds (no allocation once grown).
+/// callable; the chip entry as adopted (every entry tensor's layout and view, how the entry
+/// buffers overlap one another, every entry scalar); every entry-tensor byte the
+/// orchestration read, with its value; where the bind's per-run device memory went (its
+/// Graph staging and heap blocks); and the retained Definitions' generation (none of those
+/// its image names was dropped since). A later bind in the same slot that matches all of it
+/// builds the same image but for the entry buffers' addresses: the retained one is
+/// relocated to them ([`Guard::relocate`]) and shipped. Its buffers are kept across binds (no
+/// allocation once grown).
 #[derive(Default)]
 pub(super) struct Guard {
     /// The rest is meaningful.
     pub(super) valid: bool,
     pub(super) callable: usize,
-    /// The chip entry's tensors and scalars, as bytes.
-    pub(super) entry: Vec<u8>,
+    /// The chip entry's tensors and scalars.
+    pub(super) entry: Vec<ChipTensor>,
     pub(super) scalars: Vec<u64>,
+    /// The entry buffers that moved since the guard was taken, as the last check found them,
+    /// by old base; and whether two entry buffers overlap.
+    moves: Vec<Move>,
+    nested: bool,
+    /// Every entry address in the image, found on the first relocation after the guard was
+    /// taken (a bind that is never relocated pays nothing for it), and whether it was.
+    sites: Vec<Site>,
+    sites_found: bool,
     /// Each entry read: its address and length, and the values read, concatenated.
     pub(super) reads: Vec<(u64, u32)>,
     pub(super) values: Vec<u8>,
@@ -59,23 +70,103 @@ pub(super) struct Guard {
     pub(super) graphs: [u64; 3],
 }
 
+/// An entry buffer at another address than when the guard was taken: its old base and
+/// size, and its new base.
+#[derive(Clone, Copy, Debug)]
+struct Move {
+    from: u64,
+    size: u64,
+    to: u64,
+}
+
+/// Where `addr` is now: moved with the buffer of `moves` (sorted by old base) that held it,
+/// or where it was. Found by bisection; buffers that overlap one another keep their distance
+/// (the guard checks it), so whichever holds `addr` moves it the same, and only then is the
+/// search linear.
+fn relocated(moves: &[Move], nested: bool, addr: u64) -> u64 {
+    let holds = |m: &&Move| addr.wrapping_sub(m.from) < m.size;
+    let found = match nested {
+        false => moves[..moves.partition_point(|m| m.from <= addr)]
+            .last()
+            .filter(holds),
+        true => moves.iter().find(holds),
+    };
+    found.map_or(addr, |m| addr - m.from + m.to)
+}
+
+/// An entry address in a retained image: where it is, which entry buffer holds it, and how
+/// far into that buffer it points.
+#[derive(Clone, Copy, Debug)]
+struct Site {
+    /// A word of the payload records, or (with [`STAGING_SITE`] set) a byte offset in the
+    /// Graph staging.
+    at: u32,
+    entry: u32,
+    offset: u64,
+}
+
+/// Marks a [`Site`] in the Graph staging.
+const STAGING_SITE: u32 = 1 << 31;
+
+fn overlap(a: BufferHandle, b: BufferHandle) -> bool {
+    a.addr < b.addr.saturating_add(b.size) && b.addr < a.addr.saturating_add(a.size)
+}
+
 impl Guard {
     /// Whether a bind of `callable` on `chip`, reading `views`, would build the image this
-    /// guard was taken for.
+    /// guard was taken for, up to where its entry buffers are. The buffers that moved are
+    /// kept for [`Self::relocate`].
+    ///
+    /// Moving keeps the image only if the entry buffers overlap one another exactly as they
+    /// did (the dependencies the orchestration derived come from that overlap): every pair
+    /// overlaps now if and only if it did, and an overlapping pair keeps its distance.
     pub(super) fn holds(
-        &self,
+        &mut self,
         callable: usize,
         chip: &ChipStorageTaskArgs,
         views: &HostViews<'_>,
         generation: u64,
     ) -> bool {
+        self.moves.clear();
+        let now = chip.tensors();
         if !self.valid
             || self.callable != callable
             || self.generation != generation
             || self.scalars != chip.scalars()
-            || self.entry != bytemuck::cast_slice::<ChipTensor, u8>(chip.tensors())
+            || self.entry.len() != now.len()
         {
             return false;
+        }
+        for (was, is) in self.entry.iter().zip(now) {
+            let mut at_new = *was;
+            at_new.buffer.addr = is.buffer.addr;
+            if at_new != *is {
+                return false;
+            }
+            if was.buffer.addr != is.buffer.addr {
+                self.moves.push(Move {
+                    from: was.buffer.addr,
+                    size: was.buffer.size,
+                    to: is.buffer.addr,
+                });
+            }
+        }
+        self.nested = false;
+        if !self.moves.is_empty() {
+            for (i, (wi, ni)) in self.entry.iter().zip(now).enumerate() {
+                for (wj, nj) in self.entry[i + 1..].iter().zip(&now[i + 1..]) {
+                    let was = overlap(wi.buffer, wj.buffer);
+                    if was != overlap(ni.buffer, nj.buffer)
+                        || (was
+                            && wi.buffer.addr.wrapping_sub(wj.buffer.addr)
+                                != ni.buffer.addr.wrapping_sub(nj.buffer.addr))
+                    {
+                        return false;
+                    }
+                    self.nested |= was;
+                }
+            }
+            self.moves.sort_unstable_by_key(|m| m.from);
         }
         let mut at = 0;
         let mut buf = [0u8; 64];
@@ -84,12 +175,104 @@ impl Guard {
             let Some(dst) = buf.get_mut(..len) else {
                 return false;
             };
+            let addr = relocated(&self.moves, self.nested, addr);
             if views.read(addr, dst).is_err() || self.values.get(at..at + len) != Some(&*dst) {
                 return false;
             }
             at += len;
         }
         true
+    }
+
+    /// Moves the retained image to the entry buffers [`Self::holds`] last found moved: every
+    /// payload tensor's buffer address and predicate address, and every Graph boundary
+    /// tensor's, inside an entry buffer moves with it; the guard then describes the entry as
+    /// it is now. Nothing else in an image holds an entry address (the scheduler's state
+    /// holds none; Definitions keep no boundary address), and scalars are values: one the
+    /// orchestration computed from an address is what verification catches.
+    pub(super) fn relocate(mirror: &mut Mirror, chip: &ChipStorageTaskArgs) {
+        if mirror.guard.moves.is_empty() {
+            return;
+        }
+        let mut sites = std::mem::take(&mut mirror.guard.sites);
+        if !mirror.guard.sites_found {
+            sites.clear();
+            find_sites(mirror, &mut sites);
+            mirror.guard.sites_found = true;
+        }
+        let now = chip.tensors();
+        let words = mirror.payloads.words_mut();
+        let staging = &mut mirror.graphs.staging;
+        for s in &sites {
+            let Some(t) = now.get(s.entry as usize) else {
+                continue;
+            };
+            let addr = t.buffer.addr + s.offset;
+            if s.at & STAGING_SITE == 0 {
+                if let Some(w) = words.get_mut(s.at as usize) {
+                    *w = addr;
+                }
+            } else {
+                let at = (s.at & !STAGING_SITE) as usize;
+                if let Some(w) = staging.get_mut(at..at + 8) {
+                    w.copy_from_slice(&addr.to_le_bytes());
+                }
+            }
+        }
+        let guard = &mut mirror.guard;
+        guard.sites = sites;
+        let (moves, nested) = (&guard.moves, guard.nested);
+        for (addr, _) in &mut guard.reads {
+            *addr = relocated(moves, nested, *addr);
+        }
+        guard.entry.clear();
+        guard.entry.extend_from_slice(now);
+        guard.moves.clear();
+    }
+}
+
+/// Finds every entry address in `mirror`'s image (see [`Site`]), against the entry its guard
+/// was taken with: the entry buffers sorted by base and found by bisection, or, when two of
+/// them overlap, the first that holds the address (overlapping buffers keep their distance,
+/// so either gives the same new address).
+fn find_sites(mirror: &mut Mirror, sites: &mut Vec<Site>) {
+    let guard = &mirror.guard;
+    let mut by_base: Vec<(u64, u64, u32)> = (guard.entry.iter().enumerate())
+        .map(|(i, t)| (t.buffer.addr, t.buffer.size, i as u32))
+        .collect();
+    by_base.sort_unstable();
+    let holder = |addr: u64| -> Option<(u32, u64)> {
+        let holds = |&&(base, size, _): &&(u64, u64, u32)| addr.wrapping_sub(base) < size;
+        let found = match guard.nested {
+            false => by_base[..by_base.partition_point(|e| e.0 <= addr)]
+                .last()
+                .filter(holds),
+            true => by_base.iter().find(holds),
+        };
+        found.map(|&(base, _, i)| (i, addr - base))
+    };
+    mirror.payloads.addresses(|at, addr| {
+        if let Some((entry, offset)) = holder(addr) {
+            sites.push(Site {
+                at: at as u32,
+                entry,
+                offset,
+            });
+        }
+    });
+    let staging = &mirror.graphs.staging;
+    for &at in &mirror.graphs.boundary_at {
+        let Some(w) = staging.get(at as usize..at as usize + 8) else {
+            continue;
+        };
+        let addr = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        if let Some((entry, offset)) = holder(addr) {
+            sites.push(Site {
+                at: at | STAGING_SITE,
+                entry,
+                offset,
+            });
+        }
     }
 }
 
@@ -107,10 +290,7 @@ pub(super) fn take_guard(
     let g = &mut mirror.guard;
     g.callable = callable;
     g.entry.clear();
-    g.entry
-        .extend_from_slice(bytemuck::cast_slice::<ChipTensor, u8>(
-            staging.chip.tensors(),
-        ));
+    g.entry.extend_from_slice(staging.chip.tensors());
     g.scalars.clear();
     g.scalars.extend_from_slice(staging.chip.scalars());
     let views = HostViews {
@@ -138,6 +318,7 @@ pub(super) fn take_guard(
     g.tasks = report.tasks;
     g.image_bytes = report.image_bytes;
     g.graphs = report.graphs;
+    g.sites_found = false;
     g.valid = readable;
 }
 

@@ -74,10 +74,24 @@ fn diamond_round_trips_field_for_field() {
         s_next += rec.scalar_count;
         assert_eq!(def.predicate_slot, if i == 3 { 1 } else { 0 });
 
+        // Field for field, but a boundary tensor's address, which is rebound per
+        // invocation and kept as 0.
         let first = rec.tensor_offset as usize;
-        let expected: Vec<GraphTensor> = body.tensors[first..first + rec.tensor_count as usize]
+        let n = rec.tensor_count as usize;
+        let sources = &body.tensor_sources[rec.tensor_source_offset as usize..][..n];
+        let expected: Vec<GraphTensor> = body.tensors[first..first + n]
             .iter()
-            .map(|t| GraphTensor::from_task_tensor(t).unwrap())
+            .zip(sources)
+            .map(|(t, s)| {
+                let mut g = GraphTensor::from_task_tensor(t).unwrap();
+                if matches!(
+                    s.kind,
+                    TensorSourceKind::BoundaryExact | TensorSourceKind::BoundaryView
+                ) {
+                    g.buffer_addr = 0;
+                }
+                g
+            })
             .collect();
         assert_eq!(collect(view.node_tensors(i)), expected, "node {i} tensors");
         let first = rec.tensor_source_offset as usize;
@@ -122,25 +136,34 @@ fn diamond_round_trips_field_for_field() {
     assert_eq!(view.tensor_sources().len(), 10);
     assert_eq!(view.scalar_sources().len(), 3);
 
-    // One packed tensor spelled out, so `from_task_tensor` itself is checked.
+    // One packed tensor spelled out, so `from_task_tensor` itself is checked; the
+    // Definition keeps it but for its address (a boundary view, rebound per invocation).
     let xv = view.node_tensors(2).unwrap().next().unwrap();
+    let want = GraphTensor {
+        buffer_addr: 0x1000,
+        buffer_size: 4096,
+        owner_task_id: u64::MAX,
+        start_offset: 512,
+        extent_elem: 15 * 32 + 32,
+        version: 0,
+        shapes: [16, 32, 0, 0, 0],
+        strides: [32, 1, 0, 0, 0],
+        ndims: 2,
+        dtype: DataType::Float32.raw(),
+        manual_dep: 0,
+        is_contiguous: 1,
+        address_space: AddressSpace::Device as u8,
+        reserved: [0; 7],
+    };
+    assert_eq!(
+        GraphTensor::from_task_tensor(&body.tensors[7]).unwrap(),
+        want
+    );
     assert_eq!(
         xv,
         GraphTensor {
-            buffer_addr: 0x1000,
-            buffer_size: 4096,
-            owner_task_id: u64::MAX,
-            start_offset: 512,
-            extent_elem: 15 * 32 + 32,
-            version: 0,
-            shapes: [16, 32, 0, 0, 0],
-            strides: [32, 1, 0, 0, 0],
-            ndims: 2,
-            dtype: DataType::Float32.raw(),
-            manual_dep: 0,
-            is_contiguous: 1,
-            address_space: AddressSpace::Device as u8,
-            reserved: [0; 7],
+            buffer_addr: 0,
+            ..want
         }
     );
     assert_eq!(view.node_tensors(0).unwrap().nth(1).unwrap().version, 2);
@@ -470,4 +493,26 @@ fn every_build_refusal_is_typed() {
         })
     );
     assert!(out.iter().all(|&b| b == 0), "nothing written on a refusal");
+}
+
+/// A Definition does not depend on where its recorded invocation's boundary lived: the same
+/// body recorded against boundary buffers at other addresses (every boundary-sourced tensor
+/// and predicate operand moved with them) builds the same image, byte for byte.
+#[test]
+fn a_definition_is_the_same_wherever_its_boundary_lived() {
+    let body = diamond();
+    let mut moved = diamond();
+    // The boundary's buffers are x's and y's (0x1000 and 0x2000); every tensor over them
+    // moves with them.
+    let shift = |t: &TaskTensor| {
+        let mut w = t.packed();
+        if matches!(w[0], 0x1000 | 0x2000) {
+            w[0] += 0x7_0000;
+        }
+        TaskTensor::from_packed(w)
+    };
+    moved.tensors = moved.tensors.iter().map(shift).collect();
+    moved.boundary = moved.boundary.iter().map(shift).collect();
+    assert_ne!(moved.tensors, body.tensors, "the recording moved");
+    assert_eq!(moved.build().unwrap(), body.build().unwrap());
 }
