@@ -361,7 +361,7 @@ fn a_replay_follows_entry_buffers_to_new_addresses() {
 }
 
 #[test]
-fn entry_buffers_that_overlap_differently_do_not_replay() {
+fn a_replay_needs_the_entry_buffers_to_overlap_as_they_did() {
     let (mut w, h) = worker(counted_a, ON);
     let s = 1.5f32.to_bits() as u64;
     let (args, addrs) = rows_on_device(&mut w, 2, 1);
@@ -391,6 +391,27 @@ fn entry_buffers_that_overlap_differently_do_not_replay() {
         let x = (100 + i as u32 % 89) as f32;
         let want = if (i as u32) / N < 2 { x + 1.5 } else { x };
         assert_eq!(*v, want, "element {i}");
+    }
+    // In place again, over another set's x: the buffers overlap as they did, at another
+    // address, so the in-place image replays, relocated.
+    let (other, other_addrs) = rows_on_device(&mut w, 2, 2);
+    let mut a = other.clone();
+    let ChipArg::Device(y) = &mut a[2] else {
+        unreachable!()
+    };
+    y.addr = other_addrs[0];
+    let r = w.run(h, &mut a, &[s], hbg()).expect("in place, moved");
+    assert!(r.bind.unwrap().replayed, "same overlap, moved");
+    let mut host = entry(2, 2);
+    if let ChipArg::Host(t) = &mut host[2] {
+        w.copy_from_device(other_addrs[0], &mut t.data)
+            .expect("copy out");
+    }
+    let got = host[2].host().unwrap().to_f32();
+    for (i, v) in got.iter().enumerate() {
+        let x = (200 + i as u32 % 89) as f32;
+        let want = if (i as u32) / N < 2 { x + 1.5 } else { x };
+        assert_eq!(*v, want, "moved, element {i}");
     }
 }
 

@@ -50,6 +50,10 @@ pub(super) struct Guard {
     /// by old base; and whether two entry buffers overlap.
     moves: Vec<Move>,
     nested: bool,
+    /// Whether no two of the guard's entry buffers overlap (found on the first check that
+    /// sees a move; a relocation keeps it), and the sort buffer that finds it.
+    disjoint: Option<bool>,
+    spans: Vec<(u64, u64)>,
     /// Every entry address in the image, found on the first relocation after the guard was
     /// taken (a bind that is never relocated pays nothing for it), and whether it was.
     sites: Vec<Site>,
@@ -112,6 +116,44 @@ fn overlap(a: BufferHandle, b: BufferHandle) -> bool {
     a.addr < b.addr.saturating_add(b.size) && b.addr < a.addr.saturating_add(a.size)
 }
 
+/// Whether two of `entry`'s buffers overlap: sorted by base into `spans` (kept storage), each
+/// compared with the furthest end before it.
+fn any_overlap(spans: &mut Vec<(u64, u64)>, entry: &[ChipTensor]) -> bool {
+    spans.clear();
+    spans.extend(
+        (entry.iter())
+            .filter(|t| t.buffer.size > 0)
+            .map(|t| (t.buffer.addr, t.buffer.addr.saturating_add(t.buffer.size))),
+    );
+    spans.sort_unstable();
+    let mut end = 0;
+    for (i, &(base, e)) in spans.iter().enumerate() {
+        if i > 0 && base < end {
+            return true;
+        }
+        end = end.max(e);
+    }
+    false
+}
+
+/// Whether every pair of buffers overlaps in `now` exactly when it did in `was`, and an
+/// overlapping pair keeps its distance.
+fn same_overlaps(was: &[ChipTensor], now: &[ChipTensor]) -> bool {
+    for (i, (wi, ni)) in was.iter().zip(now).enumerate() {
+        for (wj, nj) in was[i + 1..].iter().zip(&now[i + 1..]) {
+            let before = overlap(wi.buffer, wj.buffer);
+            if before != overlap(ni.buffer, nj.buffer)
+                || (before
+                    && wi.buffer.addr.wrapping_sub(wj.buffer.addr)
+                        != ni.buffer.addr.wrapping_sub(nj.buffer.addr))
+            {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 impl Guard {
     /// Whether a bind of `callable` on `chip`, reading `views`, would build the image this
     /// guard was taken for, up to where its entry buffers are. The buffers that moved are
@@ -151,20 +193,21 @@ impl Guard {
                 });
             }
         }
-        self.nested = false;
         if !self.moves.is_empty() {
-            for (i, (wi, ni)) in self.entry.iter().zip(now).enumerate() {
-                for (wj, nj) in self.entry[i + 1..].iter().zip(&now[i + 1..]) {
-                    let was = overlap(wi.buffer, wj.buffer);
-                    if was != overlap(ni.buffer, nj.buffer)
-                        || (was
-                            && wi.buffer.addr.wrapping_sub(wj.buffer.addr)
-                                != ni.buffer.addr.wrapping_sub(nj.buffer.addr))
-                    {
-                        return false;
-                    }
-                    self.nested |= was;
+            // The guard's entry either has no two buffers overlapping (the usual case: then
+            // the new one must not either, a sort and a sweep) or is compared pair by pair.
+            let disjoint = *self
+                .disjoint
+                .get_or_insert_with(|| !any_overlap(&mut self.spans, &self.entry));
+            if disjoint {
+                if any_overlap(&mut self.spans, now) {
+                    return false;
                 }
+                self.nested = false;
+            } else if !same_overlaps(&self.entry, now) {
+                return false;
+            } else {
+                self.nested = true;
             }
             self.moves.sort_unstable_by_key(|m| m.from);
         }
@@ -319,6 +362,7 @@ pub(super) fn take_guard(
     g.image_bytes = report.image_bytes;
     g.graphs = report.graphs;
     g.sites_found = false;
+    g.disjoint = None;
     g.valid = readable;
 }
 
