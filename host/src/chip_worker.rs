@@ -226,6 +226,9 @@ pub struct ChipWorker {
     pub(crate) replay: crate::hbg::BindReplay,
     /// The image a verified replay compares with (kept across binds).
     pub(crate) replay_check: Vec<u8>,
+    /// Where the heap block addresses are in `replay_check`, and the base they point into.
+    pub(crate) replay_heap_at: Vec<usize>,
+    pub(crate) replay_heap: Option<u64>,
     /// Runs submitted and not yet collected, oldest first.
     pub(crate) runs: std::collections::VecDeque<Submitted>,
     /// The next run's sequence number.
@@ -266,6 +269,8 @@ impl ChipWorker {
             kept: crate::hbg::Kept::default(),
             replay: crate::hbg::BindReplay::default(),
             replay_check: Vec::new(),
+            replay_heap_at: Vec::new(),
+            replay_heap: None,
             runs: std::collections::VecDeque::new(),
             next_run: 0,
             id: WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),

@@ -55,22 +55,25 @@ impl ImagePayloads {
         }
     }
 
+    /// Where scalar `index` of `task`'s record is in the image, in words; `None` if the task
+    /// has no record or no such scalar.
+    pub(crate) fn scalar_word(&self, task: TaskId, index: usize) -> Option<usize> {
+        let s = self.stream.borrow();
+        let &at = s
+            .starts
+            .get(task.ring() as usize)
+            .and_then(|v| v.get(task.local() as usize))?;
+        let (nt, ns, _) = decode_counts(*s.words.get(at + 3)?);
+        (index < ns).then_some(at + PREFIX_WORDS + nt * TENSOR_WORDS + index)
+    }
+
     /// Overwrites scalar `index` of `task`'s record (a Graph's outer task, once its
     /// Definition is placed); false if the task has no record or no such scalar.
     pub(crate) fn patch_scalar(&self, task: TaskId, index: usize, value: u64) -> bool {
-        let mut s = self.stream.borrow_mut();
-        let Some(&at) = s
-            .starts
-            .get(task.ring() as usize)
-            .and_then(|v| v.get(task.local() as usize))
-        else {
+        let Some(at) = self.scalar_word(task, index) else {
             return false;
         };
-        let (nt, ns, _) = decode_counts(s.words[at + 3]);
-        if index >= ns {
-            return false;
-        }
-        s.words[at + PREFIX_WORDS + nt * TENSOR_WORDS + index] = value;
+        self.stream.borrow_mut().words[at] = value;
         true
     }
 

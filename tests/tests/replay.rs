@@ -468,3 +468,67 @@ fn dsv4_replays_onto_moved_entry_buffers_and_verifies_byte_for_byte() {
         }
     }
 }
+
+#[test]
+fn a_replay_follows_its_slots_graph_staging_and_heap_blocks_when_they_move() {
+    // Slot 1's per-run memory is taken from under the persistent allocations: a device
+    // allocation between two of its runs moves its entry staging, Graph staging and heap
+    // blocks. The Graph scene's outer tasks hold the staging's and the heap blocks'
+    // addresses.
+    let prepared = scenes::find("dsv4_shaped")
+        .unwrap()
+        .prepare("default")
+        .unwrap();
+    for verify in [true, false] {
+        let mut w = ChipWorker::init(DeviceConfig::new(Topology::A2a3)).expect("device");
+        w.set_bind_replay(BindReplay {
+            enabled: true,
+            verify,
+        });
+        let h = w.register(prepared.callable.clone());
+        let entry = || -> Vec<ChipArg> {
+            prepared
+                .tensors
+                .iter()
+                .cloned()
+                .map(ChipArg::Host)
+                .collect()
+        };
+        let mut heaps = Vec::new();
+        for round in 0..3 {
+            // Two runs in flight: the first in slot 0, the second in slot 1.
+            let first = w.submit(h, entry(), &prepared.scalars, hbg());
+            let second = w.submit(h, entry(), &prepared.scalars, hbg());
+            for (slot, run) in [first, second].into_iter().enumerate() {
+                let done = w.wait(run).expect("collected");
+                let r = done
+                    .result
+                    .unwrap_or_else(|e| panic!("round {round}, slot {slot}: {e}"));
+                let host: Vec<_> = done
+                    .args
+                    .iter()
+                    .filter_map(ChipArg::host)
+                    .cloned()
+                    .collect();
+                let c = (prepared.check)(&host);
+                assert!(
+                    c.pass,
+                    "round {round}, slot {slot}: golden (max diff {})",
+                    c.max_diff
+                );
+                assert_eq!(
+                    r.bind.unwrap().replayed,
+                    !verify && round > 0,
+                    "round {round}, slot {slot}"
+                );
+            }
+            // The last bind was slot 1's: where its heap blocks went.
+            heaps.push(w.last_graph_commit().first().map(|&(_, heap)| heap));
+            w.malloc(1 << 20)
+                .expect("a persistent allocation between rounds");
+        }
+        assert!(heaps[0].is_some(), "the scene commits Graphs");
+        assert_ne!(heaps[0], heaps[1], "slot 1's heap blocks moved");
+        assert_ne!(heaps[1], heaps[2], "and moved again");
+    }
+}

@@ -108,6 +108,12 @@ const GRAPH_STAGING_BYTES: u64 = 8 << 20;
 const MAX_DEFINITIONS: usize = simpler_core::graph::GRAPH_MAX_DEFINITIONS;
 /// Alignment of each Graph invocation's heap block.
 const GRAPH_HEAP_ALIGN: u64 = 1024;
+/// The scalars of a Graph's outer task that hold device addresses (see
+/// `Rt::submit_outer`): its Definition's, its boundary's (both in the bind's Graph staging
+/// unless the Definition is retained) and its heap block's.
+const SHELL_DEFINITION: usize = 1;
+const SHELL_BOUNDARY: usize = 2;
+const SHELL_HEAP: usize = 4;
 
 /// The Graph state a mirror keeps across binds: the in-flight entries (reused), the outer
 /// tasks to patch, and the staging buffer of Definitions and boundaries. (The recorder pool
@@ -543,10 +549,10 @@ impl ChipWorker {
                     staged: &staging.staged,
                     reads: None,
                 };
-                let holds = m.guard.staging_base == staging_base
-                    && m.guard.holds(handle.0, &staging.chip, &views, generation);
+                let holds = m.guard.holds(handle.0, &staging.chip, &views, generation);
                 if holds {
                     Guard::relocate(m, &staging.chip);
+                    Guard::move_staging(m, staging_base);
                 }
                 holds
             });
@@ -559,12 +565,21 @@ impl ChipWorker {
             Some(built) => built,
             None => {
                 if guarded {
-                    // Verifying: keep the image a replay would ship, to compare.
+                    // Verifying: keep the image a replay would ship, to compare, and where
+                    // its heap block addresses are (a replay places the heap blocks where
+                    // this build's commit will, so they are moved there after it).
                     let m = self.hbg[slot].as_mut().expect("guarded");
                     let len = m.guard.built.map_or(0, |b| b.sched_len);
                     self.replay_check.clear();
                     self.replay_check
                         .extend_from_slice(m.sched_image.filled(len));
+                    self.replay_heap_at.clear();
+                    for &(shell, _) in &m.graphs.shells {
+                        if let Some(w) = m.payloads.scalar_word(shell, SHELL_HEAP) {
+                            self.replay_heap_at.push(len + w * 8);
+                        }
+                    }
+                    self.replay_heap = m.guard.heap.map(|h| h.0);
                     self.replay_check.extend_from_slice(m.payloads.bytes());
                     self.replay_check.extend_from_slice(&m.graphs.staging);
                 }
@@ -587,6 +602,14 @@ impl ChipWorker {
                 let built = built?;
                 if guarded {
                     let m = self.hbg[slot].as_mut().expect("built");
+                    if let (Some(was), Some((now, _))) = (self.replay_heap, m.graphs.heap_block) {
+                        for &at in &self.replay_heap_at {
+                            if let Some(w) = self.replay_check.get_mut(at..at + 8) {
+                                let v = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+                                w.copy_from_slice(&(v - was + now).to_le_bytes());
+                            }
+                        }
+                    }
                     let sched = m.sched_image.filled(built.sched_len);
                     let payloads = m.payloads.bytes();
                     let staged = &m.graphs.staging;
@@ -1060,8 +1083,8 @@ fn commit(
     let mut at = heap_base;
     g.committed.clear();
     for &(shell, e) in &g.shells {
-        payloads.patch_scalar(shell, 1, g.placed[e]);
-        payloads.patch_scalar(shell, 4, at);
+        payloads.patch_scalar(shell, SHELL_DEFINITION, g.placed[e]);
+        payloads.patch_scalar(shell, SHELL_HEAP, at);
         g.committed.push((g.keys[e].0, at));
         at += required[e];
     }

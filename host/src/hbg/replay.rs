@@ -1,9 +1,10 @@
 //! Guarded replay of a whole bind ([`BindReplay`]): the guard a bind leaves, the check a
-//! later bind in the same slot makes against it, the relocation of the retained image to
-//! entry buffers that moved, and the replay that ships the image without running the
-//! orchestration.
+//! later bind in the same slot makes against it, the moves of the retained image to where
+//! this bind's entry buffers, Graph staging and heap blocks are, and the replay that ships
+//! the image without running the orchestration.
 
 use super::{BindReport, BuiltImage, GraphRetention, HostViews, Mirror};
+use super::{GRAPH_STAGING_BYTES, SHELL_BOUNDARY, SHELL_DEFINITION, SHELL_HEAP};
 use crate::chip_worker::{ChipArg, ChipWorker, Staging, WorkerError};
 use simpler_core::gm::Gm;
 use simpler_core::{BufferHandle, ChipStorageTaskArgs, ChipTensor};
@@ -32,12 +33,12 @@ impl Default for BindReplay {
 /// A bind's guard: everything its image depends on besides the orchestration's code. The
 /// callable; the chip entry as adopted (every entry tensor's layout and view, how the entry
 /// buffers overlap one another, every entry scalar); every entry-tensor byte the
-/// orchestration read, with its value; where the bind's per-run device memory went (its
-/// Graph staging and heap blocks); and the retained Definitions' generation (none of those
-/// its image names was dropped since). A later bind in the same slot that matches all of it
-/// builds the same image but for the entry buffers' addresses: the retained one is
-/// relocated to them ([`Guard::relocate`]) and shipped. Its buffers are kept across binds (no
-/// allocation once grown).
+/// orchestration read, with its value; and the retained Definitions' generation (none of
+/// those its image names was dropped since). A later bind in the same slot that matches all
+/// of it builds the same image but for where its per-run memory is: the entry buffers
+/// ([`Guard::relocate`]), the Graph staging ([`Guard::move_staging`]) and the heap blocks
+/// (moved as the replay places them). The retained image is moved there and shipped. Its
+/// buffers are kept across binds (no allocation once grown).
 #[derive(Default)]
 pub(super) struct Guard {
     /// The rest is meaningful.
@@ -274,6 +275,48 @@ impl Guard {
     }
 }
 
+impl Guard {
+    /// Moves the retained image to this bind's Graph staging at `base`: the Graph outer
+    /// tasks' Definition and boundary addresses that point into the last bind's staging (a
+    /// retained Definition lives elsewhere and stays).
+    pub(super) fn move_staging(mirror: &mut Mirror, base: u64) {
+        let was = mirror.guard.staging_base;
+        if was == base {
+            return;
+        }
+        for &(shell, _) in &mirror.graphs.shells {
+            for index in [SHELL_DEFINITION, SHELL_BOUNDARY] {
+                if let Some(w) = mirror.payloads.scalar_word(shell, index) {
+                    let words = mirror.payloads.words_mut();
+                    if words[w].wrapping_sub(was) < GRAPH_STAGING_BYTES {
+                        words[w] = words[w] - was + base;
+                    }
+                }
+            }
+        }
+        mirror.guard.staging_base = base;
+    }
+
+    /// Moves the retained image's heap blocks to `base`: each Graph outer task's heap block
+    /// address, and the commit's record of them.
+    fn move_heap(mirror: &mut Mirror, base: u64) {
+        let Some((was, bytes)) = mirror.guard.heap else {
+            return;
+        };
+        for &(shell, _) in &mirror.graphs.shells {
+            if let Some(w) = mirror.payloads.scalar_word(shell, SHELL_HEAP) {
+                let words = mirror.payloads.words_mut();
+                words[w] = words[w] - was + base;
+            }
+        }
+        for (_, at) in &mut mirror.graphs.committed {
+            *at = *at - was + base;
+        }
+        mirror.guard.heap = Some((base, bytes));
+        mirror.graphs.heap_block = Some((base, bytes));
+    }
+}
+
 /// Finds every entry address in `mirror`'s image (see [`Site`]), against the entry its guard
 /// was taken with: the entry buffers sorted by base and found by bisection, or, when two of
 /// them overlap, the first that holds the address (overlapping buffers keep their distance,
@@ -378,25 +421,28 @@ impl ChipWorker {
     }
 
     /// A replay of slot `slot`'s last bind, whose guard matched: the orchestration is not
-    /// run; the bind's heap blocks are placed again where they were (`None`, and the bind is
-    /// built as usual, if they cannot be) and the retained image is shipped as it is.
+    /// run; the bind's heap blocks are placed again (and the image moved with them, if they
+    /// land elsewhere) and the retained image is shipped.
     pub(super) fn replay_bind(
         &mut self,
         slot: usize,
         report: &mut BindReport,
     ) -> Result<Option<BuiltImage>, WorkerError> {
-        let m = self.hbg[slot].as_ref().expect("guarded");
-        let (heap, built) = (m.guard.heap, m.guard.built);
+        let heap = self.hbg[slot].as_ref().expect("guarded").guard.heap;
         if let Some((base, bytes)) = heap {
-            if self.device.alloc_in(slot, bytes)? != Some(base) {
-                return Ok(None);
+            let at = self
+                .device
+                .alloc_in(slot, bytes)?
+                .ok_or(WorkerError::OutOfDeviceMemory { bytes })?;
+            if at != base {
+                Guard::move_heap(self.hbg[slot].as_mut().expect("guarded"), at);
             }
         }
-        let g = &m.guard;
+        let g = &self.hbg[slot].as_ref().expect("guarded").guard;
         report.tasks = g.tasks;
         report.image_bytes = g.image_bytes;
         report.graphs = g.graphs;
         report.replayed = true;
-        Ok(built)
+        Ok(g.built)
     }
 }
