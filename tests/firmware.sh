@@ -55,7 +55,7 @@ check() {
   python3 tests/firmware/panic_paths.py "$objdump" "$out/$1" "${@:2}" | tee "$target_dir/panic-$1.txt" \
     | sed -n 's/^bench firmware hot_path_panic_sites \([0-9]*\) sites$/\1/p'
 }
-aicpu_sites=$(check simpler-aicpu simpler_fw_orchestrate_vector simpler_fw_sched_pass)
+aicpu_sites=$(check simpler-aicpu simpler_fw_orchestrate_vector simpler_fw_sched_pass aicpu_scheduler_main)
 aicore_sites=$(check simpler-aicore simpler_fw_core_step)
 sites=$((aicpu_sites + aicore_sites))
 grep '^  site ' "$target_dir/panic-simpler-aicpu.txt" "$target_dir/panic-simpler-aicore.txt" \
@@ -71,18 +71,19 @@ if [ "$sites" -gt "$max" ]; then
 fi
 
 boot() {
-  (cd "$2" && timeout 300 qemu-system-aarch64 -M virt -cpu cortex-a57 -smp 4 -m 512M \
+  (cd "$2" && timeout 300 qemu-system-aarch64 -M virt -cpu cortex-a57 -smp 5 -m 512M \
      -nographic -nic none -semihosting-config enable=on,target=native -kernel "$1")
 }
 
-# Boot: CPU 0 the loader and the AICPU, CPUs 1-3 one cluster of AICores.
+# Boot: CPU 0 the loader and the AICPU's orchestration, CPUs 1-3 one cluster of AICores, CPU 4
+# the AICPU's scheduler.
 log="$target_dir/qemu.log"
 set +e
 boot "$out/qemu-vector" "$target_dir" >"$log" 2>&1
 rc=$?
 set -e
 cat "$log"
-sed -n 's/^stack \(aicpu\|aicore\) \([0-9]*\) bytes$/bench firmware \1_stack_bytes \2 bytes/p' "$log"
+sed -n 's/^stack \(aicpu\|aicore\|scheduler\) \([0-9]*\) bytes$/bench firmware \1_stack_bytes \2 bytes/p' "$log"
 sed -n 's/^work aicpu \([0-9]*\) bytes$/bench firmware aicpu_work_bytes \1 bytes/p' "$log"
 if [ "$rc" -ne 0 ] || ! grep -q '^PASS' "$log"; then
   echo "FAIL: the qemu image exited with $rc"

@@ -29,7 +29,7 @@ pub const REG_PMU: u64 = 0x500;
 /// `BootTable::magic`: "SIMPLRFW" read as a little-endian word.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"SIMPLRFW");
 /// The boot table layout this firmware reads.
-pub const BOOT_VERSION: u32 = 1;
+pub const BOOT_VERSION: u32 = 2;
 
 /// A region of memory: its first byte and its length.
 #[repr(C)]
@@ -121,9 +121,15 @@ pub struct BootTable {
     /// Index of the first AICore in CPU numbering (MPIDR affinity 0): CPU `c` runs core
     /// `c - aicore_cpu_base`.
     pub aicore_cpu_base: u32,
+    /// The CPU (MPIDR affinity 0) that runs the scheduler: the AICPU's own (0) when one CPU
+    /// runs both the orchestration and the scheduler, another when the loader starts one for
+    /// it (never an AICore's).
+    pub scheduler_cpu: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
-crate::assert_layout!(BootTable, size = 128, {
+crate::assert_layout!(BootTable, size = 136, {
     magic: 0,
     version: 8,
     cores: 12,
@@ -137,6 +143,8 @@ crate::assert_layout!(BootTable, size = 128, {
     entry_args: 104,
     orchestration: 120,
     aicore_cpu_base: 124,
+    scheduler_cpu: 128,
+    reserved: 132,
 });
 
 /// Why a boot table was refused.
@@ -160,6 +168,8 @@ pub enum BootError {
         /// Which region, as its field is named.
         name: &'static str,
     },
+    /// The scheduler's CPU is one of the AICores'.
+    SchedulerCpu(u32),
     /// Two regions share memory.
     Overlap {
         /// The first region's field name.
@@ -192,6 +202,7 @@ impl core::fmt::Display for BootError {
             Self::Region { name } => {
                 write!(f, "region `{name}` is too small, wraps or is misaligned")
             }
+            Self::SchedulerCpu(c) => write!(f, "scheduler CPU {c} is an AICore's"),
             Self::Overlap { a, b } => write!(f, "regions `{a}` and `{b}` overlap"),
         }
     }
@@ -213,7 +224,8 @@ impl BootTable {
 
     /// Checks the table once, at boot, so that every address the firmware derives from it
     /// afterwards is in range: magic, version, a core count from 1 to `max_cores`, a stride
-    /// that holds a block, regions large enough, aligned and disjoint.
+    /// that holds a block, a scheduler CPU that is no AICore's, regions large enough, aligned
+    /// and disjoint.
     pub fn validate(&self, max_cores: u32) -> Result<(), BootError> {
         if self.magic != BOOT_MAGIC {
             return Err(BootError::Magic(self.magic));
@@ -226,6 +238,13 @@ impl BootTable {
                 cores: self.cores,
                 limit: max_cores,
             });
+        }
+        if self
+            .scheduler_cpu
+            .checked_sub(self.aicore_cpu_base)
+            .is_some_and(|c| c < self.cores)
+        {
+            return Err(BootError::SchedulerCpu(self.scheduler_cpu));
         }
         if self.reg_stride < REG_BLOCK_BYTES || self.reg_base % 4 != 0 {
             return Err(BootError::RegStride(self.reg_stride));
@@ -320,6 +339,8 @@ mod tests {
             },
             orchestration: 0,
             aicore_cpu_base: 1,
+            scheduler_cpu: 0,
+            reserved: 0,
         }
     }
 
@@ -346,6 +367,11 @@ mod tests {
             table().validate(1),
             Err(BootError::Cores { cores: 2, limit: 1 })
         );
+        let mut t = table();
+        t.scheduler_cpu = 2;
+        assert_eq!(t.validate(4), Err(BootError::SchedulerCpu(2)));
+        t.scheduler_cpu = 3;
+        assert_eq!(t.validate(4), Ok(()), "past the two AICores (CPUs 1 and 2)");
         let mut t = table();
         t.reg_stride = 0x100;
         assert_eq!(t.validate(4), Err(BootError::RegStride(0x100)));

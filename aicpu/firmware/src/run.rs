@@ -2,15 +2,18 @@
 //! cores' register windows opened, the orchestration run through the submit path, the
 //! scheduler pass driven until the graph drains, and the cores sent the exit signal.
 //!
-//! One AICPU CPU runs both roles: the orchestration submits; whenever a submit waits for room
-//! (a full ring, heap or pool), its waiter runs scheduler passes, and once the orchestration
-//! has returned the CPU runs scheduler passes until every task has retired. The AICores run
-//! their loops on CPUs of their own.
+//! Where the boot table names a scheduler CPU of its own ([`BootTable::scheduler_cpu`]), the
+//! two roles run side by side, as the reference's AICPU threads do: the orchestration on this
+//! CPU submits into the shared state while [`aicpu_scheduler_main`] on the other runs scheduler
+//! passes until the orchestration is done and every task has retired; a submit that waits for
+//! room spins until the scheduler frees it. Where it names this CPU, one CPU runs both: a
+//! waiting submit runs scheduler passes itself, and once the orchestration has returned the
+//! CPU runs them until the graph drains. The AICores run their loops on CPUs of their own.
 #![allow(unsafe_code)]
 
 use crate::orchestrations::ORCHESTRATIONS;
 use crate::platform::MmioCores;
-use core::sync::atomic::AtomicU32;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use simpler_aicore_firmware::arch;
 use simpler_aicore_firmware::gm::PhysGm;
 use simpler_aicpu::payloads::PayloadsLayout;
@@ -63,6 +66,9 @@ pub enum FwError {
     Scheduler(SchedError),
     /// No scheduler pass did anything for [`WATCHDOG_S`] seconds.
     Timeout,
+    /// The boot table names a scheduler CPU, and none took the run within [`WATCHDOG_S`]
+    /// seconds.
+    SchedulerSilent,
 }
 
 impl From<BootError> for FwError {
@@ -106,7 +112,8 @@ pub fn simpler_fw_sched_pass(
     sched.step(cores, shared, payloads, gm as &dyn Gm)
 }
 
-/// The scheduler side, driven from the orchestrator's waits and after it returns.
+/// The scheduler side: driven from the orchestrator's waits and after it returns, or by the
+/// scheduler CPU.
 struct Sched<'s, 'a> {
     sched: Scheduler,
     cores: MmioCores,
@@ -116,6 +123,8 @@ struct Sched<'s, 'a> {
     error: Option<SchedError>,
     last_progress: u64,
     watchdog: u64,
+    /// Why the scheduler CPU stopped early.
+    failure: Option<FwError>,
 }
 
 impl Sched<'_, '_> {
@@ -155,6 +164,139 @@ impl Waiter for Sched<'_, '_> {
             Err(_) => Err(GaveUp),
         }
     }
+}
+
+/// The hand-over between the AICPU's CPU and the scheduler CPU. The AICPU's CPU stores its
+/// scheduler side in `side`; the scheduler CPU takes it by swapping the pointer out (so a side
+/// is taken once, or reclaimed by the AICPU's CPU if no scheduler CPU came), runs it, and
+/// reports [`FINISHED`] or [`FAILED`] in `state`, which gives the side back.
+struct Handoff {
+    state: AtomicU32,
+    side: AtomicPtr<()>,
+}
+
+/// No run, or the run's orchestration is still going.
+const RUNNING: u32 = 0;
+/// The orchestration has returned: the scheduler CPU drains what it submitted.
+const ORCH_DONE: u32 = 1;
+/// The graph drained; the scheduler side is back with the AICPU's CPU.
+const FINISHED: u32 = 2;
+/// A pass failed (its error in [`Sched::failure`]); the side is back with the AICPU's CPU.
+const FAILED: u32 = 3;
+
+static HANDOFF: Handoff = Handoff {
+    state: AtomicU32::new(RUNNING),
+    side: AtomicPtr::new(core::ptr::null_mut()),
+};
+
+/// The orchestration's waiter while the scheduler CPU runs: room appears when that CPU retires
+/// tasks, so a wait spins. It gives up once the scheduler has failed (its own watchdog covers a
+/// graph that stops moving), or when no scheduler CPU took the side within the watchdog period.
+struct Spin {
+    published: u64,
+    watchdog: u64,
+}
+
+impl Waiter for Spin {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        if HANDOFF.state.load(Ordering::Acquire) == FAILED {
+            return Err(GaveUp);
+        }
+        if !HANDOFF.side.load(Ordering::Acquire).is_null()
+            && arch::counter().wrapping_sub(self.published) > self.watchdog
+        {
+            return Err(GaveUp);
+        }
+        core::hint::spin_loop();
+        Ok(())
+    }
+}
+
+/// The scheduler CPU: takes a run's scheduler side once the AICPU's CPU has handed it over,
+/// runs scheduler passes until the orchestration is done and the graph has drained (or a
+/// pass fails, the watchdog included), and hands the side back. A hot-path root of the
+/// panic-reachability check.
+///
+/// # Safety
+///
+/// Called once, on the CPU the boot table names as `scheduler_cpu` (not the AICPU's own),
+/// while the AICPU's CPU runs [`aicpu_main`] with the same table.
+#[no_mangle]
+#[inline(never)]
+pub unsafe extern "C" fn aicpu_scheduler_main() {
+    let side = loop {
+        let p = HANDOFF.side.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            break p;
+        }
+        core::hint::spin_loop();
+    };
+    // SAFETY: the AICPU's CPU stored a pointer to its live `Sched` (the AcqRel swap makes
+    // every write before that store visible), and this swap took it: that CPU now touches
+    // neither the side nor the cores it holds until this CPU stores FINISHED or FAILED, and
+    // `aicpu_main`'s locals it borrows outlive that wait.
+    let side = unsafe { &mut *side.cast::<Sched<'_, '_>>() };
+    loop {
+        // Read before the pass: once the orchestration is done, every task it submitted is
+        // visible, so a drained state after this pass is the end.
+        let done = HANDOFF.state.load(Ordering::Acquire) == ORCH_DONE;
+        match side.pass() {
+            Err(e) => {
+                side.failure = Some(e);
+                HANDOFF.state.store(FAILED, Ordering::Release);
+                return;
+            }
+            Ok(true) => {}
+            Ok(false) => {
+                if done && side.shared.drained() && !side.sched.busy() {
+                    HANDOFF.state.store(FINISHED, Ordering::Release);
+                    return;
+                }
+                core::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// Runs the orchestration on this CPU while the scheduler CPU runs `side`, then waits for that
+/// CPU to drain the graph and give `side` back.
+fn run_split(
+    side: &mut Sched<'_, '_>,
+    submit: impl FnOnce(&mut Spin) -> Result<(), RtError>,
+) -> Result<(), FwError> {
+    let watchdog = side.watchdog;
+    HANDOFF.state.store(RUNNING, Ordering::Relaxed);
+    HANDOFF
+        .side
+        .store((side as *mut Sched<'_, '_>).cast(), Ordering::Release);
+    let published = arch::counter();
+    let submitted = submit(&mut Spin {
+        published,
+        watchdog,
+    });
+    // Done either way: the scheduler drains what was submitted (unless it failed first), and
+    // only then is the side given back.
+    let _ = HANDOFF
+        .state
+        .compare_exchange(RUNNING, ORCH_DONE, Ordering::AcqRel, Ordering::Acquire);
+    loop {
+        match HANDOFF.state.load(Ordering::Acquire) {
+            FINISHED => break,
+            FAILED => return Err(side.failure.unwrap_or(FwError::Timeout)),
+            _ => {}
+        }
+        if arch::counter().wrapping_sub(published) > watchdog
+            && !HANDOFF
+                .side
+                .swap(core::ptr::null_mut(), Ordering::AcqRel)
+                .is_null()
+        {
+            // No scheduler CPU took the side: it is still this CPU's.
+            return Err(FwError::SchedulerSilent);
+        }
+        core::hint::spin_loop();
+    }
+    submitted.map_err(FwError::Submit)
 }
 
 /// Carves `bytes` bytes, 64-byte aligned, from the front of `rest`.
@@ -299,20 +441,29 @@ pub unsafe fn aicpu_main(boot: &BootTable) -> Result<RunReport, FwError> {
         error: None,
         last_progress: start,
         watchdog,
+        failure: None,
     };
     let abort = AtomicU32::new(0);
-    let submitted = {
-        let mut rt = Rt::new(&mut orch, &payloads, &mut side, &gm, args, &abort);
-        let r = rt.scope(ScopeMode::Auto, |rt| orch_fn(rt));
-        r.and_then(|()| rt.error().map_or(Ok(()), Err))
-    };
-    if let Some(e) = side.error {
-        return Err(FwError::Scheduler(e));
-    }
-    submitted.map_err(FwError::Submit)?;
-    while !shared.drained() || side.sched.busy() {
-        if !side.pass()? {
-            core::hint::spin_loop();
+    if boot.scheduler_cpu != 0 {
+        run_split(&mut side, |spin| {
+            let mut rt = Rt::new(&mut orch, &payloads, spin, &gm, args, &abort);
+            let r = rt.scope(ScopeMode::Auto, |rt| orch_fn(rt));
+            r.and_then(|()| rt.error().map_or(Ok(()), Err))
+        })?;
+    } else {
+        let submitted = {
+            let mut rt = Rt::new(&mut orch, &payloads, &mut side, &gm, args, &abort);
+            let r = rt.scope(ScopeMode::Auto, |rt| orch_fn(rt));
+            r.and_then(|()| rt.error().map_or(Ok(()), Err))
+        };
+        if let Some(e) = side.error {
+            return Err(FwError::Scheduler(e));
+        }
+        submitted.map_err(FwError::Submit)?;
+        while !shared.drained() || side.sched.busy() {
+            if !side.pass()? {
+                core::hint::spin_loop();
+            }
         }
     }
     let ticks = arch::counter().wrapping_sub(start);

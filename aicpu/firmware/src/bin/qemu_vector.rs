@@ -1,9 +1,10 @@
-//! The qemu test image: both programs in one image for `qemu-system-aarch64 -M virt -smp 4`.
+//! The qemu test image: both programs in one image for `qemu-system-aarch64 -M virt -smp 5`.
 //!
 //! CPU 0 is first the loader: it lays out the register blocks, mailboxes, local buffers, GM
 //! and the AICPU's working memory in RAM, writes the boot table and vector_example's inputs and
 //! entry arguments, and starts CPUs 1-3 (one cluster: AIC, AIV0, AIV1) through PSCI at the
-//! AICore loop. Then it is the AICPU: orchestration and scheduler. When the run ends it checks
+//! AICore loop and CPU 4 at the AICPU's scheduler. Then it is the AICPU's orchestration, side
+//! by side with the scheduler on CPU 4. When the run ends it checks
 //! the output against the golden, f = (a + b + 1)(a + b + 2) + (a + b) computed in f64 here,
 //! prints what it measured and PASS or FAIL through semihosting, and exits with 0 for PASS.
 #![no_std]
@@ -37,6 +38,8 @@ const WORK: Region = Region {
     bytes: 16 << 20,
 };
 const CORES: u32 = 3;
+/// The AICPU's scheduler CPU, after the AICores'.
+const SCHEDULER_CPU: u32 = CORES + 1;
 /// vector_example's tensors: 128 x 128 f32, placed after the entry arguments.
 const ROWS: u32 = 128;
 const N: u64 = (ROWS * ROWS) as u64;
@@ -85,6 +88,8 @@ unsafe fn load() -> &'static BootTable {
         },
         orchestration: 0,
         aicore_cpu_base: 1,
+        scheduler_cpu: SCHEDULER_CPU,
+        reserved: 0,
     };
     // SAFETY: the loader's own RAM (this function's contract); nothing else runs yet.
     unsafe {
@@ -158,14 +163,20 @@ fn check() -> (u64, Option<(u64, f32, f64)>) {
     (bad, first)
 }
 
-/// Called by `_start` (CPU 0) and `_secondary_start` (CPUs 1-3). Each role is a function of its
-/// own, so an AICore's stack holds only the AICore's frames.
+/// Called by `_start` (CPU 0) and `_secondary_start` (CPUs 1-4). Each role is a function of its
+/// own, so a CPU's stack holds only its role's frames.
 #[no_mangle]
 extern "C" fn fw_entry(boot: *const BootTable, cpu: u64) -> ! {
-    if cpu != 0 {
-        aicore(boot, cpu as u32)
+    match cpu as u32 {
+        0 => aicpu(),
+        SCHEDULER_CPU => {
+            // SAFETY: the CPU the boot table names as the scheduler's, started once by CPU 0,
+            // which runs `aicpu_main` with that table.
+            unsafe { simpler_aicpu_firmware::aicpu_scheduler_main() };
+            arch::halt()
+        }
+        c => aicore(boot, c),
     }
-    aicpu()
 }
 
 /// An AICore: the loop of core `cpu - aicore_cpu_base` until the exit signal.
@@ -188,17 +199,17 @@ fn aicpu() -> ! {
     extern "C" {
         fn _secondary_start();
     }
-    for c in 1..=CORES as u64 {
+    for c in 1..=SCHEDULER_CPU as u64 {
         let r = arch::psci_cpu_on(
             c,
             _secondary_start as *const () as u64,
             boot as *const BootTable as u64,
         );
         if r != 0 {
-            fail("PSCI CPU_ON refused a CPU (run qemu with -smp 4)");
+            fail("PSCI CPU_ON refused a CPU (run qemu with -smp 5)");
         }
     }
-    // SAFETY: the table was just written; CPUs 1-3 run the cores it names.
+    // SAFETY: the table was just written; CPUs 1-3 run the cores it names, CPU 4 the scheduler.
     let report = unsafe { simpler_aicpu_firmware::aicpu_main(boot) };
     let mut out = Console::new();
     let report = match report {
@@ -223,6 +234,8 @@ fn aicpu() -> ! {
     let _ = writeln!(out, "work aicpu {} bytes", report.work_bytes);
     let aicore = (1..=CORES).map(start::stack_used).max().unwrap_or(0);
     let _ = writeln!(out, "stack aicore {aicore} bytes");
+    let scheduler = start::stack_used(SCHEDULER_CPU);
+    let _ = writeln!(out, "stack scheduler {scheduler} bytes");
     if bad != 0 || report.tasks != 5 || report.dispatched != 5 {
         let _ = writeln!(
             out,
