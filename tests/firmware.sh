@@ -70,9 +70,12 @@ if [ "$sites" -gt "$max" ]; then
   status=1
 fi
 
+# boot IMAGE DIR [qemu arguments...]
 boot() {
-  (cd "$2" && timeout 300 qemu-system-aarch64 -M virt -cpu cortex-a57 -smp 5 -m 512M \
-     -nographic -nic none -semihosting-config enable=on,target=native -kernel "$1")
+  local image=$1 dir=$2
+  shift 2
+  (cd "$dir" && timeout 300 qemu-system-aarch64 -M virt -cpu cortex-a57 -smp 5 -m 512M \
+     -nographic -nic none -semihosting-config enable=on,target=native -kernel "$image" "$@")
 }
 
 # Boot: CPU 0 the loader and the AICPU's orchestration, CPUs 1-3 one cluster of AICores, CPU 4
@@ -87,6 +90,19 @@ sed -n 's/^stack \(aicpu\|aicore\|scheduler\) \([0-9]*\) bytes$/bench firmware \
 sed -n 's/^work aicpu \([0-9]*\) bytes$/bench firmware aicpu_work_bytes \1 bytes/p' "$log"
 if [ "$rc" -ne 0 ] || ! grep -q '^PASS' "$log"; then
   echo "FAIL: the qemu image exited with $rc"
+  status=1
+fi
+
+# The fault test: the boot table names CPU 4 as the scheduler's but it is never started; the
+# run must end with SchedulerSilent after the watchdog period (5 s), not hang.
+silent_log="$target_dir/qemu-silent.log"
+set +e
+boot "$out/qemu-vector" "$target_dir" -append silent-scheduler >"$silent_log" 2>&1
+rc=$?
+set -e
+cat "$silent_log"
+if [ "$rc" -ne 0 ] || ! grep -q '^PASS silent scheduler CPU' "$silent_log"; then
+  echo "FAIL: the silent-scheduler qemu run exited with $rc"
   status=1
 fi
 

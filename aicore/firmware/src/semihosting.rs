@@ -9,6 +9,7 @@ const SYS_WRITE0: u64 = 0x04;
 /// SYS_OPEN's mode for "wb": create or truncate, binary.
 const MODE_WB: u64 = 5;
 const SYS_EXIT: u64 = 0x18;
+const SYS_GET_CMDLINE: u64 = 0x15;
 const ADP_STOPPED_APPLICATION_EXIT: u64 = 0x20026;
 
 /// One semihosting call: operation `op` with its parameter block at `arg`.
@@ -33,6 +34,16 @@ pub fn open_write(name: &[u8]) -> Option<u64> {
 pub fn write(handle: u64, bytes: &[u8]) -> bool {
     let block = [handle, bytes.as_ptr() as u64, bytes.len() as u64];
     call(SYS_WRITE, block.as_ptr() as u64) == 0
+}
+
+/// The command line the debugger passes the program (qemu: the image's name, then
+/// `-append`'s text), read into `buf`; `None` if the host gave none.
+pub fn cmdline(buf: &mut [u8]) -> Option<&[u8]> {
+    let mut block = [buf.as_mut_ptr() as u64, buf.len() as u64];
+    if call(SYS_GET_CMDLINE, block.as_mut_ptr() as u64) != 0 {
+        return None;
+    }
+    buf.get(..block[1] as usize)
 }
 
 /// Ends the program; the debugger (qemu) exits with `code`.
