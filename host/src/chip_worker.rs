@@ -12,201 +12,21 @@
 //! staged host tensors ([`ChipArg::Host`]).
 
 use crate::callable::Callable;
-use crate::transport::{DeviceTransport, OrchFn, RunOptions, Runtime, TransportError};
+pub use crate::entry::{ChipArg, DeviceTensor, EntryArg, HostTensor};
+pub use crate::pipeline::{Finished, RunHandle, PIPELINE_DEPTH};
+pub(crate) use crate::pipeline::{Flight, Launch, Submitted, Tail};
+use crate::transport::{DeviceTransport, OrchFn, RunOptions, TransportError};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::{RunError, RunOutcome};
 use simpler_core::limits::MAX_TENSOR_DIMS;
 use simpler_core::{
     AddressSpace, AdoptError, ArgDirection, BufferHandle, ChipStorageTaskArgs, ChipTensor,
-    DataType, EntryError, GeometryError, OrchArgs,
+    EntryError, GeometryError, OrchArgs,
 };
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A host tensor passed to a run: its bytes, shape and element type, and how the callable
-/// uses it (IN: copied to the device; OUT: copied back; INOUT: both).
-#[derive(Clone, Debug, PartialEq)]
-pub struct HostTensor {
-    /// Row-major bytes.
-    pub data: Vec<u8>,
-    /// Shape.
-    pub shapes: Vec<u32>,
-    /// Element type.
-    pub dtype: DataType,
-    /// How the callable uses it.
-    pub dir: ArgDirection,
-}
-
-impl HostTensor {
-    /// An f32 tensor of `shapes` holding `values`.
-    pub fn f32(values: &[f32], shapes: &[u32], dir: ArgDirection) -> Self {
-        Self {
-            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            shapes: shapes.to_vec(),
-            dtype: DataType::Float32,
-            dir,
-        }
-    }
-
-    /// The data read as f32 values.
-    pub fn to_f32(&self) -> Vec<f32> {
-        self.data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    }
-
-    /// Readies this tensor, which a run of `template`'s round wrote back into, for the next
-    /// round, in place: the data of an OUT or INOUT tensor becomes `template`'s again (copied
-    /// into the existing buffer, so it allocates nothing when the sizes match); an IN tensor
-    /// is left as it is, since a run never writes it back. Shape, element type and direction
-    /// are taken from `template`.
-    ///
-    /// A round loop clones its template tensors once and calls this between rounds, instead
-    /// of cloning every round (which allocates and, for large tensors, faults in fresh pages
-    /// that the OS clears first).
-    pub fn reset_outputs_from(&mut self, template: &HostTensor) {
-        self.shapes.clone_from(&template.shapes);
-        self.dtype = template.dtype;
-        self.dir = template.dir;
-        if template.dir != ArgDirection::In || self.data.len() != template.data.len() {
-            self.data.clone_from(&template.data);
-        }
-    }
-}
-
-/// An entry tensor that already lives in persistent device memory ([`ChipWorker::malloc`]):
-/// the callable uses it in place, nothing is staged or copied back.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeviceTensor {
-    /// Device address of the view's first element.
-    pub addr: u64,
-    /// Shape.
-    pub shapes: Vec<u32>,
-    /// Stride per dimension, in elements (as many as `shapes`).
-    pub strides: Vec<u32>,
-    /// Element type.
-    pub dtype: DataType,
-    /// How the callable uses it.
-    pub dir: ArgDirection,
-}
-
-impl DeviceTensor {
-    /// A dense row-major tensor of `shapes` at `addr`.
-    pub fn contiguous(addr: u64, shapes: &[u32], dtype: DataType, dir: ArgDirection) -> Self {
-        let mut strides = vec![0u32; shapes.len()];
-        let mut next: u32 = 1;
-        for (stride, &shape) in strides.iter_mut().zip(shapes).rev() {
-            *stride = next;
-            next = next.saturating_mul(shape);
-        }
-        Self {
-            addr,
-            shapes: shapes.to_vec(),
-            strides,
-            dtype,
-            dir,
-        }
-    }
-}
-
-/// An entry tensor of [`ChipWorker::run`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum ChipArg {
-    /// Host bytes, staged into per-run GM (IN and INOUT copied in, OUT and INOUT copied back;
-    /// an OUT's staging starts zeroed).
-    Host(HostTensor),
-    /// A view of persistent device memory, used in place.
-    Device(DeviceTensor),
-}
-
-impl ChipArg {
-    /// How the callable uses the tensor.
-    pub fn dir(&self) -> ArgDirection {
-        match self {
-            Self::Host(t) => t.dir,
-            Self::Device(t) => t.dir,
-        }
-    }
-}
-
-impl ChipArg {
-    /// The host tensor, if it is one (after a run, with its outputs).
-    pub fn host(&self) -> Option<&HostTensor> {
-        match self {
-            Self::Host(t) => Some(t),
-            Self::Device(_) => None,
-        }
-    }
-
-    /// The host tensor, if it is one.
-    pub fn into_host(self) -> Option<HostTensor> {
-        match self {
-            Self::Host(t) => Some(t),
-            Self::Device(_) => None,
-        }
-    }
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::HostTensor {}
-    impl Sealed for super::ChipArg {}
-}
-
-/// What [`ChipWorker::run`] takes as entry tensors: a slice of [`ChipArg`] (host or device
-/// tensors), or of [`HostTensor`] when every tensor is staged host bytes.
-pub trait EntryArg: sealed::Sealed + Sized {
-    /// Runs `f` on `args` as [`ChipArg`]s; whatever `f` does to them is seen in `args` after.
-    #[doc(hidden)]
-    fn as_chip_args<R>(args: &mut [Self], f: impl FnOnce(&mut [ChipArg]) -> R) -> R;
-}
-
-impl EntryArg for ChipArg {
-    fn as_chip_args<R>(args: &mut [Self], f: impl FnOnce(&mut [ChipArg]) -> R) -> R {
-        f(args)
-    }
-}
-
-impl EntryArg for HostTensor {
-    fn as_chip_args<R>(args: &mut [Self], f: impl FnOnce(&mut [ChipArg]) -> R) -> R {
-        // Move the tensors into host arguments and back again, whatever the result: a failed
-        // run leaves them as they were, a good one with its outputs.
-        let mut chip: Vec<ChipArg> = args
-            .iter_mut()
-            .map(|t| {
-                let empty = HostTensor {
-                    data: Vec::new(),
-                    shapes: Vec::new(),
-                    dtype: t.dtype,
-                    dir: t.dir,
-                };
-                ChipArg::Host(std::mem::replace(t, empty))
-            })
-            .collect();
-        let result = f(&mut chip);
-        for (t, arg) in args.iter_mut().zip(chip) {
-            if let ChipArg::Host(h) = arg {
-                *t = h;
-            }
-        }
-        result
-    }
-}
-
-impl From<HostTensor> for ChipArg {
-    fn from(t: HostTensor) -> Self {
-        Self::Host(t)
-    }
-}
-
-impl From<DeviceTensor> for ChipArg {
-    fn from(t: DeviceTensor) -> Self {
-        Self::Device(t)
-    }
-}
 
 /// A registered callable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,9 +194,6 @@ pub struct RunReport {
     pub bind: Option<crate::hbg::BindReport>,
 }
 
-/// Runs a worker has in flight at most: one on the device while the host builds the next.
-pub const PIPELINE_DEPTH: usize = 2;
-
 /// One chip, its callables and its persistent device memory.
 ///
 /// Runs go through a depth-two pipeline ([`Self::submit`], [`Self::wait`]): each of its two
@@ -410,90 +227,11 @@ pub struct ChipWorker {
     /// The image a verified replay compares with (kept across binds).
     pub(crate) replay_check: Vec<u8>,
     /// Runs submitted and not yet collected, oldest first.
-    runs: std::collections::VecDeque<Submitted>,
+    pub(crate) runs: std::collections::VecDeque<Submitted>,
     /// The next run's sequence number.
-    next_run: u64,
+    pub(crate) next_run: u64,
     /// This worker's identity, so a run handle of another worker is refused.
-    id: u64,
-}
-
-/// A run [`ChipWorker::submit`] accepted: [`ChipWorker::wait`] collects its result (once; the
-/// handle is consumed).
-#[must_use = "a submitted run's result and tensors come back through `wait`"]
-#[derive(Debug, PartialEq, Eq)]
-pub struct RunHandle {
-    worker: u64,
-    seq: u64,
-}
-
-impl RunHandle {
-    /// The run's position among the worker's submissions (0 for the first).
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-}
-
-/// A collected run: its result and its entry tensors (OUT and INOUT host tensors hold the
-/// results when it succeeded; after a failure they are as they were given).
-#[derive(Debug)]
-pub struct Finished {
-    /// The run's report, or why it failed.
-    pub result: Result<RunReport, WorkerError>,
-    /// The entry tensors, given back.
-    pub args: Vec<ChipArg>,
-}
-
-/// A submitted run, until it is collected.
-struct Submitted {
-    seq: u64,
-    args: Vec<ChipArg>,
-    state: RunState,
-}
-
-// The queue holds a few runs at most, and a done run's result is moved out once: boxing it
-// would allocate per run for nothing.
-#[allow(clippy::large_enum_variant)]
-enum RunState {
-    /// On the device (or queued behind the other slot's run).
-    Running(Box<Flight>),
-    /// Ended: its result is ready for `wait`.
-    Done(Result<RunReport, WorkerError>),
-}
-
-/// How far a launch got: to the run's end (host-only, or a backend that runs synchronously),
-/// or to the device.
-// Moved out at once by the caller; boxing the report would allocate per host-only bind.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Launch {
-    Done(RunReport),
-    Running(Box<Flight>),
-}
-
-/// A run launched on the device: what its end needs.
-pub(crate) struct Flight {
-    pub(crate) pending: crate::transport::PendingRun,
-    pub(crate) slot: usize,
-    /// The slot's entry staging, held while the run may read it.
-    pub(crate) staging: Box<Staging>,
-    /// The retained Definitions' bind counter at this run's bind (hbg), so none it uses is
-    /// evicted while it is in flight.
-    pub(crate) kept_bind: Option<u64>,
-    pub(crate) tail: Tail,
-}
-
-/// The runtime's part of a run's end.
-pub(crate) enum Tail {
-    Tmr {
-        start: Instant,
-        run_start: Duration,
-        sink: Option<crate::transport::TraceSink>,
-    },
-    Hbg {
-        start: Instant,
-        report: Box<crate::hbg::BindReport>,
-        clock: crate::hbg::Clock,
-        trace: Option<crate::transport::TraceSink>,
-    },
+    pub(crate) id: u64,
 }
 
 /// One run's entry: the chip arguments, their adoption for the orchestration, and where each
@@ -700,12 +438,12 @@ impl ChipWorker {
     /// error of its rank.
     ///
     /// `options` choose the runtime and what is recorded ([`RunOptions`]):
-    /// - [`Runtime::Tmr`] (the default): the device runs the orchestration function beside its
+    /// - [`Runtime::Tmr`](crate::Runtime::Tmr) (the default): the device runs the orchestration function beside its
     ///   schedulers; the hook sees every submitted task (for example a
     ///   [`crate::dag::DagRecorder`]); a trace gets the device's events and three host spans
     ///   (staging, the run, copying back). The report's `bind` is `None`.
     ///   [`RunOptions::host_only`] is refused ([`WorkerError::HostOnlyNeedsHbg`]).
-    /// - [`Runtime::Hbg`]: the orchestration runs here, on the host, into the retained mirror;
+    /// - [`Runtime::Hbg`](crate::Runtime::Hbg): the orchestration runs here, on the host, into the retained mirror;
     ///   the device receives the compact live image and only schedules ([`crate::hbg`] lists
     ///   the phases). The report's `bind` is `Some`. With `host_only` the bind stops after
     ///   building the image: nothing runs, no output is written, the outcome counts the tasks
@@ -729,230 +467,9 @@ impl ChipWorker {
         })
     }
 
-    /// Accepts a run of `handle` with entry tensors `args` and `scalars` without waiting for
-    /// it: [`Self::wait`] gives its result and its tensors back. The bind (hbg) or the staging
-    /// (tmr) happens here, in a pipeline slot whose previous run has ended, while the other
-    /// slot's run may still be on the device; the device runs submitted runs one at a time, in
-    /// submission order. With two runs in flight ([`PIPELINE_DEPTH`]) this first waits for the
-    /// older one's device run to end. A run that fails (bad input, a failed bind, a kernel
-    /// failure, a deadlock) fails alone: its error comes from its own `wait`, and the worker
-    /// takes new runs afterwards. Checks and runtimes are those of [`Self::run`].
-    pub fn submit(
-        &mut self,
-        handle: CallableHandle,
-        mut args: Vec<ChipArg>,
-        scalars: &[u64],
-        options: RunOptions,
-    ) -> RunHandle {
-        let pipelines = self.device.pipelines();
-        while self.running() >= if pipelines { PIPELINE_DEPTH } else { 1 } {
-            self.settle_oldest();
-        }
-        let slot = (0..PIPELINE_DEPTH)
-            .find(|&slot| !self.slot_busy(slot))
-            .expect("a slot is free once fewer than two runs are in flight");
-        let state = match self.launch(slot, handle, &mut args, scalars, options) {
-            Ok(Launch::Done(report)) => RunState::Done(Ok(report)),
-            Ok(Launch::Running(flight)) => RunState::Running(flight),
-            Err(e) => RunState::Done(Err(e)),
-        };
-        let seq = self.next_run;
-        self.next_run += 1;
-        self.runs.push_back(Submitted { seq, args, state });
-        RunHandle {
-            worker: self.id,
-            seq,
-        }
-    }
-
-    /// Waits for a submitted run and gives back its result and its tensors. Runs submitted
-    /// before it end first (their results stay for their own `wait`).
-    /// [`WorkerError::ForeignRun`] for a handle of another worker.
-    pub fn wait(&mut self, run: RunHandle) -> Result<Finished, WorkerError> {
-        let at = self.position(&run)?;
-        for i in 0..=at {
-            self.settle(i);
-        }
-        let done = self.runs.remove(at).expect("found above");
-        match done.state {
-            RunState::Done(result) => Ok(Finished {
-                result,
-                args: done.args,
-            }),
-            RunState::Running(_) => unreachable!("settled above"),
-        }
-    }
-
-    /// [`Self::wait`] for at most about `timeout`: the run's result if it (and every run
-    /// submitted before it) ended by then, or the handle back (`Err`) to wait again.
-    pub fn wait_timeout(
-        &mut self,
-        run: RunHandle,
-        timeout: Duration,
-    ) -> Result<Result<Finished, RunHandle>, WorkerError> {
-        let deadline = Instant::now() + timeout;
-        let at = self.position(&run)?;
-        for i in 0..=at {
-            let Submitted { args, state, .. } = &mut self.runs[i];
-            if let RunState::Running(flight) = state {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let outcome = match flight.pending.wait_timeout(left) {
-                    Ok(None) => return Ok(Err(run)),
-                    Ok(Some(o)) => Ok(o),
-                    Err(e) => Err(WorkerError::from(e)),
-                };
-                let RunState::Running(flight) = std::mem::replace(
-                    state,
-                    RunState::Done(Err(WorkerError::Transport(TransportError::Stopped))),
-                ) else {
-                    unreachable!("matched above")
-                };
-                let mut args = std::mem::take(args);
-                let result = self.end(*flight, outcome, &mut args);
-                self.runs[i].args = args;
-                self.runs[i].state = RunState::Done(result);
-            }
-        }
-        self.wait(run).map(Ok)
-    }
-
-    /// Runs submitted and not yet collected.
-    pub fn runs_pending(&self) -> usize {
-        self.runs.len()
-    }
-
-    /// The index of `run` among the runs not yet collected.
-    fn position(&self, run: &RunHandle) -> Result<usize, WorkerError> {
-        if run.worker != self.id {
-            return Err(WorkerError::ForeignRun);
-        }
-        // Handles are consumed by `wait`, so one of this worker's is always still here.
-        self.runs
-            .iter()
-            .position(|r| r.seq == run.seq)
-            .ok_or(WorkerError::ForeignRun)
-    }
-
-    /// Runs on the device (launched, not yet ended).
-    fn running(&self) -> usize {
-        self.runs
-            .iter()
-            .filter(|r| matches!(r.state, RunState::Running(_)))
-            .count()
-    }
-
-    /// Whether pipeline slot `slot` has a run on the device.
-    pub(crate) fn slot_busy(&self, slot: usize) -> bool {
-        self.runs
-            .iter()
-            .any(|r| matches!(&r.state, RunState::Running(f) if f.slot == slot))
-    }
-
-    /// Ends the oldest run still on the device.
-    fn settle_oldest(&mut self) {
-        if let Some(i) = self
-            .runs
-            .iter()
-            .position(|r| matches!(r.state, RunState::Running(_)))
-        {
-            self.settle(i);
-        }
-    }
-
-    /// Ends every run still on the device, oldest first (their results stay for `wait`).
-    pub(crate) fn settle_all(&mut self) {
-        for i in 0..self.runs.len() {
-            self.settle(i);
-        }
-    }
-
-    /// Waits for run `i`'s device run to end and makes it done (copy back, report).
-    fn settle(&mut self, i: usize) {
-        let r = &mut self.runs[i];
-        let RunState::Running(_) = r.state else {
-            return;
-        };
-        let RunState::Running(flight) = std::mem::replace(
-            &mut r.state,
-            RunState::Done(Err(WorkerError::Transport(TransportError::Stopped))),
-        ) else {
-            unreachable!("matched above")
-        };
-        let mut args = std::mem::take(&mut r.args);
-        let result = self.finish(*flight, &mut args);
-        let r = &mut self.runs[i];
-        r.args = args;
-        r.state = RunState::Done(result);
-    }
-
-    /// Launches a run in pipeline slot `slot` (see [`Self::submit`]).
-    fn launch(
-        &mut self,
-        slot: usize,
-        handle: CallableHandle,
-        args: &mut [ChipArg],
-        scalars: &[u64],
-        options: RunOptions,
-    ) -> Result<Launch, WorkerError> {
-        // A bind may evict a retained Definition only if no run in flight uses it.
-        self.kept.spare = self.runs.iter().find_map(|r| match &r.state {
-            RunState::Running(f) => f.kept_bind,
-            RunState::Done(_) => None,
-        });
-        let launched = match options.runtime {
-            Runtime::Tmr if options.host_only => Err(WorkerError::HostOnlyNeedsHbg),
-            Runtime::Tmr => self.launch_tmr(slot, handle, args, scalars, options),
-            Runtime::Hbg => self.launch_hbg(slot, handle, args, scalars, options),
-        };
-        self.kept.spare = None;
-        launched
-    }
-
-    /// Waits for a launched run's device run to end and ends it.
-    fn finish(&mut self, flight: Flight, args: &mut [ChipArg]) -> Result<RunReport, WorkerError> {
-        let mut flight = flight;
-        let pending = std::mem::replace(
-            &mut flight.pending,
-            crate::transport::PendingRun::done_stopped(),
-        );
-        let outcome = pending.wait().map_err(WorkerError::from);
-        self.end(flight, outcome, args)
-    }
-
-    /// Ends a launched run whose device run gave `outcome`: the slot's staging goes back to
-    /// the slot, the outputs are copied back, the report is made.
-    fn end(
-        &mut self,
-        flight: Flight,
-        outcome: Result<RunOutcome, WorkerError>,
-        args: &mut [ChipArg],
-    ) -> Result<RunReport, WorkerError> {
-        let Flight {
-            slot,
-            staging,
-            tail,
-            ..
-        } = flight;
-        let result = outcome.and_then(|outcome| match tail {
-            Tail::Tmr {
-                start,
-                run_start,
-                sink,
-            } => self.finish_tmr(outcome, args, &staging.staged, start, run_start, sink),
-            Tail::Hbg {
-                start,
-                report,
-                clock,
-                trace,
-            } => self.finish_hbg(outcome, args, &staging.staged, start, *report, clock, trace),
-        });
-        self.staging[slot] = Some(staging);
-        result
-    }
-
     /// The tmr run of [`Self::run`] in pipeline slot `slot`, up to the device: the entry
     /// staged and copied in, the run launched.
-    fn launch_tmr(
+    pub(crate) fn launch_tmr(
         &mut self,
         slot: usize,
         handle: CallableHandle,
@@ -990,7 +507,7 @@ impl ChipWorker {
 
     /// The end of a launched tmr run: its outcome checked, the outputs copied back, the host's
     /// spans traced.
-    fn finish_tmr(
+    pub(crate) fn finish_tmr(
         &mut self,
         outcome: RunOutcome,
         args: &mut [ChipArg],

@@ -81,16 +81,26 @@ use simpler_core::orchestrator::{Blocked, TaskArg};
 use simpler_core::orchestrator::{Orchestrator, OrchestratorLayout};
 use simpler_core::sched::SchedState;
 use simpler_core::scope::ScopeMode;
-use simpler_core::{ChipStorageTaskArgs, ChipTensor, TaskId};
+use simpler_core::TaskId;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod error;
+mod replay;
 mod report;
+mod retention;
 
 pub use error::HbgError;
+pub use replay::BindReplay;
+use replay::{take_guard, Guard};
 pub use report::{BindPhase, BindReport, GraphPhases, Phase, UnknownBindPhase, CONTROL_PLANE};
+use retention::retain;
+pub(crate) use retention::Kept;
+pub use retention::{
+    first_differing_node, GraphRetention, RETAINED_MAX_BYTES, RETAINED_MAX_DEFINITIONS,
+    VERIFY_GRAPHS_ENV,
+};
 
 /// Device memory a bind reserves for its Definitions and Graph boundaries.
 const GRAPH_STAGING_BYTES: u64 = 8 << 20;
@@ -98,86 +108,6 @@ const GRAPH_STAGING_BYTES: u64 = 8 << 20;
 const MAX_DEFINITIONS: usize = simpler_core::graph::GRAPH_MAX_DEFINITIONS;
 /// Alignment of each Graph invocation's heap block.
 const GRAPH_HEAP_ALIGN: u64 = 1024;
-
-/// How a `ChipWorker` retains Graph Definitions across binds ([`ChipWorker::set_graph_retention`];
-/// the module's "Retained Definitions" says what is kept and when it is replayed).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GraphRetention {
-    /// Definitions retained at most (over every callable); 0 turns retention off (every bind
-    /// records, as before retention existed).
-    pub max_definitions: usize,
-    /// Bytes of Definition images retained at most (each is held twice, on the host and in
-    /// device memory; this caps one copy). A Definition larger than this is recorded per bind.
-    pub max_bytes: usize,
-    /// Record every Graph anyway and compare the new Definition's content hash with the
-    /// retained one's: a mismatch fails the bind with [`HbgError::GraphChanged`]. Retained
-    /// Definitions are still placed once (no upload); only the recording is repeated.
-    pub verify: bool,
-}
-
-/// Definitions a worker retains by default.
-pub const RETAINED_MAX_DEFINITIONS: usize = 64;
-/// Bytes of Definition images a worker retains by default.
-pub const RETAINED_MAX_BYTES: usize = 4 << 20;
-/// The environment variable that turns verification on by default (any value but empty or
-/// `0`); the workspace's `.cargo/config.toml` sets it, so the test suite verifies.
-pub const VERIFY_GRAPHS_ENV: &str = "SIMPLER_VERIFY_GRAPHS";
-
-impl Default for GraphRetention {
-    /// The default caps; verification as [`VERIFY_GRAPHS_ENV`] says.
-    fn default() -> Self {
-        let verify = std::env::var_os(VERIFY_GRAPHS_ENV).is_some_and(|v| !v.is_empty() && v != "0");
-        Self {
-            max_definitions: RETAINED_MAX_DEFINITIONS,
-            max_bytes: RETAINED_MAX_BYTES,
-            verify,
-        }
-    }
-}
-
-impl GraphRetention {
-    /// Retention off: every bind records every Definition (verification is moot).
-    pub const OFF: Self = Self {
-        max_definitions: 0,
-        max_bytes: 0,
-        verify: false,
-    };
-}
-
-/// A Definition retained across binds: what it was recorded for (the callable, the key, the
-/// first invocation's boundary and its alias partition), its image (the host copy), where its
-/// device copy lives (persistent device memory, placed once) and when a bind last used it.
-struct Retained {
-    callable: usize,
-    key: u64,
-    boundary: crate::record::GraphBoundary,
-    reps: [u16; simpler_core::graph::GRAPH_MAX_TENSOR_ARGS],
-    image: Vec<u8>,
-    content_hash: u64,
-    device: u64,
-    required_heap: u64,
-    /// The bind that last recorded or replayed it (eviction takes the oldest first).
-    last_bind: u64,
-}
-
-impl Retained {
-    /// Whether a submission of `key` by `callable` with `boundary` and `scalars` scalars may
-    /// replay it: the same key and the same boundary signature (every layout field, tag,
-    /// manual-dependency flag and alias relation [`crate::record::GraphBoundary::matches_args`]
-    /// compares, and the scalar count), and, stricter than a replay within one bind, each
-    /// tensor's view offset from the start of its buffer.
-    fn matches(&self, callable: usize, key: u64, boundary: &[TaskArg], scalars: usize) -> bool {
-        self.callable == callable
-            && self.key == key
-            && self.boundary.matches_args(&self.reps, boundary, scalars)
-            && self
-                .boundary
-                .tensors
-                .iter()
-                .zip(boundary)
-                .all(|(a, b)| a.start_offset() == b.tensor.start_offset())
-    }
-}
 
 /// The Graph state a mirror keeps across binds: the in-flight entries (reused), the outer
 /// tasks to patch, and the staging buffer of Definitions and boundaries. (The recorder pool
@@ -218,26 +148,6 @@ pub(crate) struct Graphs {
     callable: usize,
     /// The Definitions retained across binds.
     kept: Kept,
-}
-
-/// The Definitions a worker retains across binds, and this bind's use of them. One per
-/// worker, shared by both pipeline slots: it is lent to the mirror a bind builds into.
-#[derive(Default)]
-pub(crate) struct Kept {
-    /// In the order they were retained.
-    items: Vec<Retained>,
-    /// Bytes of their images.
-    bytes: usize,
-    /// Per entry of this bind, the retained Definition its key and boundary matched.
-    hits: Vec<Option<usize>>,
-    /// Binds that used it so far (a Definition's `last_bind` counts on it).
-    binds: u64,
-    /// The first bind whose run may still be in flight in the other slot: no Definition
-    /// used at or after it is evicted (its device copy may be read).
-    pub(crate) spare: Option<u64>,
-    /// Definitions dropped so far: a bind's guard ([`Guard`]) holds only while no Definition
-    /// its image names could have been dropped.
-    generation: u64,
 }
 
 /// The orchestration's Graph sink during a bind: a new key starts a recording on the pool
@@ -285,72 +195,6 @@ impl Graphs {
         let before = pool.orchestration_wakes();
         pool.orchestrating(true);
         before
-    }
-}
-
-impl Kept {
-    /// Drops retained Definitions until at most `keep` remain and their images fit in
-    /// `bytes`, oldest-used first (fewest recent binds), freeing each one's device copy. A
-    /// Definition bind `binds` uses, or one a run still in flight uses, is never dropped;
-    /// returns whether the bound was met.
-    fn evict_to(
-        &mut self,
-        binds: u64,
-        keep: usize,
-        bytes: usize,
-        device: &dyn crate::transport::DeviceTransport,
-    ) -> Result<bool, WorkerError> {
-        let protected = self.spare.map_or(binds, |b| binds.min(b));
-        while self.items.len() > keep || self.bytes > bytes {
-            let victim = self
-                .items
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.last_bind < protected)
-                .min_by_key(|(_, r)| r.last_bind)
-                .map(|(i, _)| i);
-            let Some(i) = victim else {
-                return Ok(false);
-            };
-            self.drop_retained(i, device)?;
-        }
-        Ok(true)
-    }
-
-    /// Drops retained Definition `i`: its device copy is freed, its host copy dropped, and
-    /// this bind's hits past it renumbered.
-    fn drop_retained(
-        &mut self,
-        i: usize,
-        device: &dyn crate::transport::DeviceTransport,
-    ) -> Result<(), WorkerError> {
-        let r = self.items.remove(i);
-        self.bytes -= r.image.len();
-        self.generation += 1;
-        for h in self.hits.iter_mut().flatten() {
-            if *h > i {
-                *h -= 1;
-            }
-        }
-        device.free(r.device)?;
-        Ok(())
-    }
-
-    /// Drops every retained Definition of `callable` (`None`: of every callable).
-    fn forget(
-        &mut self,
-        callable: Option<usize>,
-        device: &dyn crate::transport::DeviceTransport,
-    ) -> Result<(), WorkerError> {
-        let mut i = 0;
-        while i < self.items.len() {
-            if callable.map_or(true, |c| self.items[i].callable == c) {
-                self.drop_retained(i, device)?;
-            } else {
-                i += 1;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -493,92 +337,6 @@ pub(crate) struct Mirror {
     last_usage: Option<simpler_core::image::Usage>,
     /// What the last bind's image depended on, so a later bind that matches replays it.
     guard: Guard,
-}
-
-/// How a worker replays a whole bind ([`ChipWorker::set_bind_replay`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BindReplay {
-    /// Replay a bind whose guard matches the slot's last bind: its orchestration is not run,
-    /// the slot's retained image is shipped again.
-    pub enabled: bool,
-    /// Run the orchestration anyway and compare the image it builds with the one a replay
-    /// would have shipped; a difference fails the bind with [`HbgError::ReplayChanged`].
-    pub verify: bool,
-}
-
-impl Default for BindReplay {
-    /// On; verification as [`VERIFY_GRAPHS_ENV`] says (on in the test suite).
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            verify: GraphRetention::default().verify,
-        }
-    }
-}
-
-/// A bind's guard: everything its image depends on besides the orchestration's code. The
-/// callable; the chip entry as adopted (every entry tensor's address, layout and view, every
-/// entry scalar); every entry-tensor byte the orchestration read, with its value; where the
-/// bind's per-run device memory went (its Graph staging and heap blocks); and the retained
-/// Definitions' generation (none of those its image names was dropped since). A later bind in
-/// the same slot that matches all of it would build the same image byte for byte, so it ships
-/// the retained one. Its buffers are kept across binds (no allocation once grown).
-#[derive(Default)]
-struct Guard {
-    /// The rest is meaningful.
-    valid: bool,
-    callable: usize,
-    /// The chip entry's tensors and scalars, as bytes.
-    entry: Vec<u8>,
-    scalars: Vec<u64>,
-    /// Each entry read: its address and length, and the values read, concatenated.
-    reads: Vec<(u64, u32)>,
-    values: Vec<u8>,
-    generation: u64,
-    /// The retained Definitions' bind counter at this bind: a replay in flight protects the
-    /// Definitions used from it on, as the bind's own run did.
-    kept_bind: u64,
-    staging_base: u64,
-    heap: Option<(u64, u64)>,
-    built: Option<BuiltImage>,
-    /// The report fields the image implies.
-    tasks: u64,
-    image_bytes: usize,
-    graphs: [u64; 3],
-}
-
-impl Guard {
-    /// Whether a bind of `callable` on `chip`, reading `views`, would build the image this
-    /// guard was taken for.
-    fn holds(
-        &self,
-        callable: usize,
-        chip: &ChipStorageTaskArgs,
-        views: &HostViews<'_>,
-        generation: u64,
-    ) -> bool {
-        if !self.valid
-            || self.callable != callable
-            || self.generation != generation
-            || self.scalars != chip.scalars()
-            || self.entry != bytemuck::cast_slice::<ChipTensor, u8>(chip.tensors())
-        {
-            return false;
-        }
-        let mut at = 0;
-        let mut buf = [0u8; 64];
-        for &(addr, len) in &self.reads {
-            let len = len as usize;
-            let Some(dst) = buf.get_mut(..len) else {
-                return false;
-            };
-            if views.read(addr, dst).is_err() || self.values.get(at..at + len) != Some(&*dst) {
-                return false;
-            }
-            at += len;
-        }
-        true
-    }
 }
 
 impl Mirror {
@@ -727,60 +485,6 @@ impl ChipWorker {
         self.recorders
             .get_or_insert_with(RecorderPool::start)
             .inject_stand_up_failure(part);
-    }
-
-    /// Sets how Graph Definitions are retained across binds (the caps, verification). Lower
-    /// caps take effect at once: the oldest-used Definitions past them are dropped, host and
-    /// device copies; [`GraphRetention::OFF`] drops them all. Waits for the runs in flight
-    /// first (their results stay for [`ChipWorker::wait`]).
-    pub fn set_graph_retention(&mut self, retention: GraphRetention) -> Result<(), WorkerError> {
-        self.settle_all();
-        self.retention = retention;
-        // No bind is running and none is in flight, so every Definition may go.
-        let binds = self.kept.binds + 1;
-        self.kept.spare = None;
-        self.kept.evict_to(
-            binds,
-            retention.max_definitions,
-            retention.max_bytes,
-            &*self.device,
-        )?;
-        Ok(())
-    }
-
-    /// How Graph Definitions are retained across binds.
-    pub fn graph_retention(&self) -> GraphRetention {
-        self.retention
-    }
-
-    /// Sets how whole hbg binds are replayed ([`BindReplay`]; on by default).
-    pub fn set_bind_replay(&mut self, replay: BindReplay) {
-        self.replay = replay;
-    }
-
-    /// How whole hbg binds are replayed.
-    pub fn bind_replay(&self) -> BindReplay {
-        self.replay
-    }
-
-    /// Drops every retained Graph Definition, freeing its host and device copies: the next
-    /// bind records every Graph again. Waits for the runs in flight first.
-    pub fn forget_graphs(&mut self) -> Result<(), WorkerError> {
-        self.settle_all();
-        self.kept.forget(None, &*self.device)
-    }
-
-    /// Drops the retained Graph Definitions of `handle`'s callable (its re-registration),
-    /// after the runs in flight.
-    pub(crate) fn forget_graphs_of(&mut self, handle: CallableHandle) -> Result<(), WorkerError> {
-        self.settle_all();
-        self.kept.forget(Some(handle.0), &*self.device)
-    }
-
-    /// The Graph Definitions retained now: how many, and their images' bytes (each held once
-    /// on the host and once in device memory).
-    pub fn retained_graphs(&self) -> (usize, usize) {
-        (self.kept.items.len(), self.kept.bytes)
     }
 
     /// The last bind's commit: per outer task in submission order, its Graph's key and the
@@ -940,29 +644,6 @@ impl ChipWorker {
                 trace,
             },
         })))
-    }
-
-    /// A replay of slot `slot`'s last bind, whose guard matched: the orchestration is not
-    /// run; the bind's heap blocks are placed again where they were (`None`, and the bind is
-    /// built as usual, if they cannot be) and the retained image is shipped as it is.
-    fn replay_bind(
-        &mut self,
-        slot: usize,
-        report: &mut BindReport,
-    ) -> Result<Option<BuiltImage>, WorkerError> {
-        let m = self.hbg[slot].as_ref().expect("guarded");
-        let (heap, built) = (m.guard.heap, m.guard.built);
-        if let Some((base, bytes)) = heap {
-            if self.device.alloc_in(slot, bytes)? != Some(base) {
-                return Ok(None);
-            }
-        }
-        let g = &m.guard;
-        report.tasks = g.tasks;
-        report.image_bytes = g.image_bytes;
-        report.graphs = g.graphs;
-        report.replayed = true;
-        Ok(built)
     }
 
     /// The end of a launched hbg run: `runtime_init` and `device_run` (the device times its
@@ -1160,54 +841,6 @@ impl ChipWorker {
         }
         Ok(())
     }
-}
-
-/// Takes the guard of the bind just built into `mirror` (see [`Guard`]): its reads' values
-/// are read again from the entry (the reads themselves were recorded as they happened).
-fn take_guard(
-    mirror: &mut Mirror,
-    callable: usize,
-    args: &[ChipArg],
-    staging: &Staging,
-    staging_base: u64,
-    built: BuiltImage,
-    report: &BindReport,
-) {
-    let g = &mut mirror.guard;
-    g.callable = callable;
-    g.entry.clear();
-    g.entry
-        .extend_from_slice(bytemuck::cast_slice::<ChipTensor, u8>(
-            staging.chip.tensors(),
-        ));
-    g.scalars.clear();
-    g.scalars.extend_from_slice(staging.chip.scalars());
-    let views = HostViews {
-        args,
-        staged: &staging.staged,
-        reads: None,
-    };
-    g.values.clear();
-    let mut buf = [0u8; 64];
-    let mut readable = true;
-    for &(addr, len) in &g.reads {
-        match buf.get_mut(..len as usize) {
-            Some(dst) => match views.read(addr, dst) {
-                Ok(()) => g.values.extend_from_slice(dst),
-                Err(_) => readable = false,
-            },
-            None => readable = false,
-        }
-    }
-    g.generation = mirror.graphs.kept.generation;
-    g.kept_bind = mirror.graphs.kept.binds;
-    g.staging_base = staging_base;
-    g.heap = mirror.graphs.heap_block;
-    g.built = Some(built);
-    g.tasks = report.tasks;
-    g.image_bytes = report.image_bytes;
-    g.graphs = report.graphs;
-    g.valid = readable;
 }
 
 /// What a bind's build leaves for the device run: the usage the images were exported with,
@@ -1417,78 +1050,6 @@ fn commit(
         at += required[e];
     }
     Ok(())
-}
-
-/// Retains the Definition `inner` holds (room for it was made): its image is copied to a
-/// persistent device allocation of its own, once, and kept on the host beside it. Returns the
-/// device address, or `None` when device memory has no room for it (it is then staged per
-/// bind).
-fn retain(
-    kept: &mut Kept,
-    (callable, binds): (usize, u64),
-    inner: &crate::record::InflightInner,
-    header: &GraphDefinitionHeader,
-    required_heap: u64,
-    device: &dyn crate::transport::DeviceTransport,
-) -> Result<Option<u64>, WorkerError> {
-    let len = inner.image.len() as u64;
-    let Some(at) = device.malloc(len)? else {
-        return Ok(None);
-    };
-    if !device.copy_to_device(at, &inner.image)? {
-        device.free(at)?;
-        return Ok(None);
-    }
-    let boundary = inner.boundary.clone().unwrap_or_default();
-    kept.bytes += inner.image.len();
-    kept.items.push(Retained {
-        callable,
-        key: inner.full_key,
-        boundary,
-        reps: inner.reps,
-        image: inner.image.clone(),
-        content_hash: header.content_hash,
-        device: at,
-        required_heap,
-        last_bind: binds,
-    });
-    Ok(Some(at))
-}
-
-/// The first node at which Definition images `a` and `b` differ: its record, its output
-/// window, its producers, its tensors and their sources, its scalars and their sources, or
-/// its predicate; the shorter one's node count when one's nodes are a prefix of the other's;
-/// `None` when every node agrees (or an image does not parse).
-pub fn first_differing_node(a: &[u8], b: &[u8]) -> Option<u32> {
-    use simpler_core::graph::DefinitionView;
-    let (Ok(a), Ok(b)) = (DefinitionView::parse(a), DefinitionView::parse(b)) else {
-        return None;
-    };
-    let n = a.task_count().min(b.task_count());
-    let differs = |i: usize| {
-        a.node(i) != b.node(i)
-            || a.node_offset(i) != b.node_offset(i)
-            || !opt_eq(a.fanin(i), b.fanin(i))
-            || !opt_eq(a.node_tensors(i), b.node_tensors(i))
-            || !opt_eq(a.node_tensor_sources(i), b.node_tensor_sources(i))
-            || !opt_eq(a.node_scalars(i), b.node_scalars(i))
-            || !opt_eq(a.node_scalar_sources(i), b.node_scalar_sources(i))
-            || a.node_predicate(i) != b.node_predicate(i)
-    };
-    match (0..n).find(|&i| differs(i)) {
-        Some(i) => Some(i as u32),
-        None if a.task_count() != b.task_count() => Some(n as u32),
-        None => None,
-    }
-}
-
-/// Whether two optional record sequences hold the same records.
-fn opt_eq<I: Iterator<Item = T>, T: PartialEq>(a: Option<I>, b: Option<I>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a.eq(b),
-        (None, None) => true,
-        _ => false,
-    }
 }
 
 /// A retained image buffer: a mapping of zero pages grown to its high-water mark (to twice
