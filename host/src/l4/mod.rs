@@ -63,7 +63,7 @@ mod worker;
 pub use orch::{L4Orch, L4Summary};
 pub use rank::{start, Role};
 pub use wire::RankError;
-pub use worker::{L4Buffer, L4Callable, L4Config, L4Worker, RankSetup};
+pub use worker::{Callables, L4Buffer, L4Callable, L4Config, L4Worker, RankSetup};
 
 use crate::l3::L3Error;
 use std::fmt;

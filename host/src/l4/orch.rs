@@ -67,6 +67,20 @@ impl L4Worker {
     where
         F: FnOnce(&mut L4Orch<'_>) -> Result<(), L4Error>,
     {
+        let (summary, errors) = self.run_collect(orch)?;
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
+    }
+
+    /// As [`run`](Self::run), but returns every task error of the run (in the order they
+    /// happened) beside the summary; `Err` only if the orchestration function failed or the
+    /// group was terminal before the run.
+    pub fn run_collect<F>(&mut self, orch: F) -> Result<(L4Summary, Vec<L4Error>), L4Error>
+    where
+        F: FnOnce(&mut L4Orch<'_>) -> Result<(), L4Error>,
+    {
         self.alive()?;
         let start = Instant::now();
         let base = self.next_task;
@@ -80,19 +94,18 @@ impl L4Worker {
             depth: 0,
         };
         let r = orch(&mut o);
+        // Drained even when the function failed: its submitted tasks are in flight on ranks.
         o.drain();
         let tasks = o.nodes.len();
         o.w.next_task = base + tasks as u64;
-        if let Err(e) = r {
-            return Err(e);
-        }
-        match o.errors.into_iter().next() {
-            Some(e) => Err(e),
-            None => Ok(L4Summary {
+        r?;
+        Ok((
+            L4Summary {
                 tasks,
                 elapsed: start.elapsed(),
-            }),
-        }
+            },
+            o.errors,
+        ))
     }
 }
 
