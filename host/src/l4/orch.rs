@@ -395,7 +395,7 @@ impl L4Orch<'_> {
         loop {
             let got = self
                 .w
-                .world
+                .world()
                 .any_process()
                 .immediate_matched_probe_with_tag(TAG_REPLY);
             if let Some((msg, status)) = got {

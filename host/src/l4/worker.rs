@@ -75,9 +75,10 @@ impl L4Buffer {
 
 /// Rank 0's handle on the job.
 pub struct L4Worker {
-    // Declared before `universe`: the communicator handle must go before MPI_Finalize.
-    pub(super) world: SimpleCommunicator,
-    _universe: mpi::environment::Universe,
+    /// Dropping it calls MPI_Finalize, which is collective: with a rank lost it would wait for
+    /// that rank forever, so then it is never dropped (see `Drop`).
+    /// `Some` until `Drop` (taken there so it can be forgotten instead of dropped).
+    universe: Option<mpi::environment::Universe>,
     pub(super) local: Worker,
     pub(super) callables: Callables,
     pub(super) config: L4Config,
@@ -98,11 +99,9 @@ impl L4Worker {
         callables: Callables,
         config: L4Config,
     ) -> Result<Self, L4Error> {
-        let world = universe.world();
-        let size = world.size() as usize;
+        let size = universe.world().size() as usize;
         let mut w = Self {
-            world,
-            _universe: universe,
+            universe: Some(universe),
             nonces: vec![local.owner_instance_id(); 1],
             local,
             callables,
@@ -122,9 +121,17 @@ impl L4Worker {
         }
         let table = Command::Table(w.nonces.clone()).encode();
         for r in 1..size {
-            w.world.process_at_rank(r as i32).send_with_tag(&table[..], TAG_CMD);
+            w.world().process_at_rank(r as i32).send_with_tag(&table[..], TAG_CMD);
         }
         Ok(w)
+    }
+
+    /// MPI_COMM_WORLD (a handle, not stored: it must not outlive MPI_Finalize in `Drop`).
+    pub(super) fn world(&self) -> SimpleCommunicator {
+        self.universe
+            .as_ref()
+            .expect("the universe lives until Drop")
+            .world()
     }
 
     /// Ranks in the job (rank 0 included).
@@ -159,7 +166,7 @@ impl L4Worker {
     }
 
     pub(super) fn send(&self, rank: usize, cmd: &Command) {
-        self.world
+        self.world()
             .process_at_rank(rank as i32)
             .send_with_tag(&cmd.encode()[..], TAG_CMD);
     }
@@ -169,7 +176,8 @@ impl L4Worker {
     /// blocking and yields the CPU between probes.
     pub(super) fn recv(&mut self, rank: usize, tag: i32, what: &str) -> Result<Vec<u8>, L4Error> {
         let deadline = Instant::now() + self.config.reply_timeout;
-        let p = self.world.process_at_rank(rank as i32);
+        let world = self.world();
+        let p = world.process_at_rank(rank as i32);
         loop {
             if let Some((msg, status)) = p.immediate_matched_probe_with_tag(tag) {
                 return Ok(receive_matched(msg, status));
@@ -282,7 +290,7 @@ impl L4Worker {
             },
         );
         self.expect_ok(dst.rank, "copy_to: the destination check")?;
-        self.world
+        self.world()
             .process_at_rank(dst.rank as i32)
             .send_with_tag(&data[..], TAG_DATA);
         self.expect_ok(dst.rank, "copy_to: the write").map(drop)
@@ -359,6 +367,13 @@ impl Drop for L4Worker {
     fn drop(&mut self) {
         // Best effort: a worker rank left waiting in its receive would keep mpirun alive.
         let _ = self.close();
+        let universe = self.universe.take();
+        if self.lost.is_some() {
+            // With a rank lost, MPI_Finalize would block on it: the process leaves MPI
+            // without finalizing (mpirun then reports the job as ended abnormally, which it
+            // was).
+            std::mem::forget(universe);
+        }
     }
 }
 
