@@ -189,7 +189,7 @@ impl Served {
                 fields: fields.join(", "),
             });
         }
-        if offset.checked_add(len).is_none_or(|end| end > live.nbytes) {
+        if offset.checked_add(len).map_or(true, |end| end > live.nbytes) {
             return Err(RankError::Range {
                 offset,
                 len,

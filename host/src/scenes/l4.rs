@@ -90,6 +90,9 @@ fn args<const K: usize>(tensors: [(ValidTensor, TensorArgType); K]) -> Result<Ta
     Ok(a)
 }
 
+/// One refused-copy check: what it is, what the copy returned, which error it must be.
+type CopyCase<'a> = (&'a str, Result<(), L4Error>, fn(&L4Error) -> bool);
+
 /// Per worker rank: inputs, intermediates, the local partial; and its gather slot on rank 0.
 struct RankBufs {
     rank: usize,
@@ -300,7 +303,7 @@ impl L4Scene {
         self.w.write_f32s(&self.stage, 0, &vec![-1.0; N]).map_err(e)?;
         let mut tampered = r1.a;
         tampered.desc.nbytes *= 2;
-        let cases: Vec<(&str, Result<(), L4Error>, fn(&L4Error) -> bool)> = vec![
+        let cases: Vec<CopyCase> = vec![
             (
                 "remote end with a tampered descriptor",
                 self.w.copy_to(&tampered, &self.stage, bytes),
