@@ -132,6 +132,12 @@ impl L4Orch<'_> {
         self.depth
     }
 
+    /// Test hook: tells `rank` to end at once, in the middle of this run.
+    #[doc(hidden)]
+    pub fn kill_rank(&mut self, rank: usize) -> Result<(), L4Error> {
+        self.w.kill_rank(rank)
+    }
+
     /// Every error of the run so far, in the order they happened.
     pub fn errors(&self) -> &[L4Error] {
         &self.errors
