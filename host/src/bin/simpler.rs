@@ -141,7 +141,12 @@ fn run_l4(opts: L4Opts, out: &mut dyn Write) -> Result<bool, String> {
         return Ok(true);
     };
     let mut pass = true;
-    writeln!(out, "l4: rank 0 orchestrating {} ranks", scene.worker().size()).map_err(written)?;
+    writeln!(
+        out,
+        "l4: rank 0 orchestrating {} ranks",
+        scene.worker().size()
+    )
+    .map_err(written)?;
     for round in 0..opts.rounds {
         let r = scene.round(round).map_err(e)?;
         let parts: Vec<String> = r
@@ -175,8 +180,12 @@ fn run_l4(opts: L4Opts, out: &mut dyn Write) -> Result<bool, String> {
         }
         // The group still works after the refusals and the failed task.
         let r = scene.round(opts.rounds).map_err(e)?;
-        writeln!(out, "check round after the checks: {}", if r.pass() { "PASS" } else { "FAIL" })
-            .map_err(written)?;
+        writeln!(
+            out,
+            "check round after the checks: {}",
+            if r.pass() { "PASS" } else { "FAIL" }
+        )
+        .map_err(written)?;
         pass &= r.pass();
     }
     if opts.bench {
@@ -208,21 +217,33 @@ fn run_l4(opts: L4Opts, out: &mut dyn Write) -> Result<bool, String> {
             out,
             "kill: rank 2 killed mid-run; the run ended in {:.2} s with {:?}: {}",
             waited.as_secs_f64(),
-            r.as_ref().map(|(_, errs)| errs.iter().map(|x| ErrorChain(x).to_string()).collect::<Vec<_>>()),
+            r.as_ref().map(|(_, errs)| errs
+                .iter()
+                .map(|x| ErrorChain(x).to_string())
+                .collect::<Vec<_>>()),
             if lost_ok { "ok" } else { "WRONG" }
         )
         .map_err(written)?;
         let again = scene.round(0);
         let terminal_ok = matches!(again, Err(L4Error::GroupTerminal { lost: Some(2) }));
-        writeln!(out, "kill: the next round is refused ({}): {}",
-            again.as_ref().err().map_or("no error".into(), |x| ErrorChain(x).to_string()),
-            if terminal_ok { "ok" } else { "WRONG" }).map_err(written)?;
+        writeln!(
+            out,
+            "kill: the next round is refused ({}): {}",
+            again
+                .as_ref()
+                .err()
+                .map_or("no error".into(), |x| ErrorChain(x).to_string()),
+            if terminal_ok { "ok" } else { "WRONG" }
+        )
+        .map_err(written)?;
         let t0 = std::time::Instant::now();
         let closed = scene.worker().close();
         writeln!(
             out,
             "kill: close() {} in {:.2} s",
-            closed.as_ref().map_or_else(|x| ErrorChain(x).to_string(), |()| "ok".into()),
+            closed
+                .as_ref()
+                .map_or_else(|x| ErrorChain(x).to_string(), |()| "ok".into()),
             t0.elapsed().as_secs_f64()
         )
         .map_err(written)?;
@@ -231,8 +252,14 @@ fn run_l4(opts: L4Opts, out: &mut dyn Write) -> Result<bool, String> {
         return Ok(pass);
     }
     let closed = scene.worker().close();
-    writeln!(out, "close: {}", closed.as_ref().map_or_else(|x| ErrorChain(x).to_string(), |()| "ok".into()))
-        .map_err(written)?;
+    writeln!(
+        out,
+        "close: {}",
+        closed
+            .as_ref()
+            .map_or_else(|x| ErrorChain(x).to_string(), |()| "ok".into())
+    )
+    .map_err(written)?;
     pass &= closed.is_ok();
     writeln!(out, "l4: {}", if pass { "PASS" } else { "FAIL" }).map_err(written)?;
     Ok(pass)

@@ -194,7 +194,10 @@ impl L4Orch<'_> {
         self.w.alive()?;
         if ranks.len() != args_list.len()
             || ranks.is_empty()
-            || ranks.iter().enumerate().any(|(i, r)| ranks[..i].contains(r))
+            || ranks
+                .iter()
+                .enumerate()
+                .any(|(i, r)| ranks[..i].contains(r))
         {
             return Err(L4Error::GroupShape {
                 ranks: ranks.len(),
@@ -475,7 +478,11 @@ impl L4Orch<'_> {
                 let _ = n.error.take();
             }
         }
-        if !self.errors.iter().any(|e| matches!(e, L4Error::RankLost { .. })) {
+        if !self
+            .errors
+            .iter()
+            .any(|e| matches!(e, L4Error::RankLost { .. }))
+        {
             self.errors.push(L4Error::GroupTerminal { lost });
         }
     }

@@ -38,9 +38,7 @@ pub fn start(setup: RankSetup, config: L4Config) -> Result<Role, L4Error> {
     let rank: usize = std::env::var("OMPI_COMM_WORLD_RANK")
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            L4Error::Mpi("OMPI_COMM_WORLD_RANK is not set: run under mpirun".into())
-        })?;
+        .ok_or_else(|| L4Error::Mpi("OMPI_COMM_WORLD_RANK is not set: run under mpirun".into()))?;
     let chips = if rank == 0 { 0 } else { config.chips_per_rank };
     let mut worker = Worker::new(WorkerConfig::new(chips, 1))?;
     let callables = setup(&mut worker)?;
@@ -87,23 +85,21 @@ pub fn start(setup: RankSetup, config: L4Config) -> Result<Role, L4Error> {
                 tags,
                 blob,
             }) => reply(task, served.run(kind, callable, &tags, &blob)),
-            Ok(Command::CopyIn { desc, offset, len }) => {
-                match served.check(&desc, offset, len) {
-                    Err(e) => reply(0, Err(e)),
-                    Ok(buffer) => {
-                        reply(0, Ok(Vec::new()));
-                        let (data, _) = root.receive_vec_with_tag::<u8>(TAG_DATA);
-                        let r = if data.len() as u64 != len {
-                            Err(RankError::BadCommand {
-                                reason: format!("{} bytes arrived, {len} announced", data.len()),
-                            })
-                        } else {
-                            buffer.write(offset, &data).map_err(l3_error)
-                        };
-                        reply(0, r.map(|()| Vec::new()));
-                    }
+            Ok(Command::CopyIn { desc, offset, len }) => match served.check(&desc, offset, len) {
+                Err(e) => reply(0, Err(e)),
+                Ok(buffer) => {
+                    reply(0, Ok(Vec::new()));
+                    let (data, _) = root.receive_vec_with_tag::<u8>(TAG_DATA);
+                    let r = if data.len() as u64 != len {
+                        Err(RankError::BadCommand {
+                            reason: format!("{} bytes arrived, {len} announced", data.len()),
+                        })
+                    } else {
+                        buffer.write(offset, &data).map_err(l3_error)
+                    };
+                    reply(0, r.map(|()| Vec::new()));
                 }
-            }
+            },
             Ok(Command::CopyOut { desc, offset, len }) => {
                 let out = served.check(&desc, offset, len).and_then(|b| {
                     let mut data = vec![0u8; len as usize];
@@ -189,7 +185,10 @@ impl Served {
                 fields: fields.join(", "),
             });
         }
-        if offset.checked_add(len).map_or(true, |end| end > live.nbytes) {
+        if offset
+            .checked_add(len)
+            .map_or(true, |end| end > live.nbytes)
+        {
             return Err(RankError::Range {
                 offset,
                 len,
@@ -231,7 +230,8 @@ impl Served {
                         reason: format!("no chip callable {callable}"),
                     }
                 })?;
-                self.worker.run(|o| o.submit_next_level(0, c, &args, &cfg).map(drop))
+                self.worker
+                    .run(|o| o.submit_next_level(0, c, &args, &cfg).map(drop))
             }
             _ => {
                 let c = *self.callables.sub.get(callable as usize).ok_or_else(|| {

@@ -70,15 +70,25 @@ impl fmt::Display for RankError {
                 here,
             } => write!(f, "the buffer belongs to rank {o}, not rank {here}"),
             Self::ForeignRank { owner: None, here } => {
-                write!(f, "the buffer belongs to no rank of this job (asked rank {here})")
+                write!(
+                    f,
+                    "the buffer belongs to no rank of this job (asked rank {here})"
+                )
             }
             Self::UnknownBuffer { buffer_id } => {
                 write!(f, "buffer {buffer_id} is not a live buffer of this rank")
             }
             Self::DescriptorMismatch { fields } => {
-                write!(f, "the descriptor differs from the live buffer's in {fields}")
+                write!(
+                    f,
+                    "the descriptor differs from the live buffer's in {fields}"
+                )
             }
-            Self::Range { offset, len, nbytes } => write!(
+            Self::Range {
+                offset,
+                len,
+                nbytes,
+            } => write!(
                 f,
                 "access of {len} bytes at {offset} is outside the buffer's {nbytes}"
             ),
@@ -143,10 +153,14 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     fn u32(&mut self) -> Result<u32, RankError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> Result<u64, RankError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     fn bytes(&mut self) -> Result<Vec<u8>, RankError> {
         let n = self.u64()? as usize;
@@ -197,7 +211,11 @@ impl Command {
                 put_bytes(&mut out, blob);
             }
             Self::CopyIn { desc, offset, len } | Self::CopyOut { desc, offset, len } => {
-                out.push(if matches!(self, Self::CopyIn { .. }) { 4 } else { 5 });
+                out.push(if matches!(self, Self::CopyIn { .. }) {
+                    4
+                } else {
+                    5
+                });
                 out.extend_from_slice(bytemuck::bytes_of(desc));
                 out.extend_from_slice(&offset.to_le_bytes());
                 out.extend_from_slice(&len.to_le_bytes());
@@ -267,7 +285,11 @@ pub(super) fn encode_reply(task: u64, result: &Result<Vec<u8>, RankError>) -> Ve
                 }
                 RankError::UnknownBuffer { buffer_id } => (2, *buffer_id, 0, 0, ""),
                 RankError::DescriptorMismatch { fields } => (3, 0, 0, 0, fields),
-                RankError::Range { offset, len, nbytes } => (4, *offset, *len, *nbytes, ""),
+                RankError::Range {
+                    offset,
+                    len,
+                    nbytes,
+                } => (4, *offset, *len, *nbytes, ""),
                 RankError::BadCommand { reason } => (5, 0, 0, 0, reason),
                 RankError::Task { message } => (6, 0, 0, 0, message),
                 RankError::L3 { message } => (7, 0, 0, 0, message),

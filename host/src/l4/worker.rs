@@ -121,7 +121,9 @@ impl L4Worker {
         }
         let table = Command::Table(w.nonces.clone()).encode();
         for r in 1..size {
-            w.world().process_at_rank(r as i32).send_with_tag(&table[..], TAG_CMD);
+            w.world()
+                .process_at_rank(r as i32)
+                .send_with_tag(&table[..], TAG_CMD);
         }
         Ok(w)
     }
@@ -209,7 +211,9 @@ impl L4Worker {
     ) -> Result<L4Buffer, L4Error> {
         self.alive()?;
         if rank == 0 {
-            let b = self.local.create_buffer(nbytes, access, BackendKind::PosixShm)?;
+            let b = self
+                .local
+                .create_buffer(nbytes, access, BackendKind::PosixShm)?;
             let desc = b.descriptor()?;
             self.buffers.insert(desc.identity, b);
             return Ok(L4Buffer { rank, desc });
@@ -224,7 +228,10 @@ impl L4Worker {
         );
         let d = self.expect_ok(rank, "create_buffer")?;
         if d.len() != std::mem::size_of::<BufferDescriptor>() {
-            return Err(L4Error::Mpi(format!("rank {rank} sent a {}-byte descriptor", d.len())));
+            return Err(L4Error::Mpi(format!(
+                "rank {rank} sent a {}-byte descriptor",
+                d.len()
+            )));
         }
         Ok(L4Buffer {
             rank,
@@ -238,7 +245,8 @@ impl L4Worker {
         if b.rank != 0 || b.desc.identity.owner_instance_id != self.nonces[0] {
             return Err(reason(format!(
                 "the buffer belongs to rank {}, not rank 0",
-                self.owner_of(&b.desc).map_or("(none)".into(), |r| r.to_string())
+                self.owner_of(&b.desc)
+                    .map_or("(none)".into(), |r| r.to_string())
             )));
         }
         let live = self
@@ -247,7 +255,10 @@ impl L4Worker {
             .ok_or_else(|| reason(format!("buffer {} is not live", b.desc.identity.buffer_id)))?;
         let fields = differing_fields(&live.descriptor()?, &b.desc);
         if !fields.is_empty() {
-            return Err(reason(format!("descriptor differs in {}", fields.join(", "))));
+            return Err(reason(format!(
+                "descriptor differs in {}",
+                fields.join(", ")
+            )));
         }
         Ok(live)
     }
@@ -379,7 +390,10 @@ impl Drop for L4Worker {
 
 /// Receives a probed message whole (rsmpi 0.8 has no `matched_receive_vec`): the probe's status
 /// gives its length.
-pub(super) fn receive_matched(msg: mpi::point_to_point::Message, status: mpi::point_to_point::Status) -> Vec<u8> {
+pub(super) fn receive_matched(
+    msg: mpi::point_to_point::Message,
+    status: mpi::point_to_point::Status,
+) -> Vec<u8> {
     let n = status.count(u8::equivalent_datatype()).max(0) as usize;
     let mut v = vec![0u8; n];
     msg.matched_receive_into(&mut v[..]);

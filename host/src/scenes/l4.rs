@@ -17,9 +17,7 @@
 use super::vector::VectorExample;
 use super::Scene;
 use crate::l3::{L3Error, MappedArgs, Worker};
-use crate::l4::{
-    L4Buffer, L4Callable, L4Config, L4Error, L4Worker, RankError, RankSetup,
-};
+use crate::l4::{L4Buffer, L4Callable, L4Config, L4Error, L4Worker, RankError, RankSetup};
 use crate::task_args::TaskArgs;
 use simpler_core::{AccessMode, DataType, TensorArgType, ValidTensor};
 use std::sync::Arc;
@@ -85,7 +83,8 @@ pub const SETUP: RankSetup = setup;
 fn args<const K: usize>(tensors: [(ValidTensor, TensorArgType); K]) -> Result<TaskArgs, L4Error> {
     let mut a = TaskArgs::new();
     for (t, tag) in tensors {
-        a.add_tensor(t, tag).map_err(|e| L4Error::L3(L3Error::Args(e)))?;
+        a.add_tensor(t, tag)
+            .map_err(|e| L4Error::L3(L3Error::Args(e)))?;
     }
     Ok(a)
 }
@@ -236,7 +235,10 @@ impl L4Scene {
             for rb in ranks {
                 let sum = args([
                     (t(&rb.g)?, TensorArgType::Input),
-                    (rb.part.tensor(&[1], DataType::Float32)?, TensorArgType::OutputExisting),
+                    (
+                        rb.part.tensor(&[1], DataType::Float32)?,
+                        TensorArgType::OutputExisting,
+                    ),
                 ])?;
                 o.submit_sub(rb.rank, SUM, &sum)?;
             }
@@ -245,7 +247,11 @@ impl L4Scene {
         let mut partials = Vec::new();
         for (rb, &golden) in self.ranks.iter().zip(&goldens) {
             self.w.copy_from(&rb.gathered, &rb.part, 4)?;
-            partials.push((rb.rank, self.w.read_f32s(&rb.gathered, 0, 1)?[0] as f64, golden));
+            partials.push((
+                rb.rank,
+                self.w.read_f32s(&rb.gathered, 0, 1)?[0] as f64,
+                golden,
+            ));
         }
         self.w.write_f32s(&self.total, 0, &[0.0])?;
         let (g1, g2, total) = (self.ranks[0].gathered, self.ranks[1].gathered, self.total);
@@ -253,7 +259,10 @@ impl L4Scene {
             let reduce = args([
                 (g1.tensor(&[1], DataType::Float32)?, TensorArgType::Input),
                 (g2.tensor(&[1], DataType::Float32)?, TensorArgType::Input),
-                (total.tensor(&[1], DataType::Float32)?, TensorArgType::OutputExisting),
+                (
+                    total.tensor(&[1], DataType::Float32)?,
+                    TensorArgType::OutputExisting,
+                ),
             ])?;
             o.submit_sub(0, SUM, &reduce)?;
             Ok(())
@@ -282,7 +291,9 @@ impl L4Scene {
             (t(&r1.f).map_err(e)?, TensorArgType::OutputExisting),
         ])
         .map_err(e)?;
-        let r = self.w.run(|o| o.submit_next_level(1, VECTOR, &foreign).map(drop));
+        let r = self
+            .w
+            .run(|o| o.submit_next_level(1, VECTOR, &foreign).map(drop));
         let want = L4Error::Rank {
             rank: 1,
             error: RankError::ForeignRank {
@@ -300,7 +311,9 @@ impl L4Scene {
         let bytes = (N * 4) as u64;
         self.w.write_f32s(&self.stage, 0, &marker).map_err(e)?;
         self.w.copy_to(&r1.a, &self.stage, bytes).map_err(e)?;
-        self.w.write_f32s(&self.stage, 0, &vec![-1.0; N]).map_err(e)?;
+        self.w
+            .write_f32s(&self.stage, 0, &vec![-1.0; N])
+            .map_err(e)?;
         let mut tampered = r1.a;
         tampered.desc.nbytes *= 2;
         let cases: Vec<CopyCase> = vec![
@@ -348,7 +361,11 @@ impl L4Scene {
                         e,
                         L4Error::Rank {
                             rank: 1,
-                            error: RankError::Range { len: 8, nbytes: 4, .. }
+                            error: RankError::Range {
+                                len: 8,
+                                nbytes: 4,
+                                ..
+                            }
                         }
                     )
                 },
@@ -378,7 +395,9 @@ impl L4Scene {
 
         // 3. A failing task on rank 1: its consumer fails, the independent task on rank 2 runs.
         let part = |b: &L4Buffer| b.tensor(&[1], DataType::Float32);
-        self.w.write_f32s(&self.stage, 0, &vec![0.5; N]).map_err(e)?;
+        self.w
+            .write_f32s(&self.stage, 0, &vec![0.5; N])
+            .map_err(e)?;
         self.w.copy_to(&r2.a, &self.stage, bytes).map_err(e)?;
         let ids = std::cell::Cell::new((0, 0));
         let (summary, errors) = self
@@ -410,9 +429,9 @@ impl L4Scene {
             })
             .map_err(e)?;
         let (fail, consumer) = ids.get();
-        let failed_ok = errors.iter().any(|x| {
-            matches!(x, L4Error::TaskFailed { task, rank: 1, .. } if *task == fail)
-        });
+        let failed_ok = errors
+            .iter()
+            .any(|x| matches!(x, L4Error::TaskFailed { task, rank: 1, .. } if *task == fail));
         let upstream_ok = errors.contains(&L4Error::Upstream {
             task: consumer,
             producer: fail,
@@ -423,7 +442,10 @@ impl L4Scene {
         self.w.copy_from(&r2.gathered, &r2.part, 4).map_err(e)?;
         let got = self.w.read_f32s(&r2.gathered, 0, 1).map_err(e)?[0] as f64;
         if got != 0.5 * N as f64 {
-            return Err(format!("the independent task summed {got}, not {}", 0.5 * N as f64));
+            return Err(format!(
+                "the independent task summed {got}, not {}",
+                0.5 * N as f64
+            ));
         }
         out.push(format!(
             "ok failed task reported ({}), its consumer skipped ({}), independent task ran (sum {got})",
@@ -468,7 +490,10 @@ impl L4Scene {
             self.w.copy_to(&dst, &src, big)?;
             best = best.min(t0.elapsed().as_secs_f64());
         }
-        lines.push(format!("bench l4 copy_gbps {:.2} GB/s", big as f64 / best / 1e9));
+        lines.push(format!(
+            "bench l4 copy_gbps {:.2} GB/s",
+            big as f64 / best / 1e9
+        ));
         Ok(lines)
     }
 }
