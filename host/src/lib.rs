@@ -29,6 +29,7 @@
 //! ## Level 3
 //!
 //! - [`l3`]: chips and sub-workers in forked children, shared buffers, the import registry.
+//! - `l4` (feature `mpi`): several hosts as one MPI job, rank 0 orchestrating L3 Workers.
 //!
 //! ## Errors
 //!
@@ -62,6 +63,8 @@ pub mod error;
 pub mod hbg;
 mod image_payloads;
 pub mod l3;
+#[cfg(feature = "mpi")]
+pub mod l4;
 pub(crate) mod os;
 pub mod pipeline;
 pub mod prelude;

@@ -1,6 +1,6 @@
 //! The `simpler` command refuses a command line it cannot run as asked, with exit status 2 and
 //! a message that says what is wrong in words, instead of running something else; it lists the
-//! project's scenes and its own `l3` subcommand beside the framework's, and checks a scene.
+//! project's scenes and its own `l3` and `l4` subcommands beside the framework's, and checks a scene.
 //! The framework itself is tested in-process in `app.rs`.
 
 use std::process::Command;
@@ -86,6 +86,18 @@ fn the_largest_cluster_count_of_a_platform_runs() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// `simpler l4` needs MPI: the default build refuses it in words; the MPI build, run outside
+/// mpirun, refuses it naming the missing launcher; and zero rounds are refused before either.
+#[test]
+fn l4_is_refused_where_it_cannot_run() {
+    refused(&["l4", "--rounds", "0"], "round");
+    if cfg!(feature = "mpi") {
+        refused(&["l4"], "run under mpirun");
+    } else {
+        refused(&["l4"], "--features mpi");
+    }
+}
+
 /// Runs `simpler` with `args`: its exit status and what it wrote to stdout.
 fn simpler_out(args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_simpler"))
@@ -111,6 +123,7 @@ fn list_shows_every_scene_then_the_l3_scene_of_the_project_subcommand() {
         .map(|s| s.name())
         .collect();
     want.push("l3_vector");
+    want.push("l4");
     assert_eq!(names, want);
     assert!(
         out.lines()
@@ -119,8 +132,14 @@ fn list_shows_every_scene_then_the_l3_scene_of_the_project_subcommand() {
         "{out}"
     );
     assert!(
-        out.ends_with(
+        out.contains(
             "l3_vector                    (simpler l3) two chips + a SUB worker in child processes\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(
+            "l4                           (mpirun -np 3 simpler l4; --features mpi) two worker ranks, gathered on rank 0\n"
         ),
         "{out}"
     );

@@ -16,9 +16,8 @@ use super::worker::LiveBuffers;
 use super::L3Error;
 use crate::os::ChildExit;
 use simpler_core::mailbox::{CallConfig, MailboxState, PipelineSlotLease};
-use simpler_core::overlap::{self, Footprint, Overlap};
 use simpler_core::{CanonicalIdentity, TensorArgType, ValidTensor};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -129,46 +128,8 @@ impl TaskNode {
     }
 }
 
-/// One task's access to a buffer, as the engine's dependency map keeps it per buffer identity
-/// until the task finishes well (a later access that overlaps it depends on the task).
-#[derive(Clone, Copy)]
-struct TrackedAccess {
-    /// The task that made the access.
-    task: u64,
-    /// Whether it writes (OUTPUT, OUTPUT_EXISTING, INOUT) rather than only reads.
-    writer: bool,
-    /// The elements it touches, in units of its dtype.
-    fp: Footprint,
-    /// The buffer's length in the same units (the bound of the overlap test).
-    buffer_elems: u64,
-}
-
-fn footprint(t: &ValidTensor) -> (Footprint, u64) {
-    let elem = t.data_type().elem_size() as u64;
-    let fp = Footprint {
-        start: t.byte_offset / elem,
-        extent: t.extent_bytes() / elem,
-        version: 0,
-        ndims: t.ndims,
-        dtype: t.dtype,
-        elem_size: elem as u32,
-        contiguous: false,
-        shapes: t.shapes,
-        strides: t.strides,
-    };
-    (fp, t.buffer.nbytes / elem)
-}
-
-/// Whether two wire tensors over one identity may share a byte (the exact box test where it
-/// applies, the byte ranges otherwise; it only errs towards "may").
-pub(super) fn may_overlap(a: &ValidTensor, b: &ValidTensor) -> bool {
-    if a.buffer.identity != b.buffer.identity {
-        return false;
-    }
-    let (fa, na) = footprint(a);
-    let (fb, _) = footprint(b);
-    overlap::check(&fa, &fb, na) != Overlap::None
-}
+pub(super) use super::tensormap::may_overlap;
+use super::tensormap::TensorMap;
 
 /// What a finished run reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,7 +226,7 @@ pub(super) struct Engine {
     tasks: VecDeque<TaskNode>,
     /// The dependency map: per buffer identity, the accesses of tasks that may still order a
     /// later one (a failed task's stay, to poison its consumers).
-    map: HashMap<CanonicalIdentity, Vec<TrackedAccess>>,
+    map: TensorMap,
     failed: HashSet<u64>,
     ready_chip: Vec<VecDeque<u64>>,
     ready_sub: VecDeque<u64>,
@@ -322,7 +283,7 @@ impl Shared {
             engine: Mutex::new(Engine {
                 base: 0,
                 tasks: VecDeque::with_capacity(ring_slots),
-                map: HashMap::new(),
+                map: TensorMap::default(),
                 failed: HashSet::new(),
                 ready_chip: (0..chips).map(|_| VecDeque::new()).collect(),
                 ready_sub: VecDeque::new(),
@@ -929,9 +890,8 @@ impl Engine {
         self.tasks.get_mut(i as usize).filter(|t| t.id == id)
     }
 
-    /// Looks up the producers `tensor` depends on under `tag` and records the access.
-    /// Readers wait for overlapping writers; writers wait for overlapping writers and readers
-    /// (WAR is tracked here: a child cannot see a later writer's bytes early).
+    /// Looks up the producers `tensor` depends on under `tag` and records the access (the
+    /// shared [`TensorMap`]; a task is live while it is in the ring and not terminal).
     fn track(
         &mut self,
         id: u64,
@@ -940,13 +900,6 @@ impl Engine {
         producers: &mut Vec<u64>,
         poison: &mut Option<u64>,
     ) {
-        let writes = match tag {
-            TensorArgType::Input => false,
-            TensorArgType::Output | TensorArgType::OutputExisting | TensorArgType::InOut => true,
-            TensorArgType::NoDep => return,
-        };
-        let (fp, elems) = footprint(t);
-        let failed = &self.failed;
         let base = self.base;
         let tasks = &self.tasks;
         let live = |task: u64| {
@@ -954,27 +907,7 @@ impl Engine {
                 .and_then(|i| tasks.get(i as usize))
                 .is_some_and(|x| x.id == task && !x.terminal())
         };
-        let entries = self.map.entry(t.buffer.identity).or_default();
-        // Drop entries of tasks that finished well: they order nothing any more.
-        entries.retain(|e| live(e.task) || failed.contains(&e.task));
-        for e in entries.iter() {
-            if !(e.writer || writes) {
-                continue;
-            }
-            if overlap::check(&fp, &e.fp, elems.max(e.buffer_elems)) == Overlap::None {
-                continue;
-            }
-            if failed.contains(&e.task) {
-                poison.get_or_insert(e.task);
-            } else if e.task != id && !producers.contains(&e.task) {
-                producers.push(e.task);
-            }
-        }
-        entries.push(TrackedAccess {
-            task: id,
-            writer: writes,
-            fp,
-            buffer_elems: elems,
-        });
+        self.map
+            .track(id, t, tag, &live, &self.failed, producers, poison);
     }
 }

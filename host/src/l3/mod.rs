@@ -91,6 +91,7 @@
 //! - `child` (private): what a forked child runs;
 //! - [`buffer`]: buffers, their backings and life;
 //! - [`import`]: the import registry a child materializes wire tensors through.
+//! - `tensormap` (crate): the dependency map by identity and byte range, shared with level 4.
 //!
 //! The OS calls under all of this (fork, mmap, futex) are in `crate::os`.
 
@@ -102,6 +103,7 @@ mod engine;
 pub mod import;
 mod mailbox;
 mod orch;
+pub(crate) mod tensormap;
 mod worker;
 
 pub use buffer::{shm_prefix, Buffer};

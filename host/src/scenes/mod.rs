@@ -43,6 +43,8 @@ pub mod dsv4;
 pub mod dummy_task;
 pub mod graph;
 pub mod l3;
+#[cfg(feature = "mpi")]
+pub mod l4;
 pub mod mixed_example;
 pub mod multi_round_paged_attention;
 pub mod paged_attention;
