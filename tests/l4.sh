@@ -2,7 +2,9 @@
 # Level 4 over MPI: builds simpler with --features mpi and runs the l4 scene under
 # `mpirun -np 3` (rank 0 orchestrates, ranks 1 and 2 own an L3 Worker each):
 #   1. rounds + the refusal/failure checks + the benchmarks, on one group;
-#   2. a rank killed mid-run: a bounded RankLost, a terminal group, a clean close.
+#   2. a rank killed mid-run: a bounded RankLost, a terminal group, a clean close;
+#   3. the scene with its ranks in two network namespaces joined over veth, TCP only (skipped
+#      with a message where namespaces cannot be created).
 # Exits 0 only if every part printed its PASS line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,12 @@ if ! command -v mpirun >/dev/null || ! dpkg -s libopenmpi-dev openmpi-bin libcla
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q libopenmpi-dev openmpi-bin libclang-dev
+fi
+
+# iproute2 for the network-namespace run (which is skipped where namespaces are refused).
+if ! command -v ip >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q iproute2 || true
 fi
 
 PROFILE=${L4_PROFILE:-release}
@@ -49,6 +57,47 @@ grep -E '^(round [0-9]+|kill|l4):' "$out" || true
 grep -q '^l4: PASS$' "$out" || { echo "l4: the kill check did not PASS"; status=1; }
 [ "$elapsed" -lt 60 ] || { echo "l4: the kill run took ${elapsed}s"; status=1; }
 echo "l4: kill run ended in ${elapsed}s"
+
+echo "== l4: ranks in two network namespaces over a veth bridge (TCP only)"
+# Ranks 0 and 1 in one namespace, rank 2 in another, each joined by a veth pair to a bridge
+# in this one (where mpirun runs): the MPI byte transport is TCP alone, over 10.77.0.0/24, so
+# rank 2's bytes leave the loopback path; PMIx reaches mpirun over the bridge too.
+ns="sl4$$"
+cleanup_ns() {
+    ip netns del "${ns}a" 2>/dev/null || true
+    ip netns del "${ns}b" 2>/dev/null || true
+    ip link del "${ns}br" 2>/dev/null || true
+}
+if ip netns add "${ns}a" 2>/dev/null && ip netns add "${ns}b" 2>/dev/null \
+    && ip link add "${ns}br" type bridge 2>/dev/null; then
+    trap 'rm -f "$out"; cleanup_ns' EXIT
+    ip addr add 10.77.0.254/24 dev "${ns}br"
+    ip link set "${ns}br" up
+    for n in a b; do
+        ip link add "${ns}h$n" type veth peer name "${ns}c$n"
+        ip link set "${ns}c$n" netns "${ns}$n"
+        ip link set "${ns}h$n" master "${ns}br"
+        ip link set "${ns}h$n" up
+        ip -n "${ns}$n" link set lo up
+        ip -n "${ns}$n" link set "${ns}c$n" up
+    done
+    ip -n "${ns}a" addr add 10.77.0.1/24 dev "${ns}ca"
+    ip -n "${ns}b" addr add 10.77.0.2/24 dev "${ns}cb"
+    export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=10.77.0.0/24
+    NSRUN=(mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp
+        --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24
+        -x PMIX_MCA_ptl_tcp_remote_connections -x PMIX_MCA_ptl_tcp_if_include)
+    if timeout 300 "${NSRUN[@]}" -np 2 ip netns exec "${ns}a" "$bin" l4 --rounds 2 --bench \
+        : -np 1 ip netns exec "${ns}b" "$bin" l4 --rounds 2 --bench >"$out" 2>&1; then :; else
+        echo "l4: mpirun in namespaces exited $?"; status=1
+    fi
+    sed -e 's/^bench l4 /bench l4 netns_/' "$out"
+    grep -q '^l4: PASS$' "$out" || { echo "l4: the namespace run did not PASS"; status=1; }
+    cleanup_ns
+else
+    cleanup_ns
+    echo "l4: network namespaces cannot be created here (ip netns add refused); namespace run skipped"
+fi
 
 if [ "$status" = 0 ]; then echo "l4: PASS"; else echo "l4: FAIL"; fi
 exit "$status"
