@@ -34,8 +34,23 @@ MPIRUN=(mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp -np 
 
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 status=0
+# Every part must leave no shared-memory name behind on this host (a killed rank's are removed
+# by its reaper): the names under /dev/shm that were not there before the part.
+shm_names() { ls /dev/shm 2>/dev/null | grep '^spl_' | sort || true; }
+shm_before=
+shm_mark() { shm_before=$(shm_names); }
+shm_check() {
+    local left
+    left=$(comm -13 <(echo "$shm_before") <(shm_names) | grep . || true)
+    if [ -n "$left" ]; then
+        echo "l4: $1 left shared memory behind: $(echo $left)"; status=1
+    else
+        echo "l4: $1 left no shared memory behind"
+    fi
+}
 
 echo "== l4: rounds, checks, benchmarks (mpirun -np 3)"
+shm_mark
 if timeout 300 "${MPIRUN[@]}" "$bin" l4 --rounds 4 --checks --bench >"$out" 2>&1; then :; else
     echo "l4: mpirun exited $?"; status=1
 fi
@@ -45,10 +60,12 @@ grep -q '^l4: PASS$' "$out" || { echo "l4: the scene did not PASS"; status=1; }
 for b in round_trip_empty_task_us per_task_us copy_gbps; do
     grep -q "^bench l4 $b " "$out" || { echo "l4: no $b line"; status=1; }
 done
+shm_check "the scene"
 
 echo "== l4: a rank killed mid-run (mpirun -np 3, reply timeout 2 s)"
 # mpirun ends a job whose rank dies unless told not to; the killed rank and rank 0 leaving
 # without MPI_Finalize make its exit status non-zero by design, so rank 0's lines decide.
+shm_mark
 start=$(date +%s)
 timeout 120 "${MPIRUN[@]}" --mca orte_abort_on_non_zero_status 0 \
     "$bin" l4 --rounds 1 --kill --reply-timeout-ms 2000 >"$out" 2>&1 || true
@@ -57,6 +74,12 @@ grep -E '^(round [0-9]+|kill|l4):' "$out" || true
 grep -q '^l4: PASS$' "$out" || { echo "l4: the kill check did not PASS"; status=1; }
 [ "$elapsed" -lt 60 ] || { echo "l4: the kill run took ${elapsed}s"; status=1; }
 echo "l4: kill run ended in ${elapsed}s"
+# The killed rank's reaper removes its names as soon as it is gone; allow it a moment.
+for _ in 1 2 3 4 5; do
+    [ -z "$(comm -13 <(echo "$shm_before") <(shm_names) | grep . || true)" ] && break
+    sleep 1
+done
+shm_check "the kill run"
 
 echo "== l4: ranks in two network namespaces over a veth bridge (TCP only)"
 # Ranks 0 and 1 in one namespace, rank 2 in another, each joined by a veth pair to a bridge
@@ -87,12 +110,14 @@ if ip netns add "${ns}a" 2>/dev/null && ip netns add "${ns}b" 2>/dev/null \
     NSRUN=(mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp
         --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24
         -x PMIX_MCA_ptl_tcp_remote_connections -x PMIX_MCA_ptl_tcp_if_include)
+    shm_mark
     if timeout 300 "${NSRUN[@]}" -np 2 ip netns exec "${ns}a" "$bin" l4 --rounds 2 --bench \
         : -np 1 ip netns exec "${ns}b" "$bin" l4 --rounds 2 --bench >"$out" 2>&1; then :; else
         echo "l4: mpirun in namespaces exited $?"; status=1
     fi
     sed -e 's/^bench l4 /bench l4 netns_/' "$out"
     grep -q '^l4: PASS$' "$out" || { echo "l4: the namespace run did not PASS"; status=1; }
+    shm_check "the namespace run"
     cleanup_ns
 else
     cleanup_ns

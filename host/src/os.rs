@@ -407,6 +407,14 @@ pub fn die_with_parent(parent: i32) -> bool {
     unsafe { libc::getppid() != parent }
 }
 
+/// In a child: leaves the parent's session and process group, so a signal sent to the
+/// parent's group (a job launcher ending the parent) does not reach it. Returns whether it
+/// could.
+pub fn detach() -> bool {
+    // SAFETY: setsid takes no arguments and touches no memory.
+    unsafe { libc::setsid() != -1 }
+}
+
 /// This process's id.
 pub fn pid() -> i32 {
     // SAFETY: getpid has no preconditions.

@@ -39,7 +39,9 @@
 //!   rank and task; its consumers fail with [`L4Error::Upstream`]; independent tasks run. A rank
 //!   that does not answer within [`L4Config::reply_timeout`] makes the group terminal
 //!   ([`L4Error::RankLost`], then [`L4Error::GroupTerminal`] for every later call). The wait
-//!   polls `MPI_Improbe` against a deadline (MPI has no receive with a timeout).
+//!   polls `MPI_Improbe` against a deadline (MPI has no receive with a timeout). Every rank
+//!   forks a reaper at start-up, which removes the rank's shared-memory names from its host
+//!   once the rank is gone, so a killed rank leaves none behind either.
 //!
 //! ## Not built
 //!
@@ -57,11 +59,13 @@
 //!
 //! - `wire` (private): the command and reply messages and their byte encoding;
 //! - `rank` (private): what a worker rank runs;
+//! - `reaper` (private): the process that removes a dead rank's shared-memory names;
 //! - `worker` (private): [`L4Worker`] on rank 0: start-up, buffers, copies, close;
 //! - `orch` (private): [`L4Orch`], the dependency engine over ranks.
 
 mod orch;
 mod rank;
+mod reaper;
 mod wire;
 mod worker;
 

@@ -1,11 +1,12 @@
 //! Start-up of every rank, and what a worker rank runs: a loop serving rank 0's commands on its
 //! one MPI thread, over its own L3 Worker.
 
+use super::reaper::Reaper;
 use super::wire::{encode_reply, Command, RankError, TAG_CMD, TAG_DATA, TAG_REPLY};
 use super::worker::{Callables, L4Config, L4Worker, RankSetup};
 use super::L4Error;
 use crate::l3::import::differing_fields;
-use crate::l3::{Buffer, Worker, WorkerConfig};
+use crate::l3::{shm_prefix, Buffer, Worker, WorkerConfig};
 use crate::task_args::TaskArgs;
 use crate::ErrorChain;
 use mpi::traits::*;
@@ -40,9 +41,12 @@ pub fn start(setup: RankSetup, config: L4Config) -> Result<Role, L4Error> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| L4Error::Mpi("OMPI_COMM_WORLD_RANK is not set: run under mpirun".into()))?;
     let chips = if rank == 0 { 0 } else { config.chips_per_rank };
+    let reaper = Reaper::start()?;
     let mut worker = Worker::new(WorkerConfig::new(chips, 1))?;
     let callables = setup(&mut worker)?;
     worker.init()?;
+    // The nonce is minted by `init`: only now is the prefix the Worker's names take known.
+    reaper.watch(&shm_prefix(&worker.owner_instance_id()))?;
     let universe = mpi::initialize().ok_or_else(|| L4Error::Mpi("MPI_Init failed".into()))?;
     let world = universe.world();
     if world.rank() as usize != rank {
