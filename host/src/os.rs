@@ -409,7 +409,8 @@ pub fn die_with_parent(parent: i32) -> bool {
 
 /// In a child: leaves the parent's session and process group, so a signal sent to the
 /// parent's group (a job launcher ending the parent) does not reach it. Returns whether it
-/// could.
+/// could. (Level 4's rank reaper is its one user.)
+#[cfg(feature = "mpi")]
 pub fn detach() -> bool {
     // SAFETY: setsid takes no arguments and touches no memory.
     unsafe { libc::setsid() != -1 }
