@@ -210,28 +210,23 @@ impl L4Scene {
         let t = |b: &L4Buffer| b.tensor(&SHAPE, DataType::Float32);
         let ranks = &self.ranks;
         self.w.run(|o| {
-            let first: Vec<TaskArgs> = ranks
-                .iter()
-                .map(|rb| {
-                    args([
-                        (t(&rb.a)?, TensorArgType::Input),
-                        (t(&rb.b)?, TensorArgType::Input),
-                        (t(&rb.f)?, TensorArgType::OutputExisting),
-                    ])
-                })
-                .collect::<Result<_, _>>()?;
-            o.submit_next_level_group(VECTOR, &RANKS, &first)?;
-            let second: Vec<TaskArgs> = ranks
-                .iter()
-                .map(|rb| {
-                    args([
-                        (t(&rb.f)?, TensorArgType::Input),
-                        (t(&rb.b)?, TensorArgType::Input),
-                        (t(&rb.g)?, TensorArgType::OutputExisting),
-                    ])
-                })
-                .collect::<Result<_, _>>()?;
-            o.submit_next_level_group(VECTOR, &RANKS, &second)?;
+            // The two group steps, f = v(a, b) then g = v(f, b): each step's input and output.
+            type Step = fn(&RankBufs) -> (&L4Buffer, &L4Buffer);
+            let steps: [Step; 2] = [|rb| (&rb.a, &rb.f), |rb| (&rb.f, &rb.g)];
+            for step in steps {
+                let members: Vec<TaskArgs> = ranks
+                    .iter()
+                    .map(|rb| {
+                        let (x, out) = step(rb);
+                        args([
+                            (t(x)?, TensorArgType::Input),
+                            (t(&rb.b)?, TensorArgType::Input),
+                            (t(out)?, TensorArgType::OutputExisting),
+                        ])
+                    })
+                    .collect::<Result<_, _>>()?;
+                o.submit_next_level_group(VECTOR, &RANKS, &members)?;
+            }
             for rb in ranks {
                 let sum = args([
                     (t(&rb.g)?, TensorArgType::Input),
