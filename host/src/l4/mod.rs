@@ -5,7 +5,7 @@
 //!  mpirun -np N simpler l4
 //!  rank 0: L4Worker ── L4Orch::submit_* (TensorMap by identity + byte range) ── MPI ──► rank r
 //!          own L3 Worker: one SUB child, no chip          rank r: command loop ── L3 Worker
-//!          (gather buffers and the final reduce)                   (1 chip + 1 SUB child)
+//!          (gather buffers and the final reduce)          (chips_per_rank chips + 1 SUB child)
 //! ```
 //!
 //! ## Decisions
@@ -30,6 +30,12 @@
 //!   [`crate::l3::import::differing_fields`]) and refuses another rank's with
 //!   [`RankError::ForeignRank`] before anything runs; its L3 children then materialize the
 //!   tensors through their [`ImportRegistry`](crate::l3::ImportRegistry) as at level 3.
+//! - **What a level-4 task runs.** An [`L4Callable`] names a chip callable (run on the rank's
+//!   chip 0), a SUB callable, or a [`RankOrch`]: an orchestration registered on every rank that
+//!   runs as one L3 run over the task's arguments and can spread them over all of the rank's
+//!   chips and SUB children, the L3 TensorMap ordering what it submits. That is how level 4
+//!   uses several chips per rank without a second message per chip: the rank's next level is
+//!   its own L3 orchestration, as in the reference's hierarchy.
 //! - **Bytes move only by `copy_to` / `copy_from`** between rank 0 and one rank (MPI
 //!   point-to-point). Rank 0 checks its own end, the remote rank checks its end and answers, and
 //!   only then does a byte move.
@@ -72,7 +78,7 @@ mod worker;
 pub use orch::{L4Orch, L4Summary};
 pub use rank::{start, Role};
 pub use wire::RankError;
-pub use worker::{Callables, L4Buffer, L4Callable, L4Config, L4Worker, RankSetup};
+pub use worker::{Callables, L4Buffer, L4Callable, L4Config, L4Worker, RankOrch, RankSetup};
 
 use crate::l3::L3Error;
 use std::fmt;

@@ -161,9 +161,9 @@ impl L4Orch<'_> {
         ranks: &[usize],
         args_list: &[TaskArgs],
     ) -> Result<u64, L4Error> {
-        if !matches!(callable, L4Callable::Chip(_)) {
+        if matches!(callable, L4Callable::Sub(_)) {
             return Err(L4Error::Orchestration(
-                "submit_next_level takes a chip callable (use submit_sub for SUB)".into(),
+                "submit_next_level takes a chip callable or a rank orchestration (use submit_sub for SUB)".into(),
             ));
         }
         self.submit_members(callable, ranks, args_list)
@@ -205,7 +205,8 @@ impl L4Orch<'_> {
             });
         }
         for &r in ranks {
-            let chip_on_root = r == 0 && matches!(callable, L4Callable::Chip(_));
+            // Rank 0 has no chips: only SUB tasks run there.
+            let chip_on_root = r == 0 && !matches!(callable, L4Callable::Sub(_));
             if r >= self.w.size() || chip_on_root {
                 return Err(L4Error::UnknownRank {
                     rank: r,
@@ -284,6 +285,7 @@ impl L4Orch<'_> {
             let (kind, callable) = match m.callable {
                 L4Callable::Chip(c) => (0, c),
                 L4Callable::Sub(c) => (1, c),
+                L4Callable::Orch(c) => (2, c),
             };
             let blob = match m.args.to_mailbox_blob() {
                 Ok(b) => b,
@@ -319,7 +321,7 @@ impl L4Orch<'_> {
         let n = self.node_mut(id).expect("a running task");
         let args = n.members[i].args.clone();
         let L4Callable::Sub(c) = n.members[i].callable else {
-            unreachable!("submit refuses chip callables on rank 0")
+            unreachable!("submit refuses everything but SUB callables on rank 0")
         };
         let Some(&sub) = self.w.callables.sub.get(c as usize) else {
             return Some(L4Error::TaskFailed {

@@ -237,13 +237,26 @@ impl Served {
                 self.worker
                     .run(|o| o.submit_next_level(0, c, &args, &cfg).map(drop))
             }
-            _ => {
+            1 => {
                 let c = *self.callables.sub.get(callable as usize).ok_or_else(|| {
                     RankError::BadCommand {
                         reason: format!("no SUB callable {callable}"),
                     }
                 })?;
                 self.worker.run(|o| o.submit_sub(c, &args).map(drop))
+            }
+            2 => {
+                let f = self.callables.orch.get(callable as usize).ok_or_else(|| {
+                    RankError::BadCommand {
+                        reason: format!("no rank orchestration {callable}"),
+                    }
+                })?;
+                self.worker.run(|o| f(o, &args))
+            }
+            other => {
+                return Err(RankError::BadCommand {
+                    reason: format!("callable kind {other}"),
+                })
             }
         };
         r.map(|_| Vec::new()).map_err(|e| RankError::Task {

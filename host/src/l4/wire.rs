@@ -111,7 +111,8 @@ pub(super) enum Command {
     /// Run one task as one L3 run.
     Run {
         task: u64,
-        /// 0: a chip callable (on chip 0 of the rank), 1: a SUB callable.
+        /// 0: a chip callable (on chip 0 of the rank), 1: a SUB callable, 2: a rank
+        /// orchestration.
         kind: u8,
         callable: u32,
         /// The tags, one raw `TensorArgType` per tensor (tags do not travel in the blob).

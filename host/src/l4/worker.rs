@@ -4,20 +4,40 @@
 use super::wire::{decode_reply, Command, RankError, TAG_CMD, TAG_DATA, TAG_REPLY};
 use super::L4Error;
 use crate::l3::import::differing_fields;
-use crate::l3::{Buffer, ChipCallableId, L3Error, SubCallableId, Worker};
+use crate::l3::{Buffer, ChipCallableId, L3Error, L3Orch, SubCallableId, Worker};
+use crate::task_args::TaskArgs;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use simpler_core::{AccessMode, BackendKind, BufferDescriptor, CanonicalIdentity};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A rank's own orchestration: one L3 run on the rank that receives the level-4 task's
+/// arguments and may fan them out over the rank's chips and SUB children (its `L3Orch`
+/// derives the dependencies among them as any level-3 run does). The level-4 task completes
+/// when that run has drained, and fails with the run's first error.
+pub type RankOrch = Arc<dyn Fn(&mut L3Orch<'_>, &TaskArgs) -> Result<(), L3Error> + Send + Sync>;
+
 /// The callables a rank registered, in registration order: an [`L4Callable`] indexes them.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Callables {
     /// Chip callables.
     pub chip: Vec<ChipCallableId>,
     /// SUB callables.
     pub sub: Vec<SubCallableId>,
+    /// Rank orchestrations.
+    pub orch: Vec<RankOrch>,
+}
+
+impl std::fmt::Debug for Callables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Callables")
+            .field("chip", &self.chip)
+            .field("sub", &self.sub)
+            .field("orch", &self.orch.len())
+            .finish()
+    }
 }
 
 /// Registers the job's callables on one rank's Worker (before its `init`). Every rank runs the
@@ -31,6 +51,9 @@ pub enum L4Callable {
     Chip(u32),
     /// SUB callable `i`, run on a SUB child of the target rank.
     Sub(u32),
+    /// Rank orchestration `i` ([`RankOrch`]), run as one L3 run on the target rank: how a
+    /// level-4 task uses every chip of its rank.
+    Orch(u32),
 }
 
 /// How the job runs.

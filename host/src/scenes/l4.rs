@@ -1,33 +1,41 @@
-//! `l4`: a data-parallel step over worker ranks, gathered and reduced on rank 0, under mpirun.
+//! `l4`: a data-parallel step over 2 worker ranks x 2 chips, gathered and reduced on rank 0,
+//! under mpirun.
 //!
 //! ```text
-//!  rank 0: stage a_r, b_r ──copy_to──► rank r (r = 1, 2):
-//!            group node (ranks 1, 2): f_r = v(a_r, b_r)       chip 0 of each rank
-//!            group node (ranks 1, 2): g_r = v(f_r, b_r)       chip 0 of each rank
-//!            SUB on rank r:           part_r = sum(g_r)       the local reduce
+//!  rank 0: stage a_r, b_r ──copy_to──► rank r (r = 1, 2)
+//!  one L4 group node (ranks 1, 2), the rank orchestration STEP on each, as one L3 run:
+//!      group (chips 0, 1): f_rc = v(a_rc, b_rc)     chip c takes rows [128c, 128c + 128)
+//!      group (chips 0, 1): g_rc = v(f_rc, b_rc)
+//!      SUB:                part_r = sum(g_r)        the local reduce
 //!  rank 0: p_r ◄──copy_from── part_r;  SUB on rank 0: total = p_1 + p_2
 //! ```
 //!
 //! with v(a, b) = (a + b + 1)(a + b + 2) + (a + b), vector_example's body. The tags order the
-//! tasks. Each round stages new inputs; the goldens are computed here in f64 from the inputs
-//! (with the f32 rounding of each intermediate the chips store), not by the code under test.
-//! Besides the rounds: the refusal checks (`checks`), the lost-rank check (`kill`) and the
-//! benchmarks (`bench`).
+//! tasks at both levels. Each round stages new inputs; the goldens are computed here in f64
+//! from the inputs (with the f32 rounding of each intermediate the chips store), not by the
+//! code under test. Besides the rounds: the refusal checks (`checks`), the lost-rank check
+//! (`kill`) and the benchmarks (`bench`).
 
 use super::vector::VectorExample;
 use super::Scene;
-use crate::l3::{L3Error, MappedArgs, Worker};
+use crate::l3::{ChipCallableId, L3Error, L3Orch, MappedArgs, SubCallableId, Worker};
 use crate::l4::{L4Buffer, L4Callable, L4Config, L4Error, L4Worker, RankError, RankSetup};
 use crate::task_args::TaskArgs;
-use simpler_core::{AccessMode, DataType, TensorArgType, ValidTensor};
+use simpler_core::mailbox::CallConfig;
+use simpler_core::{AccessMode, DataType, Tensor, TensorArgType, ValidTensor};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Elements per tensor (vector_example's 128 x 128).
+/// Elements per chip's tile (vector_example's 128 x 128).
 pub const N: usize = 128 * 128;
 const SHAPE: [u32; 2] = [128, 128];
 /// The worker ranks the data-parallel step runs on.
 pub const RANKS: [usize; 2] = [1, 2];
+/// Chips per worker rank: each takes one 128-row tile of its rank's tensors.
+pub const CHIPS: usize = 2;
+/// Elements of a rank's tensors: one tile per chip.
+pub const RANK_N: usize = CHIPS * N;
+const RANK_SHAPE: [u32; 2] = [CHIPS as u32 * 128, 128];
 
 /// vector_example on chip 0 of a rank.
 pub const VECTOR: L4Callable = L4Callable::Chip(0);
@@ -37,6 +45,9 @@ pub const SUM: L4Callable = L4Callable::Sub(0);
 pub const NOP: L4Callable = L4Callable::Sub(1);
 /// SUB: always fails (the failure checks).
 pub const FAIL: L4Callable = L4Callable::Sub(2);
+/// The rank orchestration: the two vector steps over every chip of the rank, then the local
+/// sum (arguments a, b, f, g, part; see [`step`]).
+pub const STEP: L4Callable = L4Callable::Orch(0);
 
 /// The golden body, in f64, written out here rather than taken from the kernel's scene.
 fn v(a: f64, b: f64) -> f64 {
@@ -59,6 +70,67 @@ fn sum_task(args: &mut MappedArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// The rank's step, one L3 run: tile `c` of every tensor (rows [128c, 128c + 128) of
+/// `[chips * 128, 128]`) goes to chip `c`, `f = v(a, b)` then `g = v(f, b)` as two group tasks
+/// over the chips, then one SUB sums all of `g` into `part`. The tags order the three tasks.
+fn step(
+    o: &mut L3Orch<'_>,
+    args: &TaskArgs,
+    vector: ChipCallableId,
+    sum: SubCallableId,
+) -> Result<(), L3Error> {
+    let chips = o.worker().chips();
+    let t = args.tensors();
+    if t.len() != 5
+        || t[..4]
+            .iter()
+            .any(|x| x.extent_bytes() != (chips * N * 4) as u64)
+    {
+        return Err(L3Error::Orchestration(format!(
+            "step takes a, b, f, g of {} f32 each and part; got {} tensors",
+            chips * N,
+            t.len()
+        )));
+    }
+    let tile = |x: &ValidTensor, c: usize| {
+        Tensor::row_major(
+            x.buffer,
+            x.byte_offset + (c * N * 4) as u64,
+            &SHAPE,
+            DataType::Float32,
+        )
+        .map_err(L3Error::Tensor)
+    };
+    let (a, b, f, g, part) = (&t[0], &t[1], &t[2], &t[3], t[4]);
+    let cfg: CallConfig = bytemuck::Zeroable::zeroed();
+    let all: Vec<usize> = (0..chips).collect();
+    for (x, out) in [(a, f), (f, g)] {
+        let members = all
+            .iter()
+            .map(|&c| {
+                let mut m = TaskArgs::new();
+                m.add_tensor(tile(x, c)?, TensorArgType::Input)
+                    .map_err(L3Error::Args)?;
+                m.add_tensor(tile(b, c)?, TensorArgType::Input)
+                    .map_err(L3Error::Args)?;
+                m.add_tensor(tile(out, c)?, TensorArgType::OutputExisting)
+                    .map_err(L3Error::Args)?;
+                Ok(m)
+            })
+            .collect::<Result<Vec<_>, L3Error>>()?;
+        o.submit_next_level_group(vector, &all, &members, &cfg)?;
+    }
+    let mut local = TaskArgs::new();
+    local
+        .add_tensor(*g, TensorArgType::Input)
+        .map_err(L3Error::Args)?;
+    local
+        .add_tensor(part, TensorArgType::OutputExisting)
+        .map_err(L3Error::Args)?;
+    o.submit_sub(sum, &local)?;
+    Ok(())
+}
+
 /// Registers the scene's callables on one rank (every rank, the same order).
 fn setup(worker: &mut Worker) -> Result<crate::l4::Callables, L3Error> {
     let p = VectorExample
@@ -74,6 +146,9 @@ fn setup(worker: &mut Worker) -> Result<crate::l4::Callables, L3Error> {
     Ok(crate::l4::Callables {
         chip: vec![chip],
         sub: vec![sum, nop, fail],
+        orch: vec![Arc::new(move |o: &mut L3Orch<'_>, a: &TaskArgs| {
+            step(o, a, chip, sum)
+        })],
     })
 }
 
@@ -136,10 +211,10 @@ impl RoundReport {
 
 fn inputs(rank: usize, round: usize) -> (Vec<f32>, Vec<f32>) {
     let (r, k) = (round as f32, rank as f32);
-    let a = (0..N)
+    let a = (0..RANK_N)
         .map(|i| ((i % 97) as f32 / 97.0) - 0.5 + 0.01 * r - 0.03 * k)
         .collect();
-    let b = (0..N)
+    let b = (0..RANK_N)
         .map(|i| 0.25 - ((i % 31) as f32 / 62.0) + 0.02 * k)
         .collect();
     (a, b)
@@ -149,6 +224,10 @@ impl L4Scene {
     /// Starts this rank. Rank 0 gets the scene; a worker rank serves until rank 0 closes the
     /// job and gets `None`.
     pub fn start(config: L4Config) -> Result<Option<Self>, L4Error> {
+        let config = L4Config {
+            chips_per_rank: CHIPS,
+            ..config
+        };
         let mut w = match crate::l4::start(SETUP, config)? {
             crate::l4::Role::Orchestrator(w) => w,
             crate::l4::Role::Served { .. } => return Ok(None),
@@ -159,7 +238,7 @@ impl L4Scene {
                 w.size()
             )));
         }
-        let bytes = (N * 4) as u64;
+        let bytes = (RANK_N * 4) as u64;
         let stage = w.create_buffer(0, bytes, AccessMode::ReadWrite)?;
         let total = w.create_buffer(0, 4, AccessMode::ReadWrite)?;
         let mut ranks = Vec::new();
@@ -193,10 +272,11 @@ impl L4Scene {
         let mut goldens = Vec::new();
         for rb in &self.ranks {
             let (a, b) = inputs(rb.rank, round);
+            let bytes = (RANK_N * 4) as u64;
             self.w.write_f32s(&self.stage, 0, &a)?;
-            self.w.copy_to(&rb.a, &self.stage, (N * 4) as u64)?;
+            self.w.copy_to(&rb.a, &self.stage, bytes)?;
             self.w.write_f32s(&self.stage, 0, &b)?;
-            self.w.copy_to(&rb.b, &self.stage, (N * 4) as u64)?;
+            self.w.copy_to(&rb.b, &self.stage, bytes)?;
             let golden: f64 = a
                 .iter()
                 .zip(&b)
@@ -207,36 +287,25 @@ impl L4Scene {
                 .sum();
             goldens.push(golden);
         }
-        let t = |b: &L4Buffer| b.tensor(&SHAPE, DataType::Float32);
         let ranks = &self.ranks;
         self.w.run(|o| {
-            // The two group steps, f = v(a, b) then g = v(f, b): each step's input and output.
-            type Step = fn(&RankBufs) -> (&L4Buffer, &L4Buffer);
-            let steps: [Step; 2] = [|rb| (&rb.a, &rb.f), |rb| (&rb.f, &rb.g)];
-            for step in steps {
-                let members: Vec<TaskArgs> = ranks
-                    .iter()
-                    .map(|rb| {
-                        let (x, out) = step(rb);
-                        args([
-                            (t(x)?, TensorArgType::Input),
-                            (t(&rb.b)?, TensorArgType::Input),
-                            (t(out)?, TensorArgType::OutputExisting),
-                        ])
-                    })
-                    .collect::<Result<_, _>>()?;
-                o.submit_next_level_group(VECTOR, &RANKS, &members)?;
-            }
-            for rb in ranks {
-                let sum = args([
-                    (t(&rb.g)?, TensorArgType::Input),
-                    (
-                        rb.part.tensor(&[1], DataType::Float32)?,
-                        TensorArgType::OutputExisting,
-                    ),
-                ])?;
-                o.submit_sub(rb.rank, SUM, &sum)?;
-            }
+            let whole = |b: &L4Buffer| b.tensor(&RANK_SHAPE, DataType::Float32);
+            let members: Vec<TaskArgs> = ranks
+                .iter()
+                .map(|rb| {
+                    args([
+                        (whole(&rb.a)?, TensorArgType::Input),
+                        (whole(&rb.b)?, TensorArgType::Input),
+                        (whole(&rb.f)?, TensorArgType::OutputExisting),
+                        (whole(&rb.g)?, TensorArgType::OutputExisting),
+                        (
+                            rb.part.tensor(&[1], DataType::Float32)?,
+                            TensorArgType::OutputExisting,
+                        ),
+                    ])
+                })
+                .collect::<Result<_, _>>()?;
+            o.submit_next_level_group(STEP, &RANKS, &members)?;
             Ok(())
         })?;
         let mut partials = Vec::new();
@@ -447,35 +516,73 @@ impl L4Scene {
             e(errors[0].clone()),
             e(errors[1].clone())
         ));
+
+        // 4. The rank orchestration at level 4: refused on rank 0 (which has no chips) before
+        //    anything is sent, and an L3 run that refuses its arguments on rank 2 fails the
+        //    level-4 task naming the rank and the reason.
+        let r = self
+            .w
+            .run(|o| o.submit_next_level(0, STEP, &TaskArgs::new()).map(drop));
+        if !matches!(r, Err(L4Error::UnknownRank { rank: 0, .. })) {
+            return Err(format!("rank orchestration on rank 0: got {r:?}"));
+        }
+        out.push(format!(
+            "ok rank orchestration on rank 0 refused: {}",
+            e(r.unwrap_err())
+        ));
+        let short =
+            args([(part(&r2.part).map_err(e)?, TensorArgType::OutputExisting)]).map_err(e)?;
+        let (_, errors) = self
+            .w
+            .run_collect(|o| o.submit_next_level(2, STEP, &short).map(drop))
+            .map_err(e)?;
+        match errors.as_slice() {
+            [L4Error::TaskFailed {
+                rank: 2, message, ..
+            }] if message.contains("step takes a, b, f, g") => out.push(format!(
+                "ok rank orchestration failure reported: {}",
+                e(errors[0].clone())
+            )),
+            other => return Err(format!("rank orchestration failure: errors {other:?}")),
+        }
         Ok(out)
     }
 
     /// Benchmark lines: empty-task round trip, per-task cost, copy bandwidth.
+    ///
+    /// The task figures follow the level-3 benchmark: runs of 1 and of 32 independent empty
+    /// SUB tasks on rank 1 alternate, 41 samples each after a warm-up; a run's wall time is
+    /// fixed + K x per-task, so per-task = (t32 - t1) / 31 and fixed = t1 - per-task, from the
+    /// medians.
     pub fn bench(&mut self) -> Result<Vec<String>, L4Error> {
+        const K: usize = 32;
+        const SAMPLES: usize = 41;
         let empty = TaskArgs::new();
         let mut lines = Vec::new();
-        for _ in 0..20 {
-            self.w.run(|o| o.submit_sub(1, NOP, &empty).map(drop))?;
-        }
-        let reps = 200;
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            self.w.run(|o| o.submit_sub(1, NOP, &empty).map(drop))?;
-        }
-        let rt = t0.elapsed().as_secs_f64() * 1e6 / reps as f64;
-        lines.push(format!("bench l4 round_trip_empty_task_us {rt:.1} us"));
-        let reps32 = 30;
-        let t0 = Instant::now();
-        for _ in 0..reps32 {
-            self.w.run(|o| {
-                for _ in 0..32 {
+        let run_k = |w: &mut L4Worker, k: usize| -> Result<f64, L4Error> {
+            let t0 = Instant::now();
+            w.run(|o| {
+                for _ in 0..k {
                     o.submit_sub(1, NOP, &empty)?;
                 }
                 Ok(())
             })?;
+            Ok(t0.elapsed().as_secs_f64() * 1e6)
+        };
+        for _ in 0..20 {
+            run_k(&mut self.w, 1)?;
         }
-        let per = t0.elapsed().as_secs_f64() * 1e6 / (reps32 * 32) as f64;
+        let (mut one, mut many) = (Vec::new(), Vec::new());
+        for _ in 0..SAMPLES {
+            one.push(run_k(&mut self.w, 1)?);
+            many.push(run_k(&mut self.w, K)?);
+        }
+        let (t1, tk) = (median(&mut one), median(&mut many));
+        let per = (tk - t1) / (K - 1) as f64;
+        lines.push(format!("bench l4 round_trip_empty_task_us {t1:.1} us"));
+        lines.push(format!("bench l4 run_{K}_tasks_us {tk:.1} us"));
         lines.push(format!("bench l4 per_task_us {per:.1} us"));
+        lines.push(format!("bench l4 fixed_us {:.1} us", t1 - per));
         let big = 64u64 << 20;
         let src = self.w.create_buffer(0, big, AccessMode::ReadWrite)?;
         let dst = self.w.create_buffer(1, big, AccessMode::ReadWrite)?;
@@ -490,5 +597,15 @@ impl L4Scene {
             big as f64 / best / 1e9
         ));
         Ok(lines)
+    }
+}
+
+/// The median of `xs` (which it sorts); NaN for none.
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
     }
 }
