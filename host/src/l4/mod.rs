@@ -51,6 +51,10 @@
 //!
 //! ## Not built
 //!
+//! The reference's other transport (its own command and health TCP sockets to remote workers;
+//! here MPI is the only one, over whichever byte transport Open MPI picks, TCP included) and
+//! its communication domains (symmetric device-memory windows over a subset of ranks for
+//! collectives; here a reduce across ranks is built from tasks and copies through rank 0).
 //! Scope-owned intermediates at level 4 (`scope` nests, but `alloc` is not offered), copies
 //! between two worker ranks without rank 0, overlapping a rank's tasks (a rank runs the tasks
 //! it is sent one after another, each as one L3 run), buffer release on a remote rank, and
