@@ -46,7 +46,7 @@ pub const NOP: L4Callable = L4Callable::Sub(1);
 /// SUB: always fails (the failure checks).
 pub const FAIL: L4Callable = L4Callable::Sub(2);
 /// The rank orchestration: the two vector steps over every chip of the rank, then the local
-/// sum (arguments a, b, f, g, part; see [`step`]).
+/// sum (arguments a, b, f, g, part; the step is written out in this module).
 pub const STEP: L4Callable = L4Callable::Orch(0);
 
 /// The golden body, in f64, written out here rather than taken from the kernel's scene.
