@@ -313,10 +313,9 @@ impl TaskTensor {
         let (mut span, mut dense, mut expected) = (0u64, true, 1u64);
         for dim in (0..rank).rev() {
             let (shape, stride) = (self.shapes[dim] as u64, self.strides[dim] as u64);
-            if shape != 0 {
-                span = span.saturating_add((shape - 1) * stride);
-            }
-            dense &= shape == 1 || stride == expected;
+            // Without branches: a zero shape (a description's unused extent) adds nothing.
+            span = span.saturating_add(shape.saturating_sub(1) * stride);
+            dense &= (shape == 1) | (stride == expected);
             expected = expected.saturating_mul(shape);
         }
         self.extent_elem_cache = span.saturating_add(1);
@@ -349,28 +348,42 @@ impl TaskTensor {
     /// `manual_dep` are inherited.
     #[inline(always)]
     pub fn view(&self, shapes: &[u32], offsets: &[u32]) -> Result<Self, ViewError> {
+        self.view_or_else(shapes, offsets, |e| e)
+    }
+
+    /// [`Self::view`] with its error turned into the caller's by `f`. The view is built
+    /// straight into the caller's result, where mapping the error of [`Self::view`]'s moves the
+    /// 128-byte tensor from one result type to the other: an orchestration taking thousands of
+    /// views per run pays that copy on every one.
+    #[inline(always)]
+    pub fn view_or_else<E>(
+        &self,
+        shapes: &[u32],
+        offsets: &[u32],
+        f: impl FnOnce(ViewError) -> E,
+    ) -> Result<Self, E> {
         let rank = self.rank();
         if shapes.len() != rank || offsets.len() != rank {
-            return Err(ViewError::Rank {
+            return Err(f(ViewError::Rank {
                 expected: self.ndims,
                 shapes: shapes.len(),
                 offsets: offsets.len(),
-            });
+            }));
         }
         let mut shapes_out = self.shapes;
         let mut start = self.start_offset;
         for dim in 0..rank {
             let (shape, offset, limit) = (shapes[dim], offsets[dim], self.shapes[dim]);
             if shape == 0 {
-                return Err(ViewError::ZeroShape { dim: dim as u8 });
+                return Err(f(ViewError::ZeroShape { dim: dim as u8 }));
             }
             if offset as u64 + shape as u64 > limit as u64 {
-                return Err(ViewError::OutOfBounds {
+                return Err(f(ViewError::OutOfBounds {
                     dim: dim as u8,
                     offset,
                     shape,
                     limit,
-                });
+                }));
             }
             // offset < limit <= u32::MAX and the source's extent fits u64, so this stays in range.
             start += offset as u64 * self.strides[dim] as u64;

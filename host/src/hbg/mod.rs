@@ -274,19 +274,24 @@ impl BindGraphs<'_> {
             g.boundary_at.truncate(mark.1);
             g.counts[2] += 1;
         };
-        let mut at = None;
-        for (i, a) in boundary.iter().enumerate() {
-            let Some(p) = place(&mut g.staging, self.base, bytemuck::bytes_of(&a.tensor)) else {
-                // No room: nothing half-staged stays, and the body runs inline.
-                unstage(g);
-                return None;
-            };
-            // Below GRAPH_STAGING_BYTES, so it fits.
-            g.boundary_at.push((p - self.base) as u32);
-            if i == 0 {
-                at = Some(p);
-            }
+        // The tensors back to back (128 bytes each, so each stays 8-byte aligned), room checked
+        // once for all of them.
+        const SIZE: usize = core::mem::size_of::<simpler_core::TaskTensor>();
+        let first = g.staging.len().div_ceil(8) * 8;
+        if (first + boundary.len() * SIZE) as u64 > GRAPH_STAGING_BYTES {
+            // No room: nothing half-staged stays, and the body runs inline.
+            unstage(g);
+            return None;
         }
+        g.staging.resize(first, 0);
+        g.staging.reserve(boundary.len() * SIZE);
+        for a in boundary {
+            g.staging.extend_from_slice(bytemuck::bytes_of(&a.tensor));
+        }
+        // Below GRAPH_STAGING_BYTES, so every offset fits.
+        g.boundary_at
+            .extend((0..boundary.len()).map(|i| (first + i * SIZE) as u32));
+        let at = (!boundary.is_empty()).then_some(self.base + first as u64);
         // The boundary scalars follow the tensors: replays read their own values there.
         if !scalars.is_empty()
             && place(&mut g.staging, self.base, bytemuck::cast_slice(scalars)).is_none()

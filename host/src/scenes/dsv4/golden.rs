@@ -99,6 +99,11 @@ impl Gold {
 
 impl Ops for Gold {
     type T = Gv;
+    type Arg = (Gv, TensorArgType);
+
+    fn arg(t: Gv, tag: TensorArgType) -> (Gv, TensorArgType) {
+        (t, tag)
+    }
 
     fn fatal(&mut self, code: u32) -> RtError {
         RtError::Fatal(code)
@@ -194,7 +199,7 @@ impl Ops for Gold {
         _key: u64,
         _body: GraphBody,
         math: Math<Self>,
-        boundary: &[(Gv, TensorArgType)],
+        boundary: &mut [(Gv, TensorArgType)],
         scalars: &[f32],
     ) -> R<()> {
         let b: Vec<Gv> = boundary.iter().map(|&(t, _)| t).collect();

@@ -6,7 +6,6 @@
 //! runs on the device, and it must not allocate on the host heap.
 
 use super::shapes::*;
-use bytemuck::Zeroable;
 use simpler_aicpu::{GraphBody, Rt, RtError};
 use simpler_core::orchestrator::TaskArg;
 use simpler_core::{DataType, TaskTensor, TensorArgType};
@@ -24,6 +23,10 @@ pub(super) trait Ops: Sized {
     /// A tensor handle: a runtime `TaskTensor` on the device, a window of a host buffer for
     /// the golden.
     type T: Copy;
+    /// A tensor with its tag, as a Graph boundary holds it.
+    type Arg: Copy;
+    /// `t` tagged `tag`.
+    fn arg(t: Self::T, tag: TensorArgType) -> Self::Arg;
     /// Ends the run with `code`.
     fn fatal(&mut self, code: u32) -> RtError;
     /// The `[1, 1, rows, cols]` view `(i, j)` of a rank-4 entry, or with `j = None` its
@@ -58,7 +61,7 @@ pub(super) trait Ops: Sized {
         key: u64,
         body: GraphBody,
         math: Math<Self>,
-        boundary: &[(Self::T, TensorArgType)],
+        boundary: &mut [Self::Arg],
         scalars: &[f32],
     ) -> R<()>;
 }
@@ -113,6 +116,11 @@ fn bits(s: f32) -> u64 {
 
 impl Ops for Dev<'_, '_, '_> {
     type T = TaskTensor;
+    type Arg = TaskArg;
+
+    fn arg(tensor: TaskTensor, tag: TensorArgType) -> TaskArg {
+        TaskArg { tensor, tag }
+    }
 
     fn fatal(&mut self, code: u32) -> RtError {
         self.rt.report_fatal(code)
@@ -122,19 +130,18 @@ impl Ops for Dev<'_, '_, '_> {
         let &[_, n1, r, c] = t.shapes() else {
             return Err(self.fatal(BAD_VIEW));
         };
-        let v = match j {
-            Some(j) => t.view(&[1, 1, r, c], &[i, j, 0, 0]),
-            None => t.view(&[1, n1, r, c], &[i, 0, 0, 0]),
-        };
-        v.map_err(|_| self.fatal(BAD_VIEW))
+        let fatal = |_| self.fatal(BAD_VIEW);
+        match j {
+            Some(j) => t.view_or_else(&[1, 1, r, c], &[i, j, 0, 0], fatal),
+            None => t.view_or_else(&[1, n1, r, c], &[i, 0, 0, 0], fatal),
+        }
     }
 
     fn slice(&mut self, t: TaskTensor, k: u32) -> R<TaskTensor> {
         let &[1, _, r, c] = t.shapes() else {
             return Err(self.fatal(BAD_VIEW));
         };
-        t.view(&[1, 1, r, c], &[0, k, 0, 0])
-            .map_err(|_| self.fatal(BAD_VIEW))
+        t.view_or_else(&[1, 1, r, c], &[0, k, 0, 0], |_| self.fatal(BAD_VIEW))
     }
 
     fn mm(&mut self, a: TaskTensor, b: TaskTensor) -> R<TaskTensor> {
@@ -220,23 +227,19 @@ impl Ops for Dev<'_, '_, '_> {
         key: u64,
         body: GraphBody,
         _math: Math<Self>,
-        boundary: &[(TaskTensor, TensorArgType)],
+        boundary: &mut [TaskArg],
         scalars: &[f32],
     ) -> R<()> {
         let (n, m) = (boundary.len(), scalars.len());
         if n > MAX_BOUNDARY || m > MAX_SCALARS {
             return Err(self.fatal(BAD_BOUNDARY));
         }
-        let mut args = [arg(Zeroable::zeroed(), TensorArgType::Input); MAX_BOUNDARY];
-        for (a, &(t, tag)) in args.iter_mut().zip(boundary) {
-            *a = arg(t, tag);
-        }
         let mut words = [0; MAX_SCALARS];
         for (w, &s) in words.iter_mut().zip(scalars) {
             *w = bits(s);
         }
         self.rt
-            .submit_graph(key, body, &mut args[..n], &words[..m])
+            .submit_graph(key, body, boundary, &words[..m])
             .map(|_| ())
     }
 }

@@ -15,20 +15,21 @@ use bytemuck::Zeroable;
 use simpler_aicpu::{GraphBody, Rt, RtError};
 use simpler_core::{DataType, TensorArgType};
 
-/// A boundary being built: a fixed array (no host heap on the device side), reused from one
-/// Graph submission to the next. A push past the capacity is remembered, and the submission
-/// refused, rather than dropped or grown.
-struct Boundary<T> {
-    items: [(T, TensorArgType); MAX_BOUNDARY],
+/// A boundary being built: a fixed array of the ops' arguments (no host heap on the device
+/// side), reused from one Graph submission to the next and handed to [`Ops::graph`] as it is.
+/// A push past the capacity is remembered, and the submission refused, rather than dropped or
+/// grown.
+struct Boundary<O: Ops> {
+    items: [O::Arg; MAX_BOUNDARY],
     len: usize,
     overflow: bool,
 }
 
-impl<T: Copy> Boundary<T> {
+impl<O: Ops> Boundary<O> {
     /// An empty boundary; `fill` only initialises the unused slots.
-    fn new(fill: T) -> Self {
+    fn new(fill: O::T) -> Self {
         Self {
-            items: [(fill, TensorArgType::Input); MAX_BOUNDARY],
+            items: [O::arg(fill, TensorArgType::Input); MAX_BOUNDARY],
             len: 0,
             overflow: false,
         }
@@ -39,10 +40,10 @@ impl<T: Copy> Boundary<T> {
         self.overflow = false;
     }
 
-    fn push(&mut self, item: (T, TensorArgType)) {
+    fn push(&mut self, (t, tag): (O::T, TensorArgType)) {
         match self.items.get_mut(self.len) {
             Some(slot) => {
-                *slot = item;
+                *slot = O::arg(t, tag);
                 self.len += 1;
             }
             None => self.overflow = true,
@@ -56,13 +57,13 @@ fn submit<O: Ops>(
     key: u64,
     body: GraphBody,
     math: Math<O>,
-    b: &Boundary<O::T>,
+    b: &mut Boundary<O>,
     scalars: &[f32],
 ) -> R<()> {
     if b.overflow {
         return Err(o.fatal(BAD_BOUNDARY));
     }
-    o.graph(key, body, math, &b.items[..b.len], scalars)
+    o.graph(key, body, math, &mut b.items[..b.len], scalars)
 }
 
 /// The decode step over the entry tensors `e` (see the module documentation).
@@ -78,7 +79,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
     }
     b.push((o.view(e[POS], 0, Some(0))?, I));
     b.push((o.view(e[HS], 0, Some(0))?, X));
-    submit(o, 0, embed_body, embed::<O>, &b, &EMB_BIAS)?;
+    submit(o, 0, embed_body, embed::<O>, &mut b, &EMB_BIAS)?;
 
     for l in 0..LAYERS {
         let hs = o.view(e[HS], l, Some(0))?;
@@ -96,7 +97,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
                 b.push((o.view(e[KV_OUT], l, Some(h))?, X));
             }
             b.push((a_out, X));
-            submit(o, 0, attn_csa_body, attn_csa::<O>, &b, &CSA_BIAS)?;
+            submit(o, 0, attn_csa_body, attn_csa::<O>, &mut b, &CSA_BIAS)?;
         } else {
             for h in 0..HEADS {
                 b.push((o.view(e[WQ], l, Some(h))?, I));
@@ -111,7 +112,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
             }
             b.push((o.view(e[KV_OUT], l, Some(0))?, X));
             b.push((a_out, X));
-            submit(o, 0, attn_hca_body, attn_hca::<O>, &b, &HCA_BIAS)?;
+            submit(o, 0, attn_hca_body, attn_hca::<O>, &mut b, &HCA_BIAS)?;
         }
         let mid = o.view(e[MID], l, Some(0))?;
         o.add_to(hs, a_out, mid)?;
@@ -141,7 +142,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
                 csa_moe_key(true),
                 csa_moe_hashed_body,
                 math,
-                &b,
+                &mut b,
                 &ROUTER_BIAS,
             )?;
         } else {
@@ -151,7 +152,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
                 csa_moe_key(false),
                 csa_moe_learned_body,
                 math,
-                &b,
+                &mut b,
                 &ROUTER_BIAS,
             )?;
         }
@@ -179,7 +180,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
     }
     let mtp_out = o.view(e[MTP_OUT], 0, Some(0))?;
     b.push((mtp_out, X));
-    submit(o, 0, mtp_body, mtp::<O>, &b, &[])?;
+    submit(o, 0, mtp_body, mtp::<O>, &mut b, &[])?;
 
     // lm_head
     b.clear();
@@ -191,7 +192,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
         b.push((o.view(e[LG], g, None)?, X));
     }
     b.push((o.view(e[ZS], 0, Some(0))?, X));
-    submit(o, 0, lm_head_body, lm_head::<O>, &b, &HEAD_BIAS)?;
+    submit(o, 0, lm_head_body, lm_head::<O>, &mut b, &HEAD_BIAS)?;
 
     // draft_agree
     b.clear();
@@ -203,7 +204,7 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
         b.push((o.view(e[LG], g, None)?, I));
     }
     b.push((o.view(e[AGREE], 0, Some(0))?, X));
-    submit(o, 0, draft_agree_body, draft_agree::<O>, &b, &[])
+    submit(o, 0, draft_agree_body, draft_agree::<O>, &mut b, &[])
 }
 
 /// The scene's orchestration function: checks the entry tensors against [`ENTRIES`] and runs
