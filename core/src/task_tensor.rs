@@ -370,32 +370,56 @@ impl TaskTensor {
                 offsets: offsets.len(),
             }));
         }
+        // One pass, innermost dimension first, that also computes what `refresh_caches` would
+        // (extent and contiguity) and defers the error: the checks fold into one flag, and only
+        // a failed view walks the dimensions again to name the first bad one.
         let mut shapes_out = self.shapes;
-        let mut start = self.start_offset;
-        for dim in 0..rank {
+        let (mut start, mut span, mut expected) = (self.start_offset, 0u64, 1u64);
+        let (mut ok, mut dense) = (true, true);
+        for dim in (0..rank).rev() {
             let (shape, offset, limit) = (shapes[dim], offsets[dim], self.shapes[dim]);
+            let stride = self.strides[dim] as u64;
+            ok &= (shape != 0) & (offset as u64 + shape as u64 <= limit as u64);
+            // Inside the source (when `ok`), so these stay below the source's own extent; a
+            // failed view's wrapped values are never used.
+            start = start.wrapping_add(offset as u64 * stride);
+            span = span.wrapping_add((shape as u64).saturating_sub(1) * stride);
+            dense &= (shape == 1) | (stride == expected);
+            expected = expected.saturating_mul(shape as u64);
+            shapes_out[dim] = shape;
+        }
+        if !ok {
+            return Err(f(Self::view_error(&self.shapes, shapes, offsets)));
+        }
+        Ok(Self {
+            shapes: shapes_out,
+            start_offset: start,
+            extent_elem_cache: span.saturating_add(1),
+            is_contiguous: dense as u8,
+            ..*self
+        })
+    }
+
+    /// Why a view of `shapes` at `offsets` over a source of extents `limits` is refused: its
+    /// first dimension of zero extent or past the source's.
+    #[cold]
+    fn view_error(limits: &[u32; MAX_TENSOR_DIMS], shapes: &[u32], offsets: &[u32]) -> ViewError {
+        for (dim, ((&shape, &offset), &limit)) in shapes.iter().zip(offsets).zip(limits).enumerate()
+        {
             if shape == 0 {
-                return Err(f(ViewError::ZeroShape { dim: dim as u8 }));
+                return ViewError::ZeroShape { dim: dim as u8 };
             }
             if offset as u64 + shape as u64 > limit as u64 {
-                return Err(f(ViewError::OutOfBounds {
+                return ViewError::OutOfBounds {
                     dim: dim as u8,
                     offset,
                     shape,
                     limit,
-                }));
+                };
             }
-            // offset < limit <= u32::MAX and the source's extent fits u64, so this stays in range.
-            start += offset as u64 * self.strides[dim] as u64;
-            shapes_out[dim] = shape;
         }
-        let mut out = Self {
-            shapes: shapes_out,
-            start_offset: start,
-            ..*self
-        };
-        out.refresh_caches();
-        Ok(out)
+        // The caller found a bad dimension; an empty answer here would be a bug of the check.
+        ViewError::ZeroShape { dim: 0 }
     }
 
     /// This tensor as produced by `task` (the creator edge consumers follow).

@@ -126,6 +126,9 @@ impl Ops for Dev<'_, '_, '_> {
         self.rt.report_fatal(code)
     }
 
+    // Inlined into the step, where a boundary takes thousands of views per bind: the call's
+    // prologue and the move of its 128-byte result cost as much as the view.
+    #[inline(always)]
     fn view(&mut self, t: TaskTensor, i: u32, j: Option<u32>) -> R<TaskTensor> {
         let &[_, n1, r, c] = t.shapes() else {
             return Err(self.fatal(BAD_VIEW));

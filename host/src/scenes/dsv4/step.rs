@@ -40,6 +40,7 @@ impl<O: Ops> Boundary<O> {
         self.overflow = false;
     }
 
+    #[inline(always)]
     fn push(&mut self, (t, tag): (O::T, TensorArgType)) {
         match self.items.get_mut(self.len) {
             Some(slot) => {
