@@ -37,6 +37,10 @@ collected() {
   collected=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null --toggle-collect="$fn" \
     "$bin" run "$scene" "$@" --runtime hbg --host-only --no-replay --rounds "$n" 2>&1 >"$table" |
     awk '/Collected :/ {print $NF}')
+  if [[ -z $collected || $collected == 0 ]]; then
+    echo "orch-instructions: $scene: nothing collected inside $fn (renamed or inlined?)" >&2
+    exit 1
+  fi
   tasks=$(awk '$1 ~ /^[0-9]+$/ && $NF == "built" {print $6}' "$table" | sort -u)
   rm -f "$table"
   if [[ -z $tasks || $tasks == *$'\n'* ]]; then

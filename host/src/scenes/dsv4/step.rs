@@ -210,6 +210,8 @@ pub(super) fn step<O: Ops>(o: &mut O, e: &[O::T]) -> R<()> {
 
 /// The scene's orchestration function: checks the entry tensors against [`ENTRIES`] and runs
 /// the step on the device.
+// Never inlined: `tests/benches/orch-instructions.sh` counts what runs inside this function.
+#[inline(never)]
 pub(super) fn orchestrate(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
     let given = rt.args().tensors();
     let ok = given.len() == ENTRIES.len()
