@@ -56,7 +56,7 @@ impl Extension for Project {
         ),
         (
             "l4",
-            "(mpirun -np 3 simpler l4; --features mpi) two worker ranks, gathered on rank 0",
+            "(mpirun -np 3 simpler l4; --features mpi) 2 worker ranks x 2 chips, gathered on rank 0",
         ),
     ];
 
