@@ -89,14 +89,22 @@ struct Move {
 /// (the guard checks it), so whichever holds `addr` moves it the same, and only then is the
 /// search linear.
 fn relocated(moves: &[Move], nested: bool, addr: u64) -> u64 {
-    let holds = |m: &&Move| addr.wrapping_sub(m.from) < m.size;
-    let found = match nested {
-        false => moves[..moves.partition_point(|m| m.from <= addr)]
+    holder(moves, nested, addr, |m| (m.from, m.size)).map_or(addr, |m| addr - m.from + m.to)
+}
+
+/// The span of `spans` (sorted by base; `span` gives an item's base and size) that holds
+/// `addr`: by bisection, or when spans overlap one another (`nested`) the first that holds it.
+fn holder<T>(spans: &[T], nested: bool, addr: u64, span: impl Fn(&T) -> (u64, u64)) -> Option<&T> {
+    let holds = |t: &&T| {
+        let (base, size) = span(t);
+        addr.wrapping_sub(base) < size
+    };
+    match nested {
+        false => spans[..spans.partition_point(|t| span(t).0 <= addr)]
             .last()
             .filter(holds),
-        true => moves.iter().find(holds),
-    };
-    found.map_or(addr, |m| addr - m.from + m.to)
+        true => spans.iter().find(holds),
+    }
 }
 
 /// An entry address in a retained image: where it is, which entry buffer holds it, and how
@@ -328,14 +336,10 @@ fn find_sites(mirror: &mut Mirror, sites: &mut Vec<Site>) {
         .collect();
     by_base.sort_unstable();
     let holder = |addr: u64| -> Option<(u32, u64)> {
-        let holds = |&&(base, size, _): &&(u64, u64, u32)| addr.wrapping_sub(base) < size;
-        let found = match guard.nested {
-            false => by_base[..by_base.partition_point(|e| e.0 <= addr)]
-                .last()
-                .filter(holds),
-            true => by_base.iter().find(holds),
-        };
-        found.map(|&(base, _, i)| (i, addr - base))
+        holder(&by_base, guard.nested, addr, |&(base, size, _)| {
+            (base, size)
+        })
+        .map(|&(base, _, i)| (i, addr - base))
     };
     mirror.payloads.addresses(|at, addr| {
         if let Some((entry, offset)) = holder(addr) {
