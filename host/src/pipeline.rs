@@ -156,24 +156,14 @@ impl ChipWorker {
         let deadline = Instant::now() + timeout;
         let at = self.position(&run)?;
         for i in 0..=at {
-            let Submitted { args, state, .. } = &mut self.runs[i];
-            if let RunState::Running(flight) = state {
+            if let RunState::Running(flight) = &mut self.runs[i].state {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let outcome = match flight.pending.wait_timeout(left) {
                     Ok(None) => return Ok(Err(run)),
                     Ok(Some(o)) => Ok(o),
                     Err(e) => Err(WorkerError::from(e)),
                 };
-                let RunState::Running(flight) = std::mem::replace(
-                    state,
-                    RunState::Done(Err(WorkerError::Transport(TransportError::Stopped))),
-                ) else {
-                    unreachable!("matched above")
-                };
-                let mut args = std::mem::take(args);
-                let result = self.end(*flight, outcome, &mut args);
-                self.runs[i].args = args;
-                self.runs[i].state = RunState::Done(result);
+                self.conclude(i, |w, flight, args| w.end(flight, outcome, args));
             }
         }
         self.wait(run).map(Ok)
@@ -231,6 +221,16 @@ impl ChipWorker {
 
     /// Waits for run `i`'s device run to end and makes it done (copy back, report).
     fn settle(&mut self, i: usize) {
+        self.conclude(i, |w, flight, args| w.finish(flight, args));
+    }
+
+    /// Makes run `i`, if it is on the device, done with what `end` makes of its flight and
+    /// its tensors (the flight is taken out of the run for it, the tensors lent).
+    fn conclude(
+        &mut self,
+        i: usize,
+        end: impl FnOnce(&mut Self, Flight, &mut [ChipArg]) -> Result<RunReport, WorkerError>,
+    ) {
         let r = &mut self.runs[i];
         let RunState::Running(_) = r.state else {
             return;
@@ -242,7 +242,7 @@ impl ChipWorker {
             unreachable!("matched above")
         };
         let mut args = std::mem::take(&mut r.args);
-        let result = self.finish(*flight, &mut args);
+        let result = end(self, *flight, &mut args);
         let r = &mut self.runs[i];
         r.args = args;
         r.state = RunState::Done(result);
