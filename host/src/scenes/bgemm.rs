@@ -29,10 +29,11 @@
 //!
 //! Inputs are seeded pseudo-random values in `[0, 0.01)`: every term of a sum is positive, so
 //! a missing or doubled K step moves every element of `C` by far more than the tolerance. The
-//! golden sums the products in f64; tolerance 1e-3 absolute plus 1e-3 relative.
+//! golden sums the products in f64 and is held rounded to f32; tolerance 1e-3 absolute plus
+//! 1e-3 relative.
 
 use super::stream::{StreamEntry, StreamTensor, TaskStream};
-use super::{golden_check, Prepared, Scene, Tolerance, XorShift};
+use super::{golden_check_f32, Prepared, Scene, Tolerance, XorShift};
 use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
@@ -180,25 +181,41 @@ pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
     Ok(())
 }
 
-/// `n` inputs in `[0, 0.01)`.
-fn inputs(rng: &mut XorShift, n: usize) -> Vec<f32> {
-    (0..n).map(|_| 0.01 * rng.unit()).collect()
+/// `n` inputs in `[0, 0.01)`, as the little-endian f32 bytes of a host tensor (built in place:
+/// the scene's largest case holds 164 MB of each input, so no second copy is made).
+fn inputs(rng: &mut XorShift, n: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(n * 4);
+    for _ in 0..n {
+        bytes.extend_from_slice(&(0.01 * rng.unit()).to_le_bytes());
+    }
+    bytes
 }
 
-/// `C[g·loop + i] = Σ_k A[g, k, i] · B[g, k, i]` in f64, from the row-major host inputs.
-fn golden(s: &Shape, a: &[f32], b: &[f32]) -> Vec<f64> {
+/// Fills `dst` from the little-endian f32 bytes of elements `first..first + dst.len()`.
+fn read_f32(bytes: &[u8], first: usize, dst: &mut [f32]) {
+    let src = &bytes[4 * first..4 * (first + dst.len())];
+    for (v, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+}
+
+/// `C[g·loop + i] = Σ_k A[g, k, i] · B[g, k, i]`, summed in f64 and rounded to f32 once, from
+/// the host inputs' bytes. One output matrix is summed at a time (its K steps in order), so the
+/// f64 sums take one tile, not the whole output.
+fn golden(s: &Shape, a: &[u8], b: &[u8]) -> Vec<f32> {
     let t = s.tile as usize;
     let tt = t * t;
     let (groups, grid_k, lp) = (s.groups as usize, s.grid_k as usize, s.incore_loop as usize);
-    let mut c = vec![0.0f64; groups * lp * tt];
+    let mut c = Vec::with_capacity(groups * lp * tt);
+    let (mut sum, mut a_m, mut b_m) = (vec![0.0f64; tt], vec![0.0f32; tt], vec![0.0f32; tt]);
     for g in 0..groups {
-        for k in 0..grid_k {
-            for i in 0..lp {
+        for i in 0..lp {
+            sum.fill(0.0);
+            for k in 0..grid_k {
                 let src = ((g * grid_k + k) * lp + i) * tt;
-                let (a_m, b_m) = (&a[src..src + tt], &b[src..src + tt]);
-                let dst = (g * lp + i) * tt;
-                let c_m = &mut c[dst..dst + tt];
-                for (c_row, a_row) in c_m.chunks_exact_mut(t).zip(a_m.chunks_exact(t)) {
+                read_f32(a, src, &mut a_m);
+                read_f32(b, src, &mut b_m);
+                for (c_row, a_row) in sum.chunks_exact_mut(t).zip(a_m.chunks_exact(t)) {
                     for (&x, b_row) in a_row.iter().zip(b_m.chunks_exact(t)) {
                         let x = x as f64;
                         for (y, &z) in c_row.iter_mut().zip(b_row) {
@@ -207,6 +224,7 @@ fn golden(s: &Shape, a: &[f32], b: &[f32]) -> Vec<f64> {
                     }
                 }
             }
+            c.extend(sum.iter().map(|&v| v as f32));
         }
     }
     c
@@ -225,11 +243,18 @@ impl Scene for Bgemm {
         let s = Shape::of_case(case)?;
         let ab = s.ab_shape();
         let n_ab = ab.iter().map(|&d| d as usize).product();
-        let n_c = s.c_shape().iter().map(|&d| d as usize).product();
+        let n_c: usize = s.c_shape().iter().map(|&d| d as usize).product();
         let mut rng = XorShift(0x5EED_B6E3_0000_0001);
         let a = inputs(&mut rng, n_ab);
         let b = inputs(&mut rng, n_ab);
         let golden = golden(&s, &a, &b);
+        let c = vec![0u8; n_c * 4];
+        let tensor = |data, shapes: &[u32], dir| HostTensor {
+            data,
+            shapes: shapes.to_vec(),
+            dtype: DataType::Float32,
+            dir,
+        };
         Some(
             Prepared::new(
                 Callable::raw(
@@ -238,11 +263,11 @@ impl Scene for Bgemm {
                     vec![ArgDirection::In, ArgDirection::In, ArgDirection::InOut],
                 ),
                 vec![
-                    HostTensor::f32(&a, &ab, ArgDirection::In),
-                    HostTensor::f32(&b, &ab, ArgDirection::In),
-                    HostTensor::f32(&vec![0.0; n_c], &s.c_shape(), ArgDirection::InOut),
+                    tensor(a, &ab, ArgDirection::In),
+                    tensor(b, &ab, ArgDirection::In),
+                    tensor(c, &s.c_shape(), ArgDirection::InOut),
                 ],
-                golden_check(
+                golden_check_f32(
                     2,
                     golden,
                     Tolerance {
@@ -308,8 +333,8 @@ mod tests {
             incore_loop: 2,
             tile: 2,
         };
-        let a: Vec<f32> = (0..16).map(|x| x as f32).collect();
-        let b = vec![1.0f32; 16];
+        let a: Vec<u8> = (0..16).flat_map(|x| (x as f32).to_le_bytes()).collect();
+        let b: Vec<u8> = (0..16).flat_map(|_| 1.0f32.to_le_bytes()).collect();
         // Slice i of step k starts at a[(2k + i)·4]; with B all ones, both elements of row r of
         // a product are the sum of row r of that slice of A.
         assert_eq!(

@@ -44,6 +44,10 @@ pub use job::{Job, OrchFn, Prebuilt, SharedHook};
 pub use trace::{TraceSink, TRACE_EVENTS_PER_THREAD};
 
 use crate::gm::GmWords;
+
+/// The GM ledger line the host's copies during a launched run register in: the last, clear of
+/// the device threads' (the orchestrator's 0, the schedulers' from 1).
+const HOST_LINE: usize = crate::ledger::LINES - 1;
 use config::{orchestrator_config, GM_BASE};
 use gm_alloc::GmAllocator;
 use orchestrator::device_main;
@@ -266,7 +270,7 @@ impl Device {
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<bool, DeviceError> {
         let turn = self.gm_turn()?;
         let written = if turn.in_flight > 0 {
-            self.gm_words.arena(GM_BASE).write(addr, data)
+            self.gm_words.arena_at(GM_BASE, HOST_LINE).write(addr, data)
         } else {
             // SAFETY: `turn` is the host's exclusive turn at GM and no launched run is in
             // flight: no run is under way (a blocking run holds the turn from its request to
@@ -287,7 +291,7 @@ impl Device {
     pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<bool, DeviceError> {
         let turn = self.gm_turn()?;
         let read = if turn.in_flight > 0 {
-            self.gm_words.arena(GM_BASE).read(addr, out)
+            self.gm_words.arena_at(GM_BASE, HOST_LINE).read(addr, out)
         } else {
             // SAFETY: as in `write`: `turn` is the host's exclusive turn at GM and no launched
             // run is in flight.
