@@ -4,8 +4,8 @@
 //! Every access registers its word range in the GM's access [`Ledger`](crate::ledger) while
 //! it runs, which is what lets whole words move in bulk without `unsafe` being unsound:
 //!
-//! - A read or write of whole words (8-byte aligned start and length) is a *bulk* access: one
-//!   plain memory copy, at the speed of `memcpy`.
+//! - A read or write of whole words (8-byte aligned start and length) of at least 4 KiB is a
+//!   *bulk* access: one plain memory copy, at the speed of `memcpy`.
 //! - Any other range moves word by word with atomics (relaxed loads and stores, and a
 //!   compare-and-swap for a partial word at either end, so neighbouring bytes written by
 //!   another core are kept).
@@ -26,6 +26,11 @@
 use crate::ledger::{Access, Held, Ledger, Refusal, LINES, MAX_WORDS};
 use simpler_core::gm::{Gm, GmFault, GmMut, GmRef, Lease};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Smallest whole-word access moved in bulk (bytes). Below it the atomic word loop costs about
+/// what a bulk registration's read of every thread's atomic entries would, and an atomic
+/// registration reads only the bulk table, which small accesses leave alone.
+const BULK_MIN: usize = 4096;
 
 /// Words of padding allocated before GM so its first word can start a host cache line.
 const LINE_WORDS: usize = 8;
@@ -354,7 +359,7 @@ impl Gm for GmArena<'_> {
         if dst.is_empty() {
             return Ok(());
         }
-        let bulk = off % 8 == 0 && dst.len() % 8 == 0;
+        let bulk = (off | dst.len()) & 7 == 0 && dst.len() >= BULK_MIN;
         let access = if bulk {
             Access::BulkRead
         } else {
@@ -388,7 +393,7 @@ impl Gm for GmArena<'_> {
         if src.is_empty() {
             return Ok(());
         }
-        let bulk = off % 8 == 0 && src.len() % 8 == 0;
+        let bulk = (off | src.len()) & 7 == 0 && src.len() >= BULK_MIN;
         let access = if bulk {
             Access::BulkWrite
         } else {
@@ -475,15 +480,24 @@ mod tests {
 
     #[test]
     fn whole_word_copies_move_in_bulk_and_keep_their_neighbours() {
-        let words = GmWords::zeroed(64);
-        let gm = words.arena(0x1000);
-        gm.write(0x1000, &[0xAA; 512]).unwrap();
-        gm.write(0x1008, &[7u8; 16]).unwrap();
-        let mut out = [0u8; 32];
-        gm.read(0x1000, &mut out).unwrap();
+        let words = GmWords::zeroed(2048);
+        let (a, b) = (words.arena_at(0x1000, 1), words.arena_at(0x1000, 2));
+        a.write(0x1000, &[0xAA; 16384]).unwrap();
+        a.write(0x1008, &[7u8; BULK_MIN]).unwrap();
+        let mut out = vec![0u8; BULK_MIN + 16];
+        b.read(0x1000, &mut out).unwrap();
         assert_eq!(&out[..8], &[0xAA; 8]);
-        assert_eq!(&out[8..24], &[7u8; 16]);
-        assert_eq!(&out[24..], &[0xAA; 8]);
+        assert!(out[8..8 + BULK_MIN].iter().all(|&x| x == 7));
+        assert_eq!(&out[8 + BULK_MIN..], &[0xAA; 8]);
+        // A bulk copy overlapping another core's write lease is refused, as a small one is.
+        let lease = a.lend_mut(0x3000, 2).unwrap().unwrap();
+        let mut big = vec![0u8; BULK_MIN];
+        assert_eq!(
+            b.read(0x2008, &mut big),
+            Err(GmFault::conflict(0x2008, BULK_MIN as u64))
+        );
+        drop(lease);
+        b.read(0x2008, &mut big).unwrap();
         // Every access has left the ledger.
         assert_eq!(words.accesses_in_progress(), 0);
     }
@@ -568,6 +582,46 @@ mod tests {
             Err(GmFault::conflict(0x1000, 8))
         );
         assert_eq!(GmFault::conflict(1, 2).kind, GmFaultKind::Conflict);
+    }
+
+    #[test]
+    fn a_read_lease_never_sees_another_cores_atomic_writes() {
+        // One thread holds read leases of four words and checks they do not change while it
+        // holds one; the other writes those words with small (atomic) writes as fast as it
+        // can. Each side registers in a different table of the ledger: a write granted while
+        // a lease is held would show as a change.
+        let words = GmWords::zeroed(64);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (granted, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            let (words, done, granted, refused) = (&words, &done, &granted, &refused);
+            s.spawn(move || {
+                let gm = words.arena_at(0x1000, 1);
+                for _ in 0..20_000 {
+                    if let Some(Ok(lease)) = gm.lend(0x1000, 8) {
+                        let seen: Vec<u32> = lease.iter().map(|v| v.to_bits()).collect();
+                        std::hint::spin_loop();
+                        assert_eq!(seen, lease.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                    }
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            s.spawn(move || {
+                let gm = words.arena_at(0x1000, 2);
+                let mut n = 0u32;
+                while !done.load(Ordering::Relaxed) {
+                    n = n.wrapping_add(1);
+                    match gm.write(0x1004 + 4 * (n % 6) as u64, &n.to_le_bytes()) {
+                        Ok(()) => granted.fetch_add(1, Ordering::Relaxed),
+                        Err(f) => {
+                            assert_eq!(f.kind, GmFaultKind::Conflict);
+                            refused.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            });
+        });
+        assert_eq!(words.accesses_in_progress(), 0);
     }
 
     #[test]

@@ -19,10 +19,13 @@
 //!
 //! ## Layout
 //!
-//! [`LINES`] cache lines of [`ENTRIES`] 64-bit entries. An arena handle has a home line (the
-//! device gives each of its threads its own) and claims a free entry there with a
-//! compare-and-swap, so claiming stays correct even when one handle is shared by threads; a
-//! full home line spills to the next ones. An entry packs `start word (31 bits) | end word
+//! Two tables, one for atomic accesses and one for bulk ones, each of [`LINES`] cache lines of
+//! [`ENTRIES`] 64-bit entries. An arena handle has a home line in each (the device gives each
+//! of its threads its own) and claims a free entry there with a compare-and-swap, so claiming
+//! stays correct even when one handle is shared by threads; a full home line spills to the
+//! next ones. A bulk registration reads both tables; an atomic one only the bulk table (two
+//! atomic accesses never conflict), which changes only as bulk accesses start and end, so a
+//! small atomic access does not read the lines other threads' atomic accesses keep writing. An entry packs `start word (31 bits) | end word
 //! (31 bits) | bulk | write`; zero is free (an empty range conflicts with nothing). Ranges
 //! are in words of the arena, so GM of up to 2^31 words (16 GiB) has a ledger; a larger GM has
 //! none and moves every word atomically.
@@ -30,7 +33,8 @@
 //! ## Memory ordering
 //!
 //! Registering is the store-buffering pattern (Dekker): publish one's own entry, then read
-//! every other. All of the ledger's stores and loads are `SeqCst`, so of two threads that
+//! every other it could conflict with (every pair that can conflict has a bulk member, whose
+//! table both sides read, and the bulk side reads both tables). All of the ledger's stores and loads are `SeqCst`, so of two threads that
 //! register conflicting entries at the same time at least one sees the other's and withdraws
 //! (in the single total order, one's publish precedes the other's scan). A scan that reads an
 //! entry freed (or reused for a range that does not conflict) reads a `SeqCst` store, which
@@ -84,9 +88,20 @@ impl Access {
 struct Line([AtomicU64; ENTRIES]);
 
 /// The ledger of one GM; every arena over the GM's words shares it.
+///
+/// Atomic and bulk accesses register in separate tables, so that an atomic access (small and
+/// frequent) reads only the bulk table, which changes only when a bulk access or lease starts
+/// or ends, and not the lines every other thread's atomic accesses keep writing: two atomic
+/// accesses never conflict, so neither needs to see the other.
 pub struct Ledger {
-    lines: [Line; LINES],
+    /// The entries of atomic accesses (indices `0..SIDE`).
+    atomic: [Line; LINES],
+    /// The entries of bulk accesses (indices `SIDE..2 * SIDE`).
+    bulk: [Line; LINES],
 }
+
+/// Entries in each of the two tables.
+const SIDE: usize = LINES * ENTRIES;
 
 /// An entry held by an access: where it is and what it holds.
 #[derive(Debug, PartialEq, Eq)]
@@ -142,13 +157,22 @@ fn conflicts(a: u64, b: u64) -> bool {
 impl Ledger {
     /// A ledger with every entry free.
     pub fn new() -> Self {
+        let table = || core::array::from_fn(|_| Line(core::array::from_fn(|_| AtomicU64::new(0))));
         Self {
-            lines: core::array::from_fn(|_| Line(core::array::from_fn(|_| AtomicU64::new(0)))),
+            atomic: table(),
+            bulk: table(),
         }
     }
 
+    /// Entry `index` of either table (`index < 2 * SIDE`; larger ones wrap).
     fn entry(&self, index: usize) -> &AtomicU64 {
-        &self.lines[index / ENTRIES % LINES].0[index % ENTRIES]
+        let index = index % (2 * SIDE);
+        let table = if index < SIDE {
+            &self.atomic
+        } else {
+            &self.bulk
+        };
+        &table[index % SIDE / ENTRIES].0[index % ENTRIES]
     }
 
     /// Registers `access` to words `start..end` (`start < end < MAX_WORDS`) in a free
@@ -166,8 +190,11 @@ impl Ledger {
             "words {start}..{end} for the ledger"
         );
         let value = pack(start, end, access);
-        let index = self.claim(home, value).ok_or(Refusal::Full)?;
-        for other in 0..LINES * ENTRIES {
+        let bulk = value & BULK != 0;
+        let index = self.claim(home, bulk, value).ok_or(Refusal::Full)?;
+        // A bulk access can conflict with anything; an atomic one only with bulk ones.
+        let scan = if bulk { 0..2 * SIDE } else { SIDE..2 * SIDE };
+        for other in scan {
             if other == index {
                 continue;
             }
@@ -180,11 +207,12 @@ impl Ledger {
         Ok(Held { index, value })
     }
 
-    /// Claims a free entry for `value`, line `home` first; its index, or `None` when every
-    /// entry is taken.
-    fn claim(&self, home: usize, value: u64) -> Option<usize> {
+    /// Claims a free entry for `value` in the bulk or the atomic table, line `home` first; its
+    /// index, or `None` when every entry of that table is taken.
+    fn claim(&self, home: usize, bulk: bool, value: u64) -> Option<usize> {
+        let table = if bulk { SIDE } else { 0 };
         for line in 0..LINES {
-            let base = (home + line) % LINES * ENTRIES;
+            let base = table + (home + line) % LINES * ENTRIES;
             for index in base..base + ENTRIES {
                 let e = self.entry(index);
                 if e.load(Ordering::Relaxed) == 0
@@ -211,7 +239,7 @@ impl Ledger {
 
     /// Entries held right now (for tests and diagnostics).
     pub fn held(&self) -> usize {
-        (0..LINES * ENTRIES)
+        (0..2 * SIDE)
             .filter(|&i| self.entry(i).load(Ordering::SeqCst) != 0)
             .count()
     }
@@ -271,7 +299,7 @@ mod tests {
         );
         let (index, value) = held[5].parts();
         l.release(Held::from_parts((index, value ^ (1 << 40))));
-        assert_eq!(l.held(), LINES * ENTRIES);
+        assert_eq!(l.held(), SIDE);
         for h in held {
             l.release(Held::from_parts(h.parts()));
         }

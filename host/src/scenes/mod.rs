@@ -239,21 +239,6 @@ pub fn body(name: &str) -> Option<crate::record::GraphBody> {
     }
 }
 
-/// A check comparing entry tensor `output` (read as f32) with `golden` as [`golden_check`]
-/// does, for a golden held at f32 precision: the f64 sums rounded once, half the memory of an
-/// f64 golden (bgemm Case0's output is 16 M elements). The rounding moves a value by at most
-/// 2⁻²⁴ of it, far inside any tolerance the scenes use.
-pub fn golden_check_f32(output: usize, golden: Vec<f32>, tolerance: Tolerance) -> CheckFn {
-    let Tolerance { atol, rtol } = tolerance;
-    Box::new(move |tensors| match tensors.get(output) {
-        Some(got) => compare_bytes(&got.data, &golden, atol, rtol),
-        None => Check {
-            max_diff: f64::INFINITY,
-            pass: false,
-        },
-    })
-}
-
 /// [`compare`] of little-endian f32 bytes (a tensor's data, read in place: no copy of it).
 /// A length that is not `4 * golden.len()` fails.
 pub fn compare_bytes<G: Copy + Into<f64>>(got: &[u8], golden: &[G], atol: f64, rtol: f64) -> Check {
