@@ -34,7 +34,13 @@
 //!
 //! Registering is the store-buffering pattern (Dekker): publish one's own entry, then read
 //! every other it could conflict with (every pair that can conflict has a bulk member, whose
-//! table both sides read, and the bulk side reads both tables). All of the ledger's stores and loads are `SeqCst`, so of two threads that
+//! table both sides read, and the bulk side reads both tables). A bulk registration publishes
+//! its entry and then its bit in the held-bulk mask; an atomic one publishes its entry and
+//! then reads the mask and the entries it names. Of an atomic and a bulk registration at the
+//! same time, either the atomic one's mask load comes after the bulk one's bit (and it reads
+//! the bulk entry, published before the bit), or the bulk one's scan comes after the atomic
+//! one's entry. Freeing clears the entry, then the bit: a reader that sees either cleared
+//! reads a `SeqCst` store or read-modify-write made after the freed access ended. All of the ledger's stores and loads are `SeqCst`, so of two threads that
 //! register conflicting entries at the same time at least one sees the other's and withdraws
 //! (in the single total order, one's publish precedes the other's scan). A scan that reads an
 //! entry freed (or reused for a range that does not conflict) reads a `SeqCst` store, which
@@ -98,10 +104,22 @@ pub struct Ledger {
     atomic: [Line; LINES],
     /// The entries of bulk accesses (indices `SIDE..2 * SIDE`).
     bulk: [Line; LINES],
+    /// Which bulk entries are held: bit `i` for entry `SIDE + i`, set after the entry is
+    /// claimed and cleared after it is freed, so an atomic registration reads this one word
+    /// and only the bulk entries it names (usually none).
+    bulk_held: BulkMask,
 }
+
+/// [`Ledger::bulk_held`], alone on its cache line: written only as bulk accesses start and
+/// end, read by every registration.
+#[repr(align(64))]
+struct BulkMask(AtomicU64);
 
 /// Entries in each of the two tables.
 const SIDE: usize = LINES * ENTRIES;
+
+// The held-bulk mask has a bit per bulk entry.
+const _: () = assert!(SIDE <= 64, "one mask bit per bulk entry");
 
 /// An entry held by an access: where it is and what it holds.
 #[derive(Debug, PartialEq, Eq)]
@@ -161,6 +179,7 @@ impl Ledger {
         Self {
             atomic: table(),
             bulk: table(),
+            bulk_held: BulkMask(AtomicU64::new(0)),
         }
     }
 
@@ -192,19 +211,38 @@ impl Ledger {
         let value = pack(start, end, access);
         let bulk = value & BULK != 0;
         let index = self.claim(home, bulk, value).ok_or(Refusal::Full)?;
-        // A bulk access can conflict with anything; an atomic one only with bulk ones.
-        let scan = if bulk { 0..2 * SIDE } else { SIDE..2 * SIDE };
-        for other in scan {
-            if other == index {
-                continue;
-            }
-            let seen = self.entry(other).load(Ordering::SeqCst);
-            if seen != 0 && conflicts(value, seen) {
-                self.entry(index).store(0, Ordering::SeqCst);
-                return Err(Refusal::Conflict);
-            }
+        let held = Held { index, value };
+        if bulk {
+            self.bulk_held
+                .0
+                .fetch_or(1 << (index - SIDE), Ordering::SeqCst);
         }
-        Ok(Held { index, value })
+        // A bulk access can conflict with anything: it reads every entry. An atomic one can
+        // conflict only with bulk ones: it reads those the mask names.
+        let conflict = if bulk {
+            (0..2 * SIDE).any(|other| other != index && self.conflicts_with(other, value))
+        } else {
+            let mut mask = self.bulk_held.0.load(Ordering::SeqCst);
+            let mut found = false;
+            while mask != 0 && !found {
+                let bit = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                found = self.conflicts_with(SIDE + bit, value);
+            }
+            found
+        };
+        if conflict {
+            self.release(held);
+            return Err(Refusal::Conflict);
+        }
+        Ok(held)
+    }
+
+    /// Whether entry `other` holds an access that conflicts with `value`.
+    #[inline(always)]
+    fn conflicts_with(&self, other: usize, value: u64) -> bool {
+        let seen = self.entry(other).load(Ordering::SeqCst);
+        seen != 0 && conflicts(value, seen)
     }
 
     /// Claims a free entry for `value` in the bulk or the atomic table, line `home` first; its
@@ -229,12 +267,15 @@ impl Ledger {
     /// Frees a held entry; an entry that no longer holds what `held` says is left alone (a
     /// key from elsewhere frees nothing).
     pub fn release(&self, held: Held) {
-        let _ = self.entry(held.index).compare_exchange(
-            held.value,
-            0,
-            Ordering::SeqCst,
-            Ordering::Relaxed,
-        );
+        let freed = self
+            .entry(held.index)
+            .compare_exchange(held.value, 0, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok();
+        if freed && held.index >= SIDE {
+            self.bulk_held
+                .0
+                .fetch_and(!(1 << (held.index - SIDE)), Ordering::SeqCst);
+        }
     }
 
     /// Entries held right now (for tests and diagnostics).
