@@ -29,8 +29,9 @@
 //!
 //! Not shown: the reference's figures come from its own C++ simulator on the same kind of
 //! machine (vector_example 58.7 ms, Bgemm64 65.5 ms, bgemm Case0 3.3 GFLOP/s); the kernels here
-//! run on the host's vector units (`simpler_sim::tile_ops`), so bgemm measures them and the
-//! tile moves through GM as much as the runtime.
+//! run on the host's vector units (`simpler_sim::tile_ops`) on operands lent in place from GM
+//! (`Gm::lend`) where they can be, so bgemm measures them (and any tile moves left) as much as
+//! the runtime.
 //!
 //! Run: `cargo bench -p simpler-tests --bench scene` (`SCENE_ROUNDS=n`, `SCENE_CASES=a,b`;
 //! `SIMPLER_BENCH_SMOKE=1`: one round of each case but the two largest).
