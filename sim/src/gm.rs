@@ -14,7 +14,8 @@
 //!
 //! The ledger refuses an access that overlaps another in progress when one of the two writes
 //! and one is bulk (the pairs that would be a data race), as a
-//! [`GmFaultKind::Conflict`]; atomic accesses beside each other are never refused, as before.
+//! [`GmFaultKind::Conflict`](simpler_core::gm::GmFaultKind); atomic accesses beside each other
+//! are never refused, as before.
 //! A GM too large for the ledger (2^31 words and more) has none: it moves every word
 //! atomically and lends nothing.
 //!

@@ -1,51 +1,50 @@
-//! The access ledger: which GM word ranges are being accessed right now, and how, so that the
-//! arena can move whole words with plain memory copies and lend ranges as `&[f32]` /
-//! `&mut [f32]` without two threads ever racing on a byte.
+//! The access ledger: which GM word ranges are being accessed right now, and how, so that the arena
+//! can move whole words with plain memory copies and lend ranges as `&[f32]` / `&mut [f32]` without
+//! two threads ever racing on a byte.
 //!
-//! Every access through a [`GmArena`](crate::gm::GmArena) registers its word range in one
-//! entry of the ledger for as long as it runs: a copy for the length of the copy, a lease for
-//! the life of its guard. An entry says whether the access writes and whether it is *bulk*
-//! (plain, non-atomic loads and stores: a copy of whole words, or a lease) or *atomic* (the
-//! arena's word-wise atomics). Two accesses **conflict** when their ranges overlap, at least one
-//! writes, and at least one is bulk: exactly the pairs that would be a data race (two atomic
-//! accesses never race, two reads never race). A registration that finds a conflicting entry
-//! withdraws its own and is refused; the arena reports it as a
-//! [`GmFaultKind::Conflict`](simpler_core::gm::GmFaultKind).
+//! Every access through a [`GmArena`](crate::gm::GmArena) registers its word range in one entry of
+//! the ledger for as long as it runs: a copy for the length of the copy, a lease for the life of
+//! its guard. An entry says whether the access writes and whether it is *bulk* (plain, non-atomic
+//! loads and stores: a copy of whole words, or a lease) or *atomic* (the arena's word-wise
+//! atomics). Two accesses **conflict** when their ranges overlap, at least one writes, and at least
+//! one is bulk: exactly the pairs that would be a data race (two atomic accesses never race, two
+//! reads never race). A registration that finds a conflicting entry withdraws its own and is
+//! refused; the arena reports it as a [`GmFaultKind::Conflict`](simpler_core::gm::GmFaultKind).
 //!
-//! The runtime never runs two tasks whose tensors conflict (its dependency tracking orders
-//! them), so a refusal means a kernel touched memory outside its task's tensors, or a manual
-//! dependency was missing: a bug in device code, reported instead of becoming undefined
-//! behaviour in the simulator.
+//! The runtime never runs two tasks whose tensors conflict (its dependency tracking orders them),
+//! so a refusal means a kernel touched memory outside its task's tensors, or a manual dependency
+//! was missing: a bug in device code, reported instead of becoming undefined behaviour in the
+//! simulator.
 //!
 //! ## Layout
 //!
 //! Two tables, one for atomic accesses and one for bulk ones, each of [`LINES`] cache lines of
-//! [`ENTRIES`] 64-bit entries. An arena handle has a home line in each (the device gives each
-//! of its threads its own) and claims a free entry there with a compare-and-swap, so claiming
-//! stays correct even when one handle is shared by threads; a full home line spills to the
-//! next ones. A bulk registration reads both tables; an atomic one only the bulk table (two
-//! atomic accesses never conflict), which changes only as bulk accesses start and end, so a
-//! small atomic access does not read the lines other threads' atomic accesses keep writing. An entry packs `start word (31 bits) | end word
-//! (31 bits) | bulk | write`; zero is free (an empty range conflicts with nothing). Ranges
-//! are in words of the arena, so GM of up to 2^31 words (16 GiB) has a ledger; a larger GM has
-//! none and moves every word atomically.
+//! [`ENTRIES`] 64-bit entries. An arena handle has a home line in each (the device gives each of
+//! its threads its own) and claims a free entry there with a compare-and-swap, so claiming stays
+//! correct even when one handle is shared by threads; a full home line spills to the next ones. A
+//! bulk registration reads both tables; an atomic one only the bulk table (two atomic accesses
+//! never conflict), which changes only as bulk accesses start and end, so a small atomic access
+//! does not read the lines other threads' atomic accesses keep writing. An entry packs `start word
+//! (31 bits) | end word (31 bits) | bulk | write`; zero is free (an empty range conflicts with
+//! nothing). Ranges are in words of the arena, so GM of fewer than 2^31 words (16 GiB) has a
+//! ledger; a larger GM has none and moves every word atomically.
 //!
 //! ## Memory ordering
 //!
-//! Registering is the store-buffering pattern (Dekker): publish one's own entry, then read
-//! every other it could conflict with (every pair that can conflict has a bulk member, whose
-//! table both sides read, and the bulk side reads both tables). A bulk registration publishes
-//! its entry and then its bit in the held-bulk mask; an atomic one publishes its entry and
-//! then reads the mask and the entries it names. Of an atomic and a bulk registration at the
-//! same time, either the atomic one's mask load comes after the bulk one's bit (and it reads
-//! the bulk entry, published before the bit), or the bulk one's scan comes after the atomic
-//! one's entry. Freeing clears the entry, then the bit: a reader that sees either cleared
-//! reads a `SeqCst` store or read-modify-write made after the freed access ended. All of the ledger's stores and loads are `SeqCst`, so of two threads that
-//! register conflicting entries at the same time at least one sees the other's and withdraws
-//! (in the single total order, one's publish precedes the other's scan). A scan that reads an
-//! entry freed (or reused for a range that does not conflict) reads a `SeqCst` store, which
-//! releases: the accesses the freed entry covered happen before everything the scanning
-//! thread does after its scan. So a bulk access either is refused or is ordered with every
+//! Registering is the store-buffering pattern (Dekker): publish one's own entry, then read every
+//! other it could conflict with (every pair that can conflict has a bulk member, whose table both
+//! sides read, and the bulk side reads both tables). A bulk registration publishes its entry and
+//! then its bit in the held-bulk mask; an atomic one publishes its entry and then reads the mask
+//! and the entries it names. Of an atomic and a bulk registration at the same time, either the
+//! atomic one's mask load comes after the bulk one's bit (and it reads the bulk entry, published
+//! before the bit), or the bulk one's scan comes after the atomic one's entry. Freeing clears the
+//! entry, then the bit: a reader that sees either cleared reads a `SeqCst` store or
+//! read-modify-write made after the freed access ended. All of the ledger's stores and loads are
+//! `SeqCst`, so of two threads that register conflicting entries at the same time at least one sees
+//! the other's and withdraws (in the single total order, one's publish precedes the other's scan).
+//! A scan that reads an entry freed (or reused for a range that does not conflict) reads a `SeqCst`
+//! store, which releases: the accesses the freed entry covered happen before everything the
+//! scanning thread does after its scan. So a bulk access either is refused or is ordered with every
 //! conflicting access, before or after it: never concurrent with it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
