@@ -4,7 +4,7 @@
 //! it when the core has work.
 
 use crate::kernel::{KernelCtx, KernelFailure, KernelFn};
-use simpler_core::gm::Gm;
+use simpler_core::gm::{Gm, GmFaultKind};
 use simpler_core::handshake::*;
 
 use crate::tile_ops::{Portable, TileOps};
@@ -96,6 +96,9 @@ impl CoreLoop {
             }
             Err(KernelFailure::TooLarge { elems, .. }) => {
                 port.write_error(ERR_TOO_LARGE, elems.min(u32::MAX as u64) as u32)
+            }
+            Err(KernelFailure::Memory(f)) if f.kind == GmFaultKind::Conflict => {
+                port.write_error(ERR_GM_CONFLICT, f.addr as u32)
             }
             Err(KernelFailure::Memory(f)) => port.write_error(ERR_MEMORY, f.addr as u32),
             Err(KernelFailure::Code(c)) => port.write_error(ERR_KERNEL_CODE, c),

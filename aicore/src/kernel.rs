@@ -30,7 +30,8 @@ pub enum KernelFailure {
         /// Elements the local buffer holds.
         limit: u64,
     },
-    /// A tensor names memory outside GM.
+    /// A GM access was refused: a tensor names memory outside GM, or the access conflicted
+    /// with another core's in progress (the fault's `kind` says which).
     Memory(GmFault),
     /// A kernel-specific failure code (kernels written to fail, and user kernels).
     Code(u32),
@@ -47,7 +48,14 @@ impl core::fmt::Display for KernelFailure {
                 f,
                 "data of {elems} elements does not fit the local buffer of {limit}"
             ),
-            Self::Memory(_) => f.write_str("a tensor names memory outside GM"),
+            Self::Memory(fault) => match fault.kind {
+                simpler_core::gm::GmFaultKind::Outside => {
+                    f.write_str("a tensor names memory outside GM")
+                }
+                simpler_core::gm::GmFaultKind::Conflict => {
+                    f.write_str("a GM access conflicted with another core's in progress")
+                }
+            },
             Self::Code(code) => write!(f, "the kernel failed with code {code}"),
         }
     }

@@ -7,7 +7,7 @@
 //! run moves through a stack buffer in chunks, widened or rounded on the way.
 
 use crate::kernel::KernelFailure;
-use simpler_core::gm::Gm;
+use simpler_core::gm::{Gm, GmMut, GmRef};
 use simpler_core::limits::MAX_TENSOR_DIMS;
 use simpler_core::{Bf16, DataType, TaskTensor};
 
@@ -92,6 +92,45 @@ fn is_dense(shapes: &[u32], strides: &[u32]) -> bool {
         step = step.saturating_mul(shape as u64);
     }
     true
+}
+
+/// The GM range of a dense f32 view: its first byte and element count; `None` for any other
+/// view (strided, or of another dtype).
+pub fn dense_f32(t: &TaskTensor) -> Option<(u64, usize)> {
+    if t.dtype() != DataType::Float32 || t.shapes().is_empty() || !is_dense(t.shapes(), t.strides())
+    {
+        return None;
+    }
+    let numel = usize::try_from(t.numel()).ok()?;
+    let addr = t
+        .buffer()
+        .addr
+        .checked_add(t.start_offset().checked_mul(4)?)?;
+    Some((addr, numel))
+}
+
+/// Whether two views' GM ranges (from [`dense_f32`]) share a byte.
+pub fn overlap((a, an): (u64, usize), (b, bn): (u64, usize)) -> bool {
+    let (a_end, b_end) = (
+        a.saturating_add(an as u64 * 4),
+        b.saturating_add(bn as u64 * 4),
+    );
+    a < b_end && b < a_end
+}
+
+/// `t`'s elements lent in place for reading ([`Gm::lend`]), when `t` is a dense f32 view and
+/// the platform lends that range; `None` means: load it instead. A lease the platform
+/// refuses (outside GM, or in conflict with another access in progress) is the kernel's
+/// failure.
+pub fn lend<'g>(gm: &'g dyn Gm, t: &TaskTensor) -> Option<Result<GmRef<'g>, KernelFailure>> {
+    let (addr, numel) = dense_f32(t)?;
+    Some(gm.lend(addr, numel)?.map_err(KernelFailure::from))
+}
+
+/// `t`'s elements lent in place for reading and writing ([`Gm::lend_mut`]), as [`lend`] does.
+pub fn lend_mut<'g>(gm: &'g dyn Gm, t: &TaskTensor) -> Option<Result<GmMut<'g>, KernelFailure>> {
+    let (addr, numel) = dense_f32(t)?;
+    Some(gm.lend_mut(addr, numel)?.map_err(KernelFailure::from))
 }
 
 /// Loads every element of `t` into `dst[..numel]` as f32. Returns the element count.

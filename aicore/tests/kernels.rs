@@ -38,6 +38,7 @@ impl VecGm {
         let fault = GmFault {
             addr,
             len: len as u64,
+            kind: simpler_core::gm::GmFaultKind::Outside,
         };
         let start = addr.checked_sub(self.base).ok_or(fault)?;
         let end = start.checked_add(len as u64).ok_or(fault)?;
@@ -1110,14 +1111,16 @@ fn tensors_outside_gm_report_the_fault() {
         scene.run(kernels::add, &[a, a, outside(past)], &[]),
         Err(KernelFailure::Memory(GmFault {
             addr: past,
-            len: 128
+            len: 128,
+            kind: simpler_core::gm::GmFaultKind::Outside
         }))
     );
     assert_eq!(
         scene.run(kernels::matmul, &[outside(before), b, a], &[]),
         Err(KernelFailure::Memory(GmFault {
             addr: before,
-            len: 128
+            len: 128,
+            kind: simpler_core::gm::GmFaultKind::Outside
         }))
     );
     // A tensor straddling the end of GM faults as a whole, before any of its bytes move.
@@ -1126,7 +1129,8 @@ fn tensors_outside_gm_report_the_fault() {
         scene.run(kernels::accumulate, &[a, straddle], &[]),
         Err(KernelFailure::Memory(GmFault {
             addr: BASE + (1 << 16) - 64,
-            len: 128
+            len: 128,
+            kind: simpler_core::gm::GmFaultKind::Outside
         }))
     );
 }

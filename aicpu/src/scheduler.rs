@@ -110,7 +110,7 @@ pub enum SchedError {
 /// ([`simpler_core::handshake::error_name`]) and what its detail word means.
 impl core::fmt::Display for SchedError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        use simpler_core::handshake::{error_detail, error_name, ERR_MEMORY};
+        use simpler_core::handshake::{error_detail, error_name, ERR_GM_CONFLICT, ERR_MEMORY};
         match *self {
             Self::KernelFailed {
                 task,
@@ -122,7 +122,9 @@ impl core::fmt::Display for SchedError {
                 write!(f, "kernel {kernel} on core {core} failed on {task}: ")?;
                 match (error_name(code), error_detail(code)) {
                     // The detail is an address: hex.
-                    (Some(name), Some(meaning)) if code == ERR_MEMORY => {
+                    (Some(name), Some(meaning))
+                        if code == ERR_MEMORY || code == ERR_GM_CONFLICT =>
+                    {
                         write!(f, "{name} (detail {detail:#x}: {meaning})")
                     }
                     (Some(name), Some(meaning)) => {

@@ -22,6 +22,7 @@ impl Gm for Memory {
         let fault = GmFault {
             addr,
             len: dst.len() as u64,
+            kind: simpler_core::gm::GmFaultKind::Outside,
         };
         let (base, data) = self
             .regions
@@ -36,6 +37,7 @@ impl Gm for Memory {
         Err(GmFault {
             addr,
             len: src.len() as u64,
+            kind: simpler_core::gm::GmFaultKind::Outside,
         })
     }
 }

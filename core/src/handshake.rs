@@ -73,6 +73,9 @@ pub const ERR_TOO_LARGE: u32 = 3;
 pub const ERR_MEMORY: u32 = 4;
 /// Error word: a kernel-specific code follows in the detail word.
 pub const ERR_KERNEL_CODE: u32 = 5;
+/// Error word: a GM access overlapped another core's access in progress in a way that would
+/// race (`GmFaultKind::Conflict`), and the platform refused it.
+pub const ERR_GM_CONFLICT: u32 = 6;
 
 /// The name of error word `code`, as messages print it; `None` for [`NO_ERROR`] and for a
 /// code this ABI does not define.
@@ -83,6 +86,7 @@ pub const fn error_name(code: u32) -> Option<&'static str> {
         ERR_TOO_LARGE => Some("data too large for the local buffer"),
         ERR_MEMORY => Some("memory access outside GM"),
         ERR_KERNEL_CODE => Some("kernel-specific failure"),
+        ERR_GM_CONFLICT => Some("GM access in conflict with another in progress"),
         _ => None,
     }
 }
@@ -95,6 +99,7 @@ pub const fn error_detail(code: u32) -> Option<&'static str> {
         ERR_TOO_LARGE => Some("elements needed"),
         ERR_MEMORY => Some("low 32 bits of the address"),
         ERR_KERNEL_CODE => Some("the kernel's own code"),
+        ERR_GM_CONFLICT => Some("low 32 bits of the address"),
         _ => None,
     }
 }

@@ -1,24 +1,44 @@
 //! The simulated device's global memory: one arena of 64-bit atomic words, shared by the host
-//! (copies), the AICPU (element reads and writes) and every core (tile moves).
+//! (copies), the AICPU (element reads and writes) and every core (tile moves, leases).
 //!
-//! Word-wise atomics make concurrent access by many threads well defined without `unsafe`:
-//! whole words move with relaxed loads and stores (on x86-64 and aarch64 plain moves, with one
-//! bounds check per access), and a partial word at either
-//! end of a range is updated with a compare-and-swap so neighbouring bytes written by another
-//! core are kept.
+//! Every access registers its word range in the GM's access [`Ledger`](crate::ledger) while
+//! it runs, which is what lets whole words move in bulk without `unsafe` being unsound:
+//!
+//! - A read or write of whole words (8-byte aligned start and length) of at least 4 KiB is a
+//!   *bulk* access: one plain memory copy, at the speed of `memcpy`.
+//! - Any other range moves word by word with atomics (relaxed loads and stores, and a
+//!   compare-and-swap for a partial word at either end, so neighbouring bytes written by
+//!   another core are kept).
+//! - [`Gm::lend`] and [`Gm::lend_mut`] lend a whole-word f32 range in place (`&[f32]`,
+//!   `&mut [f32]`) for as long as the guard lives: bulk accesses too.
+//!
+//! The ledger refuses an access that overlaps another in progress when one of the two writes
+//! and one is bulk (the pairs that would be a data race), as a
+//! [`GmFaultKind::Conflict`](simpler_core::gm::GmFaultKind); atomic accesses beside each other
+//! are never refused, as before.
+//! A GM too large for the ledger (2^31 words and more) has none: it moves every word
+//! atomically and lends nothing.
+//!
 //! Ordering between a producer's writes and a consumer's reads comes from the handshake
 //! (the FIN status store releases, the scheduler's read acquires); between the host's copies
-//! and a run, from the run's request and its answer (a channel each way).
+//! and a run, from the run's request and its answer (a channel each way); between two bulk
+//! accesses of different threads, from the ledger (its module docs).
 
-use simpler_core::gm::{Gm, GmFault};
+use crate::ledger::{Access, Held, Ledger, Refusal, LINES, MAX_WORDS};
+use simpler_core::gm::{Gm, GmFault, GmMut, GmRef, Lease};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Smallest whole-word access moved in bulk (bytes). Below it the atomic word loop costs about
+/// what a bulk registration's read of every thread's atomic entries would, and an atomic
+/// registration reads only the bulk table, which small accesses leave alone.
+const BULK_MIN: usize = 4096;
 
 /// Words of padding allocated before GM so its first word can start a host cache line.
 const LINE_WORDS: usize = 8;
 
-/// GM's backing store: zeroed 64-bit atomic words, allocated once per device. The device's
-/// threads and the host's handle share one and reach it through a [`GmArena`] each, so the
-/// host copies in and out of GM on its own thread.
+/// GM's backing store: zeroed 64-bit atomic words, allocated once per device, and the ledger
+/// of accesses to them. The device's threads and the host's handle share one and reach it
+/// through a [`GmArena`] each, so the host copies in and out of GM on its own thread.
 ///
 /// The words come from the allocator's zeroed allocation (`calloc`), which for an arena of
 /// GM's size maps fresh pages the kernel supplies zeroed and commits on first touch: the
@@ -33,6 +53,8 @@ pub struct GmWords {
     first: usize,
     /// Words GM has.
     words: usize,
+    /// The accesses in progress; `None` for a GM of [`MAX_WORDS`] words or more.
+    ledger: Option<Box<Ledger>>,
 }
 
 impl GmWords {
@@ -41,7 +63,13 @@ impl GmWords {
         let all: Box<[AtomicU64]> = bytemuck::zeroed_slice_box(words + LINE_WORDS);
         // Words to skip to the next 64-byte boundary (the allocation is 8-byte aligned).
         let first = (64 - all.as_ptr() as usize % 64) % 64 / 8;
-        Self { all, first, words }
+        let ledger = ((words as u64) < MAX_WORDS).then(|| Box::new(Ledger::new()));
+        Self {
+            all,
+            first,
+            words,
+            ledger,
+        }
     }
 
     /// GM's words.
@@ -49,17 +77,32 @@ impl GmWords {
         &self.all[self.first..self.first + self.words]
     }
 
-    /// The arena over these words, addressed from `base` (8-byte aligned).
+    /// The arena over these words, addressed from `base` (8-byte aligned), registering its
+    /// accesses in the ledger's line 0 first.
     pub fn arena(&self, base: u64) -> GmArena<'_> {
+        self.arena_at(base, 0)
+    }
+
+    /// The arena over these words, addressed from `base` (8-byte aligned), registering its
+    /// accesses in line `home` of the ledger first: a thread with a line of its own claims
+    /// entries without touching another thread's cache line.
+    pub fn arena_at(&self, base: u64, home: usize) -> GmArena<'_> {
         GmArena {
             base,
             words: self.slice(),
+            ledger: self.ledger.as_deref(),
+            home: home % LINES,
         }
     }
 
+    /// Entries of the ledger held right now: accesses and leases in progress.
+    pub fn accesses_in_progress(&self) -> usize {
+        self.ledger.as_ref().map_or(0, |l| l.held())
+    }
+
     /// Copies `src` to the words at device address `addr` (the words addressed from `base`)
-    /// with one plain memory copy: the host's bulk copy in, at the speed of `memcpy`, where
-    /// [`Gm::write`] moves a word at a time.
+    /// with one plain memory copy, without registering in the ledger: the host's bulk copy in
+    /// between runs.
     ///
     /// # Safety
     ///
@@ -111,10 +154,29 @@ impl GmWords {
 }
 
 /// GM as the device sees it: device addresses `base..base + len()`, backed by borrowed atomic
-/// words; the device thread, every scheduler thread, every core and the host share one.
+/// words and their ledger; each device thread has its own (its own home line in the ledger),
+/// the host one per copy.
 pub struct GmArena<'a> {
     base: u64,
     words: &'a [AtomicU64],
+    /// The GM's ledger; `None` when GM is too large for one (every access atomic, no leases).
+    ledger: Option<&'a Ledger>,
+    /// The ledger line this arena claims entries in first.
+    home: usize,
+}
+
+/// A registered access: the ledger entry it holds until dropped.
+struct Registered<'a> {
+    ledger: &'a Ledger,
+    held: Option<Held>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.ledger.release(held);
+        }
+    }
 }
 
 impl GmArena<'_> {
@@ -140,16 +202,36 @@ impl GmArena<'_> {
     }
 
     fn offset(&self, addr: u64, len: usize) -> Result<usize, GmFault> {
-        let fault = GmFault {
-            addr,
-            len: len as u64,
-        };
+        let fault = GmFault::outside(addr, len as u64);
         let off = addr.checked_sub(self.base).ok_or(fault)?;
         let end = off.checked_add(len as u64).ok_or(fault)?;
         if end > self.len() {
             return Err(fault);
         }
         Ok(off as usize)
+    }
+
+    /// Registers `access` to the words bytes `off..off + len` touch (in range, `len > 0`);
+    /// `None` when GM has no ledger. A conflict, or a full ledger, is a
+    /// [`GmFaultKind::Conflict`] at `addr`.
+    fn register(
+        &self,
+        addr: u64,
+        off: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Option<Registered<'_>>, (GmFault, Refusal)> {
+        let Some(ledger) = self.ledger else {
+            return Ok(None);
+        };
+        let (start, end) = (off / 8, (off + len).div_ceil(8));
+        match ledger.register(self.home, start as u64, end as u64, access) {
+            Ok(held) => Ok(Some(Registered {
+                ledger,
+                held: Some(held),
+            })),
+            Err(why) => Err((GmFault::conflict(addr, len as u64), why)),
+        }
     }
 
     /// Stores `part` at byte `at` of word `i`, keeping the word's other bytes (which another
@@ -163,10 +245,8 @@ impl GmArena<'_> {
                 Some(u64::from_le_bytes(word))
             });
     }
-}
 
-impl GmArena<'_> {
-    /// Reads whole words from `i` into `dst` (a multiple of 8 bytes, in range).
+    /// Reads whole words from `i` into `dst` (a multiple of 8 bytes, in range), atomically.
     #[inline]
     fn read_words(&self, i: usize, dst: &mut [u8]) {
         let words = &self.words[i..i + dst.len() / 8];
@@ -175,7 +255,7 @@ impl GmArena<'_> {
         }
     }
 
-    /// Writes `src` (a multiple of 8 bytes, in range) to whole words from `i`.
+    /// Writes `src` (a multiple of 8 bytes, in range) to whole words from `i`, atomically.
     #[inline]
     fn write_words(&self, i: usize, src: &[u8]) {
         let words = &self.words[i..i + src.len() / 8];
@@ -183,19 +263,20 @@ impl GmArena<'_> {
             word.store(le_word(bytes), Ordering::Relaxed);
         }
     }
-}
 
-/// The little-endian word in `bytes` (exactly 8).
-#[inline(always)]
-fn le_word(bytes: &[u8]) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(bytes);
-    u64::from_le_bytes(word)
-}
+    /// A pointer to byte `off` of GM, with the provenance of the whole word slice.
+    #[inline(always)]
+    fn byte_ptr(&self, off: usize) -> *mut u8 {
+        // `wrapping_add` keeps this free of `unsafe`; callers pass `off` inside the slice.
+        self.words
+            .as_ptr()
+            .cast::<u8>()
+            .cast_mut()
+            .wrapping_add(off)
+    }
 
-impl Gm for GmArena<'_> {
-    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
-        let off = self.offset(addr, dst.len())?;
+    /// The atomic read of a range that is not whole words (in range, `off` its offset).
+    fn read_atomic(&self, off: usize, dst: &mut [u8]) {
         let (mut i, at) = (off / 8, off % 8);
         let mut dst = dst;
         if at != 0 && !dst.is_empty() {
@@ -216,11 +297,10 @@ impl Gm for GmArena<'_> {
                 .to_le_bytes();
             tail.copy_from_slice(&word[..tail.len()]);
         }
-        Ok(())
     }
 
-    fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
-        let off = self.offset(addr, src.len())?;
+    /// The atomic write of a range that is not whole words (in range, `off` its offset).
+    fn write_atomic(&self, off: usize, src: &[u8]) {
         let (mut i, at) = (off / 8, off % 8);
         let mut src = src;
         if at != 0 && !src.is_empty() {
@@ -235,13 +315,359 @@ impl Gm for GmArena<'_> {
         if !tail.is_empty() {
             self.store_part(i + whole / 8, 0, tail);
         }
+    }
+
+    /// Registers a lease of `elems` f32 values at `addr` for `access` (bulk); `None` when
+    /// this range is not lent (no ledger, not whole words, a big-endian host, or a full
+    /// ledger), else the held entry or the fault, with the range's offset.
+    fn lease(
+        &self,
+        addr: u64,
+        elems: usize,
+        access: Access,
+    ) -> Option<Result<(usize, Held), GmFault>> {
+        let ledger = self.ledger?;
+        let len = elems.checked_mul(4)?;
+        if cfg!(target_endian = "big") || len == 0 || len % 8 != 0 {
+            return None;
+        }
+        let off = match self.offset(addr, len) {
+            Ok(off) if off % 8 == 0 => off,
+            Ok(_) => return None,
+            Err(fault) => return Some(Err(fault)),
+        };
+        let (start, end) = (off as u64 / 8, (off + len) as u64 / 8);
+        match ledger.register(self.home, start, end, access) {
+            Ok(held) => Some(Ok((off, held))),
+            Err(Refusal::Conflict) => Some(Err(GmFault::conflict(addr, len as u64))),
+            Err(Refusal::Full) => None,
+        }
+    }
+}
+
+/// The little-endian word in `bytes` (exactly 8).
+#[inline(always)]
+fn le_word(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(bytes);
+    u64::from_le_bytes(word)
+}
+
+impl Gm for GmArena<'_> {
+    #[allow(unsafe_code)] // the bulk copy out: see its SAFETY comment
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
+        let off = self.offset(addr, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let bulk = (off | dst.len()) & 7 == 0 && dst.len() >= BULK_MIN;
+        let access = if bulk {
+            Access::BulkRead
+        } else {
+            Access::AtomicRead
+        };
+        let registered = self
+            .register(addr, off, dst.len(), access)
+            .map_err(|e| e.0)?;
+        if bulk && registered.is_some() {
+            // SAFETY: `offset` checked that bytes `off..off + dst.len()` lie inside
+            // `self.words`, and `byte_ptr` derives the pointer from the whole slice; they are
+            // the bytes of `AtomicU64`s, which may be read through a shared-derived pointer.
+            // The ledger entry `registered` holds (bulk read of exactly these words, `off` and
+            // the length being whole words) refuses every write to them, atomic or bulk,
+            // until it is dropped after the copy, and every earlier write is ordered before
+            // this copy (the ledger's memory-ordering argument), so the plain read races with
+            // nothing. `dst` is a unique borrow of host memory, distinct from GM.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.byte_ptr(off), dst.as_mut_ptr(), dst.len());
+            }
+        } else {
+            self.read_atomic(off, dst);
+        }
+        drop(registered);
         Ok(())
+    }
+
+    #[allow(unsafe_code)] // the bulk copy in: see its SAFETY comment
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
+        let off = self.offset(addr, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let bulk = (off | src.len()) & 7 == 0 && src.len() >= BULK_MIN;
+        let access = if bulk {
+            Access::BulkWrite
+        } else {
+            Access::AtomicWrite
+        };
+        let registered = self
+            .register(addr, off, src.len(), access)
+            .map_err(|e| e.0)?;
+        if bulk && registered.is_some() {
+            // SAFETY: as in `read`: the bytes lie inside `self.words` and belong to
+            // `AtomicU64`s, whose `UnsafeCell` permits writing through the shared-derived
+            // pointer; the held bulk-write entry refuses every other access to these words
+            // (read or write, atomic or bulk) until the copy is done, and orders the ones
+            // before and after it. `src` is host memory, distinct from GM.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), self.byte_ptr(off), src.len());
+            }
+        } else {
+            self.write_atomic(off, src);
+        }
+        drop(registered);
+        Ok(())
+    }
+
+    #[allow(unsafe_code)] // the lent slice: see its SAFETY comment
+    fn lend(&self, addr: u64, elems: usize) -> Option<Result<GmRef<'_>, GmFault>> {
+        let (off, held) = match self.lease(addr, elems, Access::BulkRead)? {
+            Ok(lease) => lease,
+            Err(fault) => return Some(Err(fault)),
+        };
+        let (index, value) = held.parts();
+        // SAFETY: bytes `off..off + 4 * elems` lie inside `self.words` (`lease` checked them
+        // with `offset`), start on a word (so on an f32's alignment) and are whole words; the
+        // pointer carries the provenance of the whole slice. They are `AtomicU64` bytes, and
+        // any bit pattern is a valid f32 (the host is little-endian, as GM's words are). The
+        // ledger entry just registered (bulk read of these words) refuses every write to them
+        // until it is released, which only `end_lease` with this lease's parts does, called
+        // when the guard drops (its borrow ends there); writes before it are ordered before
+        // the lease (the ledger's argument). So nothing writes the slice while it is alive.
+        // `Lease::new` is called once, here, for the guard.
+        unsafe {
+            let data = std::slice::from_raw_parts(self.byte_ptr(off).cast::<f32>(), elems);
+            Some(Ok(GmRef::new(data, self, Lease::new(index, value))))
+        }
+    }
+
+    #[allow(unsafe_code)] // the lent slice: see its SAFETY comment
+    fn lend_mut(&self, addr: u64, elems: usize) -> Option<Result<GmMut<'_>, GmFault>> {
+        let (off, held) = match self.lease(addr, elems, Access::BulkWrite)? {
+            Ok(lease) => lease,
+            Err(fault) => return Some(Err(fault)),
+        };
+        let (index, value) = held.parts();
+        // SAFETY: as in `lend`, the bytes are whole, aligned words inside `self.words` that
+        // any f32 may hold; writing them through the shared-derived pointer is allowed, as they
+        // sit in `AtomicU64`'s `UnsafeCell`. The entry registered (bulk write) refuses every
+        // other access to them, read or write, this thread's included, until the guard drops,
+        // so the `&mut` is unique for its whole life.
+        unsafe {
+            let data = std::slice::from_raw_parts_mut(self.byte_ptr(off).cast::<f32>(), elems);
+            Some(Ok(GmMut::new(data, self, Lease::new(index, value))))
+        }
+    }
+
+    fn end_lease(&self, lease: Lease) {
+        if let Some(ledger) = self.ledger {
+            ledger.release(Held::from_parts(lease.parts()));
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use simpler_core::gm::GmFaultKind;
+    use std::sync::Barrier;
+
+    /// The f32 values `0..n` scaled, as GM bytes.
+    fn f32_bytes(n: usize, scale: f32) -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| (i as f32 * scale).to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn whole_word_copies_move_in_bulk_and_keep_their_neighbours() {
+        let words = GmWords::zeroed(2048);
+        let (a, b) = (words.arena_at(0x1000, 1), words.arena_at(0x1000, 2));
+        a.write(0x1000, &[0xAA; 16384]).unwrap();
+        a.write(0x1008, &[7u8; BULK_MIN]).unwrap();
+        let mut out = vec![0u8; BULK_MIN + 16];
+        b.read(0x1000, &mut out).unwrap();
+        assert_eq!(&out[..8], &[0xAA; 8]);
+        assert!(out[8..8 + BULK_MIN].iter().all(|&x| x == 7));
+        assert_eq!(&out[8 + BULK_MIN..], &[0xAA; 8]);
+        // A bulk copy overlapping another core's write lease is refused, as a small one is.
+        let lease = a.lend_mut(0x3000, 2).unwrap().unwrap();
+        let mut big = vec![0u8; BULK_MIN];
+        assert_eq!(
+            b.read(0x2008, &mut big),
+            Err(GmFault::conflict(0x2008, BULK_MIN as u64))
+        );
+        drop(lease);
+        b.read(0x2008, &mut big).unwrap();
+        // Every access has left the ledger.
+        assert_eq!(words.accesses_in_progress(), 0);
+    }
+
+    #[test]
+    fn a_write_lease_refuses_every_overlapping_access_until_it_ends() {
+        let words = GmWords::zeroed(64);
+        // Two cores' arenas over one GM, each with its own ledger line.
+        let (a, b) = (words.arena_at(0x1000, 1), words.arena_at(0x1000, 2));
+        let mut c = a.lend_mut(0x1040, 16).unwrap().unwrap();
+        c.copy_from_slice(&[2.5; 16]);
+        let conflict = |addr, len| Err(GmFault::conflict(addr, len));
+        // The other core: reads, writes (bulk or atomic) and leases of any overlapping byte.
+        assert_eq!(b.read(0x1040, &mut [0u8; 64]), conflict(0x1040, 64));
+        assert_eq!(b.read(0x107F, &mut [0u8; 1]), conflict(0x107F, 1));
+        assert_eq!(b.write(0x103C, &[0u8; 8]), conflict(0x103C, 8));
+        assert_eq!(b.write(0x1044, &[1u8; 3]), conflict(0x1044, 3));
+        assert_eq!(
+            b.lend(0x1060, 2).map(|r| r.err()),
+            Some(Some(GmFault::conflict(0x1060, 8)))
+        );
+        // The lease holder itself: a copy of the lent bytes would alias its `&mut`.
+        assert_eq!(a.read(0x1040, &mut [0u8; 8]), conflict(0x1040, 8));
+        // Beside the lease, everything goes.
+        b.write(0x1038, &[9u8; 8]).unwrap();
+        b.read(0x1080, &mut [0u8; 8]).unwrap();
+        assert_eq!(words.accesses_in_progress(), 1);
+        drop(c);
+        assert_eq!(words.accesses_in_progress(), 0);
+        let mut out = vec![0u8; 64];
+        b.read(0x1040, &mut out).unwrap();
+        assert_eq!(
+            out,
+            [2.5f32; 16]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn read_leases_share_and_refuse_writers() {
+        let words = GmWords::zeroed(64);
+        let (a, b) = (words.arena_at(0x1000, 1), words.arena_at(0x1000, 2));
+        a.write(0x1000, &f32_bytes(32, 0.5)).unwrap();
+        let r1 = a.lend(0x1000, 32).unwrap().unwrap();
+        let r2 = b.lend(0x1010, 4).unwrap().unwrap();
+        assert_eq!((r1[3], r2[0]), (1.5, 2.0));
+        // Reads beside a read lease: bulk and atomic.
+        let mut out = [0u8; 6];
+        b.read(0x1003, &mut out).unwrap();
+        b.read(0x1000, &mut [0u8; 16]).unwrap();
+        // Writes and write leases are refused.
+        assert_eq!(
+            b.write(0x1018, &[0u8; 2]),
+            Err(GmFault::conflict(0x1018, 2))
+        );
+        assert_eq!(
+            b.lend_mut(0x1070, 4).map(|r| r.err()),
+            Some(Some(GmFault::conflict(0x1070, 16)))
+        );
+        drop((r1, r2));
+        b.write(0x1018, &[0u8; 2]).unwrap();
+    }
+
+    #[test]
+    fn what_is_not_lent_is_none_and_a_lease_outside_gm_is_a_fault() {
+        let words = GmWords::zeroed(16);
+        let gm = words.arena(0x1000);
+        // Not whole words: an odd count, or a start inside a word.
+        assert!(gm.lend(0x1000, 3).is_none());
+        assert!(gm.lend_mut(0x1004, 2).is_none());
+        assert!(gm.lend(0x1000, 0).is_none());
+        assert_eq!(
+            gm.lend(0x1078, 4).map(|r| r.err()),
+            Some(Some(GmFault::outside(0x1078, 16)))
+        );
+        // A leaked lease keeps its entry: the bytes stay refused, never unsound.
+        std::mem::forget(gm.lend_mut(0x1000, 2).unwrap().unwrap());
+        assert_eq!(
+            gm.read(0x1000, &mut [0u8; 8]),
+            Err(GmFault::conflict(0x1000, 8))
+        );
+        assert_eq!(GmFault::conflict(1, 2).kind, GmFaultKind::Conflict);
+    }
+
+    #[test]
+    fn a_read_lease_never_sees_another_cores_atomic_writes() {
+        // One thread holds read leases of four words and checks they do not change while it
+        // holds one; the other writes those words with small (atomic) writes as fast as it
+        // can. Each side registers in a different table of the ledger: a write granted while
+        // a lease is held would show as a change.
+        let words = GmWords::zeroed(64);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (granted, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            let (words, done, granted, refused) = (&words, &done, &granted, &refused);
+            s.spawn(move || {
+                let gm = words.arena_at(0x1000, 1);
+                for _ in 0..20_000 {
+                    if let Some(Ok(lease)) = gm.lend(0x1000, 8) {
+                        let seen: Vec<u32> = lease.iter().map(|v| v.to_bits()).collect();
+                        std::hint::spin_loop();
+                        assert_eq!(seen, lease.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                    }
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            s.spawn(move || {
+                let gm = words.arena_at(0x1000, 2);
+                let mut n = 0u32;
+                while !done.load(Ordering::Relaxed) {
+                    n = n.wrapping_add(1);
+                    match gm.write(0x1004 + 4 * (n % 6) as u64, &n.to_le_bytes()) {
+                        Ok(()) => granted.fetch_add(1, Ordering::Relaxed),
+                        Err(f) => {
+                            assert_eq!(f.kind, GmFaultKind::Conflict);
+                            refused.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            });
+        });
+        assert_eq!(words.accesses_in_progress(), 0);
+    }
+
+    #[test]
+    fn two_cores_leasing_one_range_for_writing_never_hold_it_together() {
+        // Each thread takes write leases of 32 bytes, the two overlapping by 16, as fast as it
+        // can and, while it holds one, marks the words as its own; a lease granted to both at
+        // once would see the other's mark. The ledger must refuse one of every overlapping
+        // pair.
+        let words = GmWords::zeroed(64);
+        let owner = AtomicU64::new(0);
+        let (granted, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+        let start = Barrier::new(2);
+        std::thread::scope(|s| {
+            for me in 1..=2u64 {
+                let (words, owner, granted, refused, start) =
+                    (&words, &owner, &granted, &refused, &start);
+                s.spawn(move || {
+                    let gm = words.arena_at(0x1000, me as usize);
+                    start.wait();
+                    for _ in 0..20_000 {
+                        match gm.lend_mut(0x1000 + 16 * me, 8) {
+                            Some(Ok(mut lease)) => {
+                                assert_eq!(owner.swap(me, Ordering::SeqCst), 0, "two holders");
+                                lease[0] = me as f32;
+                                assert_eq!(lease[0], me as f32);
+                                owner.store(0, Ordering::SeqCst);
+                                granted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Some(Err(f)) => {
+                                assert_eq!(f.kind, GmFaultKind::Conflict);
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            None => panic!("whole words are lent"),
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            granted.load(Ordering::Relaxed) + refused.load(Ordering::Relaxed),
+            40_000
+        );
+        assert!(granted.load(Ordering::Relaxed) > 0);
+        assert_eq!(words.accesses_in_progress(), 0);
+    }
 
     #[test]
     fn unaligned_ranges_keep_their_neighbours() {
@@ -259,14 +685,16 @@ mod tests {
             gm.read(0x101F, &mut [0u8; 2]),
             Err(GmFault {
                 addr: 0x101F,
-                len: 2
+                len: 2,
+                kind: GmFaultKind::Outside
             })
         );
         assert_eq!(
             gm.write(0xFFF, &[0]),
             Err(GmFault {
                 addr: 0xFFF,
-                len: 1
+                len: 1,
+                kind: GmFaultKind::Outside
             })
         );
         assert!(gm.read(0x1020, &mut []).is_ok());
@@ -302,7 +730,8 @@ mod tests {
             fault,
             Err(GmFault {
                 addr: end - 4,
-                len: 8
+                len: 8,
+                kind: GmFaultKind::Outside
             })
         );
         assert_eq!(out, [9; 8]);
@@ -312,7 +741,8 @@ mod tests {
             fault,
             Err(GmFault {
                 addr: base - 1,
-                len: 1
+                len: 1,
+                kind: GmFaultKind::Outside
             })
         );
     }

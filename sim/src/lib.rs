@@ -12,12 +12,14 @@
 //!
 //! - [`device`]: the device: its threads, registers, runs and host requests.
 //! - [`gm`]: GM as an arena of atomic words.
+//! - [`ledger`]: the GM accesses in progress, which keep bulk copies and leases race-free.
 //! - [`tile_ops`]: the cores' tile math on the host's vector units.
 //! - [`wake`]: the wakeup primitive idle threads block on.
 
 #[cfg(not(loom))]
 pub mod device;
 pub mod gm;
+pub mod ledger;
 pub mod tile_ops;
 pub mod wake;
 

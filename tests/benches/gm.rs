@@ -3,13 +3,18 @@
 //! `copy_gbps`: a 64 MiB stream of 128x128 f32 tiles (64 KiB each), each loaded from one GM
 //! region into a core's local buffer by the kernels' tile helper (`simpler_aicore::tile::load`)
 //! and stored by `tile::store` to a second region; bytes of the stream per second, one thread.
+//! Each tile is one whole-word access each way, so it moves as one bulk copy registered in
+//! GM's access ledger (`simpler_sim::ledger`).
 //! `memcpy_gbps`: the same bytes copied between two warm host buffers
 //! (`simpler_tests::peak::CopyBuffers`). The two arms alternate, and `copy_share_of_memcpy` is
 //! the ratio of their medians. The stream's GM is written once before timing, so neither arm
 //! measures first-touch page clearing.
 //!
-//! Not shown: moves of strided or bf16 views (a row or a chunk at a time), and several cores
-//! moving at once (they share the memory bandwidth the one-thread figures measure).
+//! Not shown: moves of strided or bf16 views (a row or a chunk at a time), accesses below
+//! 4 KiB (the atomic word loop), the ledger's cost when other threads are registering at the
+//! same time, and several cores moving at once (they share the memory bandwidth the
+//! one-thread figures measure). Kernels that lend GM in place (`matmul`, `accumulate`) do not
+//! copy at all.
 //!
 //! Run: `cargo bench -p simpler-tests --bench gm` (`SIMPLER_BENCH_SMOKE=1`: one small sample).
 

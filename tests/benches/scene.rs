@@ -13,8 +13,8 @@
 //! it does not depend on the machine's load; hbg's idle recorder threads left out), which must
 //! stay below 256 plus one per 64 pages of entry tensors. The round's tensors are the prepared
 //! ones, reset in place between rounds (`HostTensor::reset_outputs_from`) from one fresh copy
-//! of each tensor a run writes; inputs are held once. Cases whose scene is
-//! not registered are skipped.
+//! of each tensor a run writes that does not start all zero (one that does is zeroed in
+//! place); inputs are held once. Cases whose scene is not registered are skipped.
 //!
 //! bgemm's GFLOP/s is also printed as `<case>_share_of_peak`: its median over the two-core
 //! fp32 FMA peak ([`simpler_tests::peak`]), measured in this run before the cases and again
@@ -22,12 +22,16 @@
 //!
 //! After each case, `<case>_max_rss_mb`: the process's peak resident memory so far (`VmHWM`),
 //! a high-water mark over the cases run before it too (the first case, vector_example, is
-//! alone in its figure but for the process's own start-up).
+//! alone in its figure but for the process's own start-up); run a case alone
+//! (`SCENE_CASES=Case0`) for its own peak. `SCENE_RSS_POINTS=1` prints the resident memory and
+//! its high-water mark at each step of a case (prepared, device up, templates held, each run
+//! and check) to stderr, to see where a peak comes from.
 //!
 //! Not shown: the reference's figures come from its own C++ simulator on the same kind of
 //! machine (vector_example 58.7 ms, Bgemm64 65.5 ms, bgemm Case0 3.3 GFLOP/s); the kernels here
-//! run on the host's vector units (`simpler_sim::tile_ops`), so bgemm measures them and the
-//! tile moves through GM as much as the runtime.
+//! run on the host's vector units (`simpler_sim::tile_ops`) on operands lent in place from GM
+//! (`Gm::lend`) where they can be, so bgemm measures them (and any tile moves left) as much as
+//! the runtime.
 //!
 //! Run: `cargo bench -p simpler-tests --bench scene` (`SCENE_ROUNDS=n`, `SCENE_CASES=a,b`;
 //! `SIMPLER_BENCH_SMOKE=1`: one round of each case but the two largest).
@@ -73,6 +77,28 @@ fn run_faults() -> u64 {
     process_minor_faults() - threads_minor_faults("simpler-record")
 }
 
+/// With `SCENE_RSS_POINTS` set, prints the process's resident memory and its high-water mark
+/// (`VmRSS`, `VmHWM`) at `point` of a case, to stderr: where a case's peak comes from.
+fn rss_point(case: &str, point: &str) {
+    if std::env::var_os("SCENE_RSS_POINTS").is_none() {
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    eprintln!(
+        "rss {case} {point}: VmRSS {} VmHWM {}",
+        field("VmRSS:"),
+        field("VmHWM:")
+    );
+}
+
 fn main() {
     let rounds = std::env::var("SCENE_ROUNDS")
         .ok()
@@ -94,6 +120,7 @@ fn main() {
         let Some(mut prepared) = scenes::find(scene).and_then(|s| s.prepare(case)) else {
             continue;
         };
+        rss_point(&name, "prepared");
         let flop = (scene == "bgemm").then(|| flop_per_gemm(&prepared));
         let mut config = DeviceConfig::new(Topology::A2a3);
         let entry: u64 = prepared
@@ -104,6 +131,7 @@ fn main() {
         config.gm_bytes = config.gm_bytes.max(entry + (64 << 20));
         let mut worker = ChipWorker::init(config).expect("a device");
         let handle = worker.register(prepared.callable.clone());
+        rss_point(&name, "device up");
         let (mut device, mut host, mut rate) = (Vec::new(), Vec::new(), Vec::new());
         let (mut overhead, mut faults) = (Vec::new(), Vec::new());
         // The round's tensors are the prepared ones; only those a run writes keep a fresh copy
@@ -114,6 +142,7 @@ fn main() {
             .iter()
             .map(|t| (t.dir != ArgDirection::In).then(|| t.clone()))
             .collect();
+        rss_point(&name, "templates held");
         for round in 0..=rounds.min(cap) {
             for (t, fresh) in tensors.iter_mut().zip(&fresh) {
                 if let Some(fresh) = fresh {
@@ -132,11 +161,13 @@ fn main() {
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let call = call.elapsed();
             let faults_in_run = run_faults().saturating_sub(faults_before);
+            rss_point(&name, "run");
             assert!(
                 (prepared.check)(&tensors).pass,
                 "{name} round {round} failed its golden"
             );
             assert_eq!(Some(r.outcome.tasks), prepared.tasks, "{name}: tasks run");
+            rss_point(&name, "checked");
             if round == 0 {
                 continue;
             }

@@ -217,7 +217,11 @@ impl<B: Backstop> TaskStream for Bare<'_, '_, B> {
             numel: tensor.numel(),
         })?;
         let size = tensor.dtype().elem_size() as u64;
-        let fault = RtError::Memory(GmFault { addr, len: size });
+        let fault = RtError::Memory(GmFault {
+            addr,
+            len: size,
+            kind: simpler_core::gm::GmFaultKind::Outside,
+        });
         // Only an entry tensor the stream reads has bytes here.
         let (base, bytes) = self
             .entry

@@ -29,8 +29,7 @@ impl PhysGm {
         } else {
             Err(GmFault {
                 addr,
-                len: len as u64,
-            })
+                len: len as u64, kind: simpler_core::gm::GmFaultKind::Outside })
         }
     }
 }

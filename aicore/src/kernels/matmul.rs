@@ -3,12 +3,16 @@
 //! The batch of a tensor is the product of all but its last two dimensions (1 for a matrix), so
 //! bgemm's `[1, 1, M, K]` views of its input grids multiply into a `[M, N]` product. One slice
 //! of each operand is in the local buffer at a time: `MK + KN + MN` words, 49,152 for
-//! 128x128x128.
+//! 128x128x128. Where the platform lends GM in place ([`tile::lend`]) and a slice's three views
+//! are dense f32, the product reads `A` and `B` and writes `C` where they are in GM, with no
+//! copy through the local buffer.
 
 use super::args::{bad, operand, tensors};
 use super::stage::carve;
 use crate::kernel::{KernelCtx, KernelFailure};
 use crate::tile;
+use crate::tile_ops::TileOps;
+use simpler_core::gm::Gm;
 use simpler_core::limits::MAX_TENSOR_DIMS;
 use simpler_core::TaskTensor;
 
@@ -38,12 +42,51 @@ pub fn matmul(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     }
     let [a_buf, b_buf, c_buf] = carve(ctx.local, [m * k, k * n, m * n])?;
     for slice in 0..batch {
-        tile::load(ctx.gm, &batch_slice(a, 0, slice)?, a_buf)?;
-        tile::load(ctx.gm, &batch_slice(b, 1, slice)?, b_buf)?;
+        let (a_s, b_s, c_s) = (
+            batch_slice(a, 0, slice)?,
+            batch_slice(b, 1, slice)?,
+            batch_slice(c, 2, slice)?,
+        );
+        if in_place(ctx.gm, ctx.ops, [&a_s, &b_s, &c_s], k, n)? {
+            continue;
+        }
+        tile::load(ctx.gm, &a_s, a_buf)?;
+        tile::load(ctx.gm, &b_s, b_buf)?;
         ctx.ops.matmul(a_buf, b_buf, c_buf, k, n);
-        tile::store(ctx.gm, &batch_slice(c, 2, slice)?, c_buf)?;
+        tile::store(ctx.gm, &c_s, c_buf)?;
     }
     Ok(())
+}
+
+/// `c = a · b` on the three views lent in place, if the platform lends all three; `false`
+/// (nothing done) when one is not lent, or `c` overlaps an input (staging reads the inputs
+/// whole before writing `c`, so that case stays correct there), for the caller to stage them.
+fn in_place(
+    gm: &dyn Gm,
+    ops: &dyn TileOps,
+    [a, b, c]: [&TaskTensor; 3],
+    k: usize,
+    n: usize,
+) -> Result<bool, KernelFailure> {
+    let (Some(ra), Some(rb), Some(rc)) =
+        (tile::dense_f32(a), tile::dense_f32(b), tile::dense_f32(c))
+    else {
+        return Ok(false);
+    };
+    if tile::overlap(rc, ra) || tile::overlap(rc, rb) {
+        return Ok(false);
+    }
+    let Some(a) = tile::lend(gm, a).transpose()? else {
+        return Ok(false);
+    };
+    let Some(b) = tile::lend(gm, b).transpose()? else {
+        return Ok(false);
+    };
+    let Some(mut c) = tile::lend_mut(gm, c).transpose()? else {
+        return Ok(false);
+    };
+    ops.matmul(&a, &b, &mut c, k, n);
+    Ok(true)
 }
 
 /// Checks tensor `index` and reads it as `(batch, rows, cols)`: its last two extents and the

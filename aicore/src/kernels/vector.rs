@@ -8,6 +8,7 @@
 use super::args::{bad, operand, operand_of, scalar_f32, tensors};
 use super::stage::{load_range, store_range};
 use crate::kernel::{KernelCtx, KernelFailure};
+use crate::tile;
 use crate::tile_ops::TileOps;
 use simpler_core::TaskTensor;
 
@@ -58,7 +59,34 @@ pub fn accumulate(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     if squeeze(p.shapes()) != squeeze(c.shapes()) {
         return Err(bad(1));
     }
+    if accumulate_in_place(ctx, p, c)? {
+        return Ok(());
+    }
     binary(ctx, [p, c], (c, 1), |ops, x, y| ops.add(x, y))
+}
+
+/// `c += p` on both views lent in place (f32 addition commutes, so this is the staged
+/// `p + c` bit for bit), if the platform lends both and they do not overlap; `false` (nothing
+/// done) otherwise, for the caller to stage them.
+fn accumulate_in_place(
+    ctx: &KernelCtx<'_>,
+    p: &TaskTensor,
+    c: &TaskTensor,
+) -> Result<bool, KernelFailure> {
+    let (Some(rp), Some(rc)) = (tile::dense_f32(p), tile::dense_f32(c)) else {
+        return Ok(false);
+    };
+    if tile::overlap(rp, rc) {
+        return Ok(false);
+    }
+    let Some(p) = tile::lend(ctx.gm, p).transpose()? else {
+        return Ok(false);
+    };
+    let Some(mut c) = tile::lend_mut(ctx.gm, c).transpose()? else {
+        return Ok(false);
+    };
+    ctx.ops.add(&mut c, &p);
+    Ok(true)
 }
 
 /// `out = op(x, y)` over equal-count inputs `[x, y]` (tensors 0 and 1), `op` updating a chunk

@@ -394,6 +394,7 @@ impl Gm for HostViews<'_> {
         let fault = GmFault {
             addr,
             len: dst.len() as u64,
+            kind: simpler_core::gm::GmFaultKind::Outside,
         };
         let (base, data) = self
             .args
@@ -420,6 +421,7 @@ impl Gm for HostViews<'_> {
         Err(GmFault {
             addr,
             len: src.len() as u64,
+            kind: simpler_core::gm::GmFaultKind::Outside,
         })
     }
 }

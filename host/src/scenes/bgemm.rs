@@ -29,10 +29,12 @@
 //!
 //! Inputs are seeded pseudo-random values in `[0, 0.01)`: every term of a sum is positive, so
 //! a missing or doubled K step moves every element of `C` by far more than the tolerance. The
-//! golden sums the products in f64; tolerance 1e-3 absolute plus 1e-3 relative.
+//! golden sums the products in f64; tolerance 1e-3 absolute plus 1e-3 relative. The check sums
+//! it afresh from each round's own inputs, one output matrix at a time, rather than holding
+//! it: Case0's golden would be 131 MB beside 328 MB of entry tensors.
 
 use super::stream::{StreamEntry, StreamTensor, TaskStream};
-use super::{golden_check, Prepared, Scene, Tolerance, XorShift};
+use super::{compare_bytes, Check, CheckFn, Prepared, Scene, XorShift};
 use crate::callable::Callable;
 use crate::chip_worker::HostTensor;
 use simpler_aicore::kernels;
@@ -115,6 +117,16 @@ impl Shape {
         [self.groups * self.incore_loop, self.tile, self.tile]
     }
 
+    /// Elements of `A` (and of `B`).
+    fn ab_elems(&self) -> usize {
+        self.ab_shape().iter().map(|&d| d as usize).product()
+    }
+
+    /// Elements of `C`.
+    fn c_elems(&self) -> usize {
+        self.c_shape().iter().map(|&d| d as usize).product()
+    }
+
     fn tasks(&self) -> u64 {
         2 * self.groups as u64 * self.grid_k as u64
     }
@@ -180,25 +192,41 @@ pub fn stream<S: TaskStream>(s: &mut S) -> Result<(), S::Error> {
     Ok(())
 }
 
-/// `n` inputs in `[0, 0.01)`.
-fn inputs(rng: &mut XorShift, n: usize) -> Vec<f32> {
-    (0..n).map(|_| 0.01 * rng.unit()).collect()
+/// `n` inputs in `[0, 0.01)`, as the little-endian f32 bytes of a host tensor (built in place:
+/// the scene's largest case holds 164 MB of each input, so no second copy is made).
+fn inputs(rng: &mut XorShift, n: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(n * 4);
+    for _ in 0..n {
+        bytes.extend_from_slice(&(0.01 * rng.unit()).to_le_bytes());
+    }
+    bytes
 }
 
-/// `C[g·loop + i] = Σ_k A[g, k, i] · B[g, k, i]` in f64, from the row-major host inputs.
-fn golden(s: &Shape, a: &[f32], b: &[f32]) -> Vec<f64> {
+/// Fills `dst` from the little-endian f32 bytes of elements `first..first + dst.len()`.
+fn read_f32(bytes: &[u8], first: usize, dst: &mut [f32]) {
+    let src = &bytes[4 * first..4 * (first + dst.len())];
+    for (v, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+}
+
+/// `C[g·loop + i] = Σ_k A[g, k, i] · B[g, k, i]` in f64, from the host inputs' bytes, one
+/// output matrix at a time: `each(first, sums)` gets the f64 sums of the matrix whose first
+/// element is element `first` of `C`. Summing a matrix's K steps in order keeps one tile of
+/// f64 sums, not the whole output in f64 (Case0's would be 131 MB).
+fn for_each_golden(s: &Shape, a: &[u8], b: &[u8], mut each: impl FnMut(usize, &[f64])) {
     let t = s.tile as usize;
     let tt = t * t;
     let (groups, grid_k, lp) = (s.groups as usize, s.grid_k as usize, s.incore_loop as usize);
-    let mut c = vec![0.0f64; groups * lp * tt];
+    let (mut sum, mut a_m, mut b_m) = (vec![0.0f64; tt], vec![0.0f32; tt], vec![0.0f32; tt]);
     for g in 0..groups {
-        for k in 0..grid_k {
-            for i in 0..lp {
+        for i in 0..lp {
+            sum.fill(0.0);
+            for k in 0..grid_k {
                 let src = ((g * grid_k + k) * lp + i) * tt;
-                let (a_m, b_m) = (&a[src..src + tt], &b[src..src + tt]);
-                let dst = (g * lp + i) * tt;
-                let c_m = &mut c[dst..dst + tt];
-                for (c_row, a_row) in c_m.chunks_exact_mut(t).zip(a_m.chunks_exact(t)) {
+                read_f32(a, src, &mut a_m);
+                read_f32(b, src, &mut b_m);
+                for (c_row, a_row) in sum.chunks_exact_mut(t).zip(a_m.chunks_exact(t)) {
                     for (&x, b_row) in a_row.iter().zip(b_m.chunks_exact(t)) {
                         let x = x as f64;
                         for (y, &z) in c_row.iter_mut().zip(b_row) {
@@ -207,9 +235,39 @@ fn golden(s: &Shape, a: &[f32], b: &[f32]) -> Vec<f64> {
                     }
                 }
             }
+            each((g * lp + i) * tt, &sum);
         }
     }
-    c
+}
+
+/// The check of a round: `C` against the golden summed afresh from the round's own `A` and
+/// `B` (IN tensors, which a run never writes back), one output matrix at a time, so no golden
+/// is held between rounds. Tolerance 1e-3 absolute plus 1e-3 relative.
+fn check(s: Shape) -> CheckFn {
+    let (n_ab, n_c) = (s.ab_elems(), s.c_elems());
+    Box::new(move |tensors: &[HostTensor]| {
+        let failed = Check {
+            max_diff: f64::INFINITY,
+            pass: false,
+        };
+        let [a, b, c] = tensors else {
+            return failed;
+        };
+        if a.data.len() != 4 * n_ab || b.data.len() != 4 * n_ab || c.data.len() != 4 * n_c {
+            return failed;
+        }
+        let mut all = Check {
+            max_diff: 0.0,
+            pass: true,
+        };
+        for_each_golden(&s, &a.data, &b.data, |first, sums| {
+            let got = &c.data[4 * first..4 * (first + sums.len())];
+            let one = compare_bytes(got, sums, 1e-3, 1e-3);
+            all.max_diff = all.max_diff.max(one.max_diff);
+            all.pass &= one.pass;
+        });
+        all
+    })
 }
 
 impl Scene for Bgemm {
@@ -224,12 +282,17 @@ impl Scene for Bgemm {
     fn prepare(&self, case: &str) -> Option<Prepared> {
         let s = Shape::of_case(case)?;
         let ab = s.ab_shape();
-        let n_ab = ab.iter().map(|&d| d as usize).product();
-        let n_c = s.c_shape().iter().map(|&d| d as usize).product();
+        let (n_ab, n_c) = (s.ab_elems(), s.c_elems());
         let mut rng = XorShift(0x5EED_B6E3_0000_0001);
         let a = inputs(&mut rng, n_ab);
         let b = inputs(&mut rng, n_ab);
-        let golden = golden(&s, &a, &b);
+        let c = vec![0u8; n_c * 4];
+        let tensor = |data, shapes: &[u32], dir| HostTensor {
+            data,
+            shapes: shapes.to_vec(),
+            dtype: DataType::Float32,
+            dir,
+        };
         Some(
             Prepared::new(
                 Callable::raw(
@@ -238,18 +301,11 @@ impl Scene for Bgemm {
                     vec![ArgDirection::In, ArgDirection::In, ArgDirection::InOut],
                 ),
                 vec![
-                    HostTensor::f32(&a, &ab, ArgDirection::In),
-                    HostTensor::f32(&b, &ab, ArgDirection::In),
-                    HostTensor::f32(&vec![0.0; n_c], &s.c_shape(), ArgDirection::InOut),
+                    tensor(a, &ab, ArgDirection::In),
+                    tensor(b, &ab, ArgDirection::In),
+                    tensor(c, &s.c_shape(), ArgDirection::InOut),
                 ],
-                golden_check(
-                    2,
-                    golden,
-                    Tolerance {
-                        atol: 1e-3,
-                        rtol: 1e-3,
-                    },
-                ),
+                check(s),
             )
             .with_counts(s.tasks(), s.edges()),
         )
@@ -308,14 +364,43 @@ mod tests {
             incore_loop: 2,
             tile: 2,
         };
-        let a: Vec<f32> = (0..16).map(|x| x as f32).collect();
-        let b = vec![1.0f32; 16];
+        let a: Vec<u8> = (0..16).flat_map(|x| (x as f32).to_le_bytes()).collect();
+        let b: Vec<u8> = (0..16).flat_map(|_| 1.0f32.to_le_bytes()).collect();
         // Slice i of step k starts at a[(2k + i)·4]; with B all ones, both elements of row r of
         // a product are the sum of row r of that slice of A.
-        assert_eq!(
-            golden(&s, &a, &b),
-            [18.0, 18.0, 26.0, 26.0, 34.0, 34.0, 42.0, 42.0]
+        let mut golden = vec![f64::NAN; 8];
+        for_each_golden(&s, &a, &b, |first, sums| {
+            golden[first..first + sums.len()].copy_from_slice(sums)
+        });
+        assert_eq!(golden, [18.0, 18.0, 26.0, 26.0, 34.0, 34.0, 42.0, 42.0]);
+        // The check passes that output and fails one element off by more than the tolerance.
+        let tensor = |values: &[f64]| HostTensor {
+            data: values
+                .iter()
+                .flat_map(|&v| (v as f32).to_le_bytes())
+                .collect(),
+            shapes: vec![2, 2, 2],
+            dtype: DataType::Float32,
+            dir: ArgDirection::InOut,
+        };
+        let input = |data: &[u8]| HostTensor {
+            data: data.to_vec(),
+            shapes: vec![1, 2, 2, 2, 2],
+            dtype: DataType::Float32,
+            dir: ArgDirection::In,
+        };
+        let mut tensors = vec![input(&a), input(&b), tensor(&golden)];
+        assert!(check(s)(&tensors).pass);
+        golden[5] += 0.1;
+        tensors[2] = tensor(&golden);
+        let off = check(s)(&tensors);
+        assert!(
+            !off.pass && (off.max_diff - 0.1).abs() < 1e-4,
+            "{}",
+            off.max_diff
         );
+        // A round without its three tensors fails.
+        assert!(!check(s)(&tensors[..2]).pass);
     }
 
     #[test]

@@ -187,7 +187,7 @@ pub fn golden_checks(goldens: Vec<(usize, Vec<f64>)>, tolerance: Tolerance) -> C
                     pass: false,
                 };
             };
-            let c = compare(&got.to_f32(), golden, atol, rtol);
+            let c = compare_bytes(&got.data, golden, atol, rtol);
             all.max_diff = all.max_diff.max(c.max_diff);
             all.pass &= c.pass;
         }
@@ -239,6 +239,23 @@ pub fn body(name: &str) -> Option<crate::record::GraphBody> {
     }
 }
 
+/// [`compare`] of little-endian f32 bytes (a tensor's data, read in place: no copy of it).
+/// A length that is not `4 * golden.len()` fails.
+pub fn compare_bytes<G: Copy + Into<f64>>(got: &[u8], golden: &[G], atol: f64, rtol: f64) -> Check {
+    let mut max_diff = 0.0f64;
+    let mut pass = got.len() == 4 * golden.len();
+    for (b, &e) in got.chunks_exact(4).zip(golden) {
+        let (g, e) = (
+            f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+            e.into(),
+        );
+        let d = (g - e).abs();
+        max_diff = max_diff.max(d);
+        pass &= d <= atol + rtol * e.abs();
+    }
+    Check { max_diff, pass }
+}
+
 /// Compares `got` with `golden` element-wise: |got - golden| <= atol + rtol * |golden|.
 pub fn compare(got: &[f32], golden: &[f64], atol: f64, rtol: f64) -> Check {
     let mut max_diff = 0.0f64;
@@ -287,7 +304,7 @@ pub(crate) fn compare_each(
                 max_diff: f64::INFINITY,
                 pass: false,
             },
-            |t| compare(&t.to_f32(), g, atol, rtol),
+            |t| compare_bytes(&t.data, g, atol, rtol),
         );
         Check {
             max_diff: all.max_diff.max(c.max_diff),

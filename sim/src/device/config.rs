@@ -141,6 +141,9 @@ pub enum DeviceError {
     Layout(LayoutError),
     /// The device thread is gone: it failed to start, or the device is being dropped.
     Stopped,
+    /// A host copy made while a launched run was in flight overlapped GM the run was
+    /// accessing in a way that would race (the GM ledger refused it); nothing was copied.
+    GmConflict(simpler_core::gm::GmFault),
 }
 
 impl std::fmt::Display for DeviceError {
@@ -156,6 +159,11 @@ impl std::fmt::Display for DeviceError {
             ),
             Self::Layout(_) => f.write_str("the configuration's memory layout was refused"),
             Self::Stopped => f.write_str("the device thread is gone"),
+            Self::GmConflict(fault) => write!(
+                f,
+                "a host copy of {} bytes at {:#x} overlapped GM the run in flight was accessing",
+                fault.len, fault.addr
+            ),
         }
     }
 }
@@ -164,6 +172,7 @@ impl std::error::Error for DeviceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Layout(e) => Some(e),
+            Self::GmConflict(e) => Some(e),
             _ => None,
         }
     }

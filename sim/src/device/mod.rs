@@ -44,6 +44,11 @@ pub use job::{Job, OrchFn, Prebuilt, SharedHook};
 pub use trace::{TraceSink, TRACE_EVENTS_PER_THREAD};
 
 use crate::gm::GmWords;
+use simpler_core::gm::{GmFault, GmFaultKind};
+
+/// The GM ledger line the host's copies during a launched run register in: the last, clear of
+/// the device threads' (the orchestrator's 0, the schedulers' from 1).
+const HOST_LINE: usize = crate::ledger::LINES - 1;
 use config::{orchestrator_config, GM_BASE};
 use gm_alloc::GmAllocator;
 use orchestrator::device_main;
@@ -80,8 +85,19 @@ pub struct Device {
     /// The host's turn at GM: taken by every copy in or out and held for the whole of every
     /// blocking run ([`Device::run`]), so a plain (non-atomic) copy never overlaps a run's
     /// accesses or another copy. A launched run ([`Device::launch`]) is counted in it instead
-    /// of holding it, and while one is in flight copies move word by word with atomics.
+    /// of holding it, and while one is in flight copies go through GM's access ledger like the
+    /// run's own accesses.
     gm_turn: Arc<Mutex<Turn>>,
+}
+
+/// A host copy's answer: `true` when done, `false` for a range outside GM, the conflict when
+/// the ledger refused it.
+fn copied(result: Result<(), GmFault>) -> Result<bool, DeviceError> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(fault) if fault.kind == GmFaultKind::Conflict => Err(DeviceError::GmConflict(fault)),
+        Err(_) => Ok(false),
+    }
 }
 
 /// The state behind the host's turn at GM.
@@ -260,13 +276,15 @@ impl Device {
     /// The copy runs on the calling thread, straight into GM: no message to the device thread
     /// and no buffer of its own. With no run under way it is one memory copy; a copy asked for
     /// while another thread's blocking run is under way waits for the run to end; while a
-    /// launched run is in flight it moves word by word with atomics (the run may be touching
-    /// other parts of GM, and a plain copy beside an access would be a data race).
+    /// launched run is in flight it registers in GM's access ledger as the run's accesses do
+    /// (the run may be touching other parts of GM, and an unregistered plain copy beside an
+    /// access would be a data race), and one that overlaps what the run is accessing is
+    /// refused with [`DeviceError::GmConflict`], nothing copied.
     #[allow(unsafe_code)] // the copy into GM: see its SAFETY comment
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<bool, DeviceError> {
         let turn = self.gm_turn()?;
         let written = if turn.in_flight > 0 {
-            self.gm_words.arena(GM_BASE).write(addr, data)
+            self.gm_words.arena_at(GM_BASE, HOST_LINE).write(addr, data)
         } else {
             // SAFETY: `turn` is the host's exclusive turn at GM and no launched run is in
             // flight: no run is under way (a blocking run holds the turn from its request to
@@ -277,24 +295,25 @@ impl Device {
             unsafe { self.gm_words.write_exclusive(GM_BASE, addr, data) }
         };
         drop(turn);
-        Ok(written.is_ok())
+        copied(written)
     }
 
     /// Fills `out` from GM at `addr`; `false` (and `out` unchanged) if the range is outside
     /// GM. Like [`Device::write`]: one memory copy on the calling thread with no run under
-    /// way, word by word with atomics while a launched run is in flight.
+    /// way, through the access ledger while a launched run is in flight (refused with
+    /// [`DeviceError::GmConflict`] where it overlaps what the run is writing).
     #[allow(unsafe_code)] // the copy out of GM: see its SAFETY comment
     pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<bool, DeviceError> {
         let turn = self.gm_turn()?;
         let read = if turn.in_flight > 0 {
-            self.gm_words.arena(GM_BASE).read(addr, out)
+            self.gm_words.arena_at(GM_BASE, HOST_LINE).read(addr, out)
         } else {
             // SAFETY: as in `write`: `turn` is the host's exclusive turn at GM and no launched
             // run is in flight.
             unsafe { self.gm_words.read_exclusive(GM_BASE, addr, out) }
         };
         drop(turn);
-        Ok(read.is_ok())
+        copied(read)
     }
 
     /// The host's turn at GM (the `gm_turn` field says who takes it); refused once the device
@@ -332,8 +351,8 @@ impl Device {
     }
 
     /// Starts `job` without waiting for it: the device runs it after every job launched
-    /// before it. Host copies go on meanwhile (word by word, see [`Device::write`]); they must
-    /// not touch memory the run uses.
+    /// before it. Host copies go on meanwhile (through GM's access ledger, see
+    /// [`Device::write`]); they must not touch memory the run uses.
     pub fn launch(&self, job: Job) -> Result<Pending, DeviceError> {
         let mut turn = self.gm_turn()?;
         let (tx, rx) = channel();

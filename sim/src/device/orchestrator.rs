@@ -139,11 +139,14 @@ pub(super) fn device_main(
     let nsched = config.topology.schedulers();
     std::thread::scope(|s| {
         for t in 0..nsched {
-            let (state, shared, payloads, gm) = (&state, &shared, &payloads, &gm);
+            let (state, shared, payloads) = (&state, &shared, &payloads);
+            // Each scheduler thread's cores register their GM accesses in a ledger line of
+            // their own (line 0 is the orchestrator's).
+            let gm = gm_words.arena_at(GM_BASE, 1 + t);
             let _ = std::thread::Builder::new()
                 .name(format!("simpler-sched-{t}"))
                 .spawn_scoped(s, move || {
-                    scheduler_main(t, nsched, &config, state, shared, payloads, gm)
+                    scheduler_main(t, nsched, &config, state, shared, payloads, &gm)
                 });
         }
         let state_ref = &state;
