@@ -139,7 +139,7 @@ fn list_shows_every_scene_then_the_l3_scene_of_the_project_subcommand() {
     );
     assert!(
         out.ends_with(
-            "l4                           (mpirun -np 3 simpler l4; --features mpi) two worker ranks, gathered on rank 0\n"
+            "l4                           (mpirun -np 3 simpler l4; --features mpi) 2 worker ranks x 2 chips, gathered on rank 0\n"
         ),
         "{out}"
     );
