@@ -135,11 +135,24 @@ impl Lease {
     }
 }
 
+/// A guard's lease, given back to the platform that made it when dropped.
+struct LeaseEnd<'a> {
+    gm: &'a dyn Gm,
+    lease: Option<Lease>,
+}
+
+impl Drop for LeaseEnd<'_> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.gm.end_lease(lease);
+        }
+    }
+}
+
 /// GM values lent for reading: derefs to `&[f32]`; ends the lease when dropped.
 pub struct GmRef<'a> {
     data: &'a [f32],
-    gm: &'a dyn Gm,
-    lease: Option<Lease>,
+    _end: LeaseEnd<'a>,
 }
 
 impl<'a> GmRef<'a> {
@@ -150,10 +163,10 @@ impl<'a> GmRef<'a> {
     /// `data` must stay unwritten by anyone until `gm.end_lease(lease)` is called.
     #[allow(unsafe_code)]
     pub unsafe fn new(data: &'a [f32], gm: &'a dyn Gm, lease: Lease) -> Self {
+        let lease = Some(lease);
         Self {
             data,
-            gm,
-            lease: Some(lease),
+            _end: LeaseEnd { gm, lease },
         }
     }
 }
@@ -165,19 +178,10 @@ impl core::ops::Deref for GmRef<'_> {
     }
 }
 
-impl Drop for GmRef<'_> {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            self.gm.end_lease(lease);
-        }
-    }
-}
-
 /// GM values lent for reading and writing: derefs to `&mut [f32]`; ends the lease when dropped.
 pub struct GmMut<'a> {
     data: &'a mut [f32],
-    gm: &'a dyn Gm,
-    lease: Option<Lease>,
+    _end: LeaseEnd<'a>,
 }
 
 impl<'a> GmMut<'a> {
@@ -188,10 +192,10 @@ impl<'a> GmMut<'a> {
     /// Nobody else may read or write `data` until `gm.end_lease(lease)` is called.
     #[allow(unsafe_code)]
     pub unsafe fn new(data: &'a mut [f32], gm: &'a dyn Gm, lease: Lease) -> Self {
+        let lease = Some(lease);
         Self {
             data,
-            gm,
-            lease: Some(lease),
+            _end: LeaseEnd { gm, lease },
         }
     }
 }
@@ -206,14 +210,6 @@ impl core::ops::Deref for GmMut<'_> {
 impl core::ops::DerefMut for GmMut<'_> {
     fn deref_mut(&mut self) -> &mut [f32] {
         self.data
-    }
-}
-
-impl Drop for GmMut<'_> {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            self.gm.end_lease(lease);
-        }
     }
 }
 

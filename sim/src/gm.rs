@@ -165,6 +165,14 @@ pub struct GmArena<'a> {
     home: usize,
 }
 
+/// A copy's turn at its words ([`GmArena::begin_copy`]): where they start, and whether the
+/// ledger holds them for a plain (non-atomic) copy; the registration ends when it drops.
+struct CopyTurn<'a> {
+    off: usize,
+    plain: bool,
+    _registered: Option<Registered<'a>>,
+}
+
 /// A registered access: the ledger entry it holds until dropped.
 struct Registered<'a> {
     ledger: &'a Ledger,
@@ -264,6 +272,34 @@ impl GmArena<'_> {
         }
     }
 
+    /// What a copy of `len` bytes at `addr` starts with: the range checked (its offset) and
+    /// registered in the ledger, as a bulk access when it is whole words of at least
+    /// [`BULK_MIN`] bytes, else as an atomic one. `None` for an empty copy.
+    fn begin_copy(
+        &self,
+        addr: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<Option<CopyTurn<'_>>, GmFault> {
+        let off = self.offset(addr, len)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        let bulk = (off | len) & 7 == 0 && len >= BULK_MIN;
+        let access = match (bulk, write) {
+            (true, false) => Access::BulkRead,
+            (true, true) => Access::BulkWrite,
+            (false, false) => Access::AtomicRead,
+            (false, true) => Access::AtomicWrite,
+        };
+        let registered = self.register(addr, off, len, access).map_err(|e| e.0)?;
+        Ok(Some(CopyTurn {
+            off,
+            plain: bulk && registered.is_some(),
+            _registered: registered,
+        }))
+    }
+
     /// A pointer to byte `off` of GM, with the provenance of the whole word slice.
     #[inline(always)]
     fn byte_ptr(&self, off: usize) -> *mut u8 {
@@ -356,24 +392,15 @@ fn le_word(bytes: &[u8]) -> u64 {
 impl Gm for GmArena<'_> {
     #[allow(unsafe_code)] // the bulk copy out: see its SAFETY comment
     fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
-        let off = self.offset(addr, dst.len())?;
-        if dst.is_empty() {
+        let Some(turn) = self.begin_copy(addr, dst.len(), false)? else {
             return Ok(());
-        }
-        let bulk = (off | dst.len()) & 7 == 0 && dst.len() >= BULK_MIN;
-        let access = if bulk {
-            Access::BulkRead
-        } else {
-            Access::AtomicRead
         };
-        let registered = self
-            .register(addr, off, dst.len(), access)
-            .map_err(|e| e.0)?;
-        if bulk && registered.is_some() {
+        let off = turn.off;
+        if turn.plain {
             // SAFETY: `offset` checked that bytes `off..off + dst.len()` lie inside
             // `self.words`, and `byte_ptr` derives the pointer from the whole slice; they are
             // the bytes of `AtomicU64`s, which may be read through a shared-derived pointer.
-            // The ledger entry `registered` holds (bulk read of exactly these words, `off` and
+            // The ledger entry `turn` holds (bulk read of exactly these words, `off` and
             // the length being whole words) refuses every write to them, atomic or bulk,
             // until it is dropped after the copy, and every earlier write is ordered before
             // this copy (the ledger's memory-ordering argument), so the plain read races with
@@ -384,26 +411,17 @@ impl Gm for GmArena<'_> {
         } else {
             self.read_atomic(off, dst);
         }
-        drop(registered);
+        drop(turn);
         Ok(())
     }
 
     #[allow(unsafe_code)] // the bulk copy in: see its SAFETY comment
     fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
-        let off = self.offset(addr, src.len())?;
-        if src.is_empty() {
+        let Some(turn) = self.begin_copy(addr, src.len(), true)? else {
             return Ok(());
-        }
-        let bulk = (off | src.len()) & 7 == 0 && src.len() >= BULK_MIN;
-        let access = if bulk {
-            Access::BulkWrite
-        } else {
-            Access::AtomicWrite
         };
-        let registered = self
-            .register(addr, off, src.len(), access)
-            .map_err(|e| e.0)?;
-        if bulk && registered.is_some() {
+        let off = turn.off;
+        if turn.plain {
             // SAFETY: as in `read`: the bytes lie inside `self.words` and belong to
             // `AtomicU64`s, whose `UnsafeCell` permits writing through the shared-derived
             // pointer; the held bulk-write entry refuses every other access to these words
@@ -415,7 +433,7 @@ impl Gm for GmArena<'_> {
         } else {
             self.write_atomic(off, src);
         }
-        drop(registered);
+        drop(turn);
         Ok(())
     }
 
