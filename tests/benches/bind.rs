@@ -363,8 +363,9 @@ fn commit_help() {
 /// pair by pair (20 warm host-only pairs after 3 settling ones). Printed: the bind window of
 /// each arm (`retention_off`, `retained`) and the pairs' off / on ratio; for the retained
 /// arm, per warm bind, the nodes recorded, Definitions built, Definition bytes uploaded and
-/// recorder threads woken (each must be 0), and the whole process's heap allocations and
-/// minor page faults.
+/// recorder threads woken (each must be 0), the whole process's heap allocations and minor
+/// page faults, and the Graph submissions accepted by following the bind before
+/// (`GraphPhases::followed`).
 fn retention() {
     let (settle, binds) = (sized(3, 1), sized(20, 2));
     for scene in ["graph_vector", "dsv4_shaped"] {
@@ -379,7 +380,7 @@ fn retention() {
         let mut a_on: Vec<ChipArg> = p.tensors.iter().cloned().map(ChipArg::Host).collect();
         let mut window = [Vec::new(), Vec::new()];
         let mut speedup = Vec::new();
-        let mut counts: Vec<Vec<f64>> = (0..6).map(|_| Vec::new()).collect();
+        let mut counts: Vec<Vec<f64>> = (0..7).map(|_| Vec::new()).collect();
         for round in 0..settle + binds {
             let b_off = host_only_bind(&mut off, h_off, &mut a_off, &p.scalars);
             let faults_before = process_minor_faults();
@@ -402,6 +403,7 @@ fn retention() {
                 g.recorder_wakes,
                 allocs,
                 faults,
+                g.followed,
             ]) {
                 v.push(x as f64);
             }
@@ -432,6 +434,7 @@ fn retention() {
             ("recorder_wakes", "wakes"),
             ("process_allocs", "allocs"),
             ("process_minflt", "faults"),
+            ("followed_submissions", "graphs"),
         ]
         .iter()
         .zip(counts.iter_mut())

@@ -295,6 +295,10 @@ fn a_warm_bind_with_new_data_and_scalars_replays_without_recording() {
             assert_eq!(g.recorder_wakes, 0, "bind {b}");
             assert_eq!(g.retained_hits, 1, "bind {b}");
         }
+        // From the third bind on, the bind before replayed every submission too: each is
+        // accepted by following it (its boundary found staged), whatever the new scalars.
+        let followed = if b >= 2 { ROWS as u64 } else { 0 };
+        assert_eq!(g.followed, followed, "bind {b}");
     }
     assert_eq!(built, 1, "one recording in ten binds");
     assert_eq!(w.retained_graphs().0, 1);
@@ -318,7 +322,17 @@ fn a_key_reused_with_another_boundary_signature_records_a_new_definition() {
     w.set_graph_retention(retained(64, 1 << 20)).unwrap();
     let h = register(&mut w, rows_by_width, ROWS as usize + 1);
     let s = 1.5f32;
-    for (b, wide, expect_built) in [(0u32, 0u64, 1u64), (1, 1, 1), (2, 0, 0), (3, 1, 0)] {
+    // Also: a bind whose submissions are the last bind's follows it (bind 4), and one whose
+    // signature changed under the key (bind 5) stops following it and replays the other
+    // Definition.
+    for (b, wide, expect_built, expect_followed) in [
+        (0u32, 0u64, 1u64, 0u64),
+        (1, 1, 1, 0),
+        (2, 0, 0, 0),
+        (3, 1, 0, 0),
+        (4, 1, 0, ROWS as u64),
+        (5, 0, 0, 0),
+    ] {
         let mut scalars = vec![bits(s); ROWS as usize];
         scalars.push(wide);
         let (report, y) = bind(&mut w, h, b, &scalars).expect("bind");
@@ -326,6 +340,8 @@ fn a_key_reused_with_another_boundary_signature_records_a_new_definition() {
             report.graph_phases.definitions_built, expect_built,
             "bind {b} (width variant {wide})"
         );
+        assert_eq!(report.graph_phases.followed, expect_followed, "bind {b}");
+        assert_eq!(report.graphs, [expect_built, ROWS as u64 - expect_built, 0]);
         let len = if wide == 0 { N } else { N / 2 } as usize;
         for k in 0..ROWS as usize {
             let at = k * N as usize;
@@ -338,6 +354,61 @@ fn a_key_reused_with_another_boundary_signature_records_a_new_definition() {
     }
     assert_eq!(w.retained_graphs().0, 2, "one per signature");
     assert_eq!(live.lock().unwrap().len(), 2);
+}
+
+/// Rows 0..ROWS under one key, the last one over N / 2 columns when scalar ROWS is 1 (a
+/// boundary that no longer matches the key's first invocation in the bind).
+fn last_row_narrowed(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let narrow = rt.args().scalars()[ROWS as usize] == 1;
+    for k in 0..ROWS {
+        let len = if narrow && k == ROWS - 1 { N / 2 } else { N };
+        let mut b = row(rt, k, len)?;
+        let s = rt.args().scalars()[k as usize];
+        rt.submit_graph(11, twice_forwarded, &mut b, &[s])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_bind_that_departs_from_the_last_one_midway_is_accepted_afresh_from_there() {
+    let (mut w, _) = tracked_worker();
+    w.set_graph_retention(retained(64, 1 << 20)).unwrap();
+    let h = register(&mut w, last_row_narrowed, ROWS as usize + 1);
+    let s = 0.75f32;
+    let rows = ROWS as u64;
+    // (bind, last row narrowed, followed, graphs [recorded, replayed, inline]): bind 0
+    // records; bind 1 replays the retained Definition; bind 2 follows bind 1 throughout;
+    // bind 3 follows it up to the last row, whose boundary no longer matches the key's
+    // first invocation: that row runs inline, as it would without the memo; bind 4 follows
+    // bind 3 up to the row bind 3 did not replay.
+    for (b, narrow, followed, graphs) in [
+        (0u32, 0u64, 0u64, [1, rows - 1, 0]),
+        (1, 0, 0, [0, rows, 0]),
+        (2, 0, rows, [0, rows, 0]),
+        (3, 1, rows - 1, [0, rows - 1, 1]),
+        (4, 1, rows - 1, [0, rows - 1, 1]),
+    ] {
+        let mut scalars = vec![bits(s); ROWS as usize];
+        scalars.push(narrow);
+        let (report, y) = bind(&mut w, h, b, &scalars).expect("bind");
+        assert_eq!(report.graph_phases.followed, followed, "bind {b}");
+        assert_eq!(report.graphs, graphs, "bind {b}");
+        for k in 0..ROWS as usize {
+            let len = if narrow == 1 && k == ROWS as usize - 1 {
+                N / 2
+            } else {
+                N
+            } as usize;
+            let at = k * N as usize;
+            for i in [0, len - 1] {
+                assert_eq!(
+                    y[at + i],
+                    x_value(b, at + i) + 2.0 * s,
+                    "bind {b} row {k} col {i}"
+                );
+            }
+        }
+    }
 }
 
 fn one_captured(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {

@@ -65,6 +65,13 @@
 //! (ties: the one retained first), never one the current bind uses; a Definition that cannot
 //! be retained is staged per bind. Verification records anyway and compares content hashes
 //! ([`HbgError::GraphChanged`] names the first differing node, [`first_differing_node`]).
+//!
+//! A warm bind that submits what the slot's last bind submitted, in the same order, follows
+//! it (`memo`): each submission whose key, tags and scalar count are the last bind's at that
+//! position and whose boundary tensors are byte for byte the ones staged there is accepted as
+//! it was then (the same entry, the same retained Definition), without comparing layouts
+//! again and without rewriting its staging. The first submission that differs, or that the
+//! last bind did not replay, is accepted as above, and so is every one after it.
 
 use crate::chip_worker::{
     CallableHandle, ChipArg, ChipWorker, Flight, Launch, RunReport, Staging, Tail, WorkerError,
@@ -87,11 +94,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod error;
+mod memo;
 mod replay;
 mod report;
 mod retention;
 
 pub use error::HbgError;
+use memo::{Accepted, Memo, StagingBytes};
 pub use replay::BindReplay;
 use replay::{take_guard, Guard};
 pub use report::{BindPhase, BindReport, GraphPhases, Phase, UnknownBindPhase, CONTROL_PLANE};
@@ -136,7 +145,11 @@ pub(crate) struct Graphs {
     heap_block: Option<(u64, u64)>,
     /// What `graph_upload` copies to the device: the boundaries (each invocation's tensors,
     /// then its scalars) as they are accepted, then the Definitions at the commit.
-    staging: Vec<u8>,
+    staging: StagingBytes,
+    /// What the last bind accepted, followed by a bind that submits the same.
+    memo: Memo,
+    /// This bind's submissions accepted by following the last bind's.
+    followed: u64,
     /// Where in `staging` each accepted boundary tensor starts (a replay whose entry moved
     /// relocates their buffer addresses).
     boundary_at: Vec<u32>,
@@ -169,14 +182,14 @@ struct BindGraphs<'g> {
     base: u64,
 }
 
-fn place(staging: &mut Vec<u8>, base: u64, bytes: &[u8]) -> Option<u64> {
+fn place(staging: &mut StagingBytes, base: u64, bytes: &[u8]) -> Option<u64> {
     let at = staging.len().div_ceil(8) * 8;
     let end = at + bytes.len();
     if end as u64 > GRAPH_STAGING_BYTES {
         return None;
     }
-    staging.resize(at, 0);
-    staging.extend_from_slice(bytes);
+    staging.pad_to(at);
+    staging.push(bytes);
     Some(base + at as u64)
 }
 
@@ -194,6 +207,8 @@ impl Graphs {
         self.retention = retention;
         self.kept.hits.clear();
         self.kept.binds += 1;
+        self.memo.begin((callable, retention, self.kept.generation));
+        self.followed = 0;
         self.staging.clear();
         self.boundary_at.clear();
         self.keys.clear();
@@ -236,30 +251,57 @@ impl BindGraphs<'_> {
         scalars: &[u64],
     ) -> Option<GraphRef> {
         let g = &mut *self.g;
-        let known = g.keys.iter().find(|(k, _)| *k == full_key).map(|&(_, e)| e);
-        let entry = match known {
-            Some(e) => {
-                // Compared with the first invocation's boundary, on the entry, under its lock
-                // (against the arguments as they are: a replay's boundary is not copied).
-                let inner = g.entries[e].lock();
-                let same = inner
-                    .boundary
-                    .as_ref()
-                    .is_some_and(|first| first.matches_args(&inner.reps, boundary, scalars.len()));
-                drop(inner);
-                if !same {
-                    log::warn!(
-                        "graph {full_key:#x}: boundary differs from the recorded one; inline"
-                    );
-                    g.counts[2] += 1;
-                    return None;
+        // The tensors back to back (128 bytes each, so each stays 8-byte aligned), room checked
+        // once for all of them.
+        const SIZE: usize = core::mem::size_of::<simpler_core::TaskTensor>();
+        let mark = (g.staging.len(), g.boundary_at.len());
+        let first = g.staging.len().div_ceil(8) * 8;
+        let inline = |g: &mut Graphs| {
+            g.staging.truncate(mark.0);
+            g.boundary_at.truncate(mark.1);
+            g.memo.note(full_key, first, boundary, scalars.len(), None);
+            g.counts[2] += 1;
+            None
+        };
+        if (first + boundary.len() * SIZE) as u64 > GRAPH_STAGING_BYTES {
+            // No room: nothing half-staged stays, and the body runs inline.
+            return inline(g);
+        }
+        g.staging.pad_to(first);
+        // The last bind accepted the same submission here: its decision stands, and its
+        // boundary is staged already (the memo module says why that is sound).
+        let recalled = g
+            .memo
+            .recall(full_key, first, boundary, scalars.len(), &g.staging);
+        let decided = match recalled {
+            Some(Accepted::Again(e)) => Some(e),
+            Some(Accepted::Retained(_)) => None,
+            None => match g.keys.iter().find(|(k, _)| *k == full_key) {
+                Some(&(_, e)) => {
+                    // Compared with the first invocation's boundary, on the entry, under its
+                    // lock (against the arguments as they are: a replay's boundary is not
+                    // copied).
+                    let inner = g.entries[e].lock();
+                    let same = inner.boundary.as_ref().is_some_and(|first| {
+                        first.matches_args(&inner.reps, boundary, scalars.len())
+                    });
+                    drop(inner);
+                    if !same {
+                        log::warn!(
+                            "graph {full_key:#x}: boundary differs from the recorded one; inline"
+                        );
+                        return inline(g);
+                    }
+                    Some(e)
                 }
-                e
-            }
+                None => None,
+            },
+        };
+        let entry = match decided {
+            Some(e) => e,
             None => {
                 if g.used >= MAX_DEFINITIONS {
-                    g.counts[2] += 1;
-                    return None;
+                    return inline(g);
                 }
                 if g.entries.len() <= g.used {
                     g.entries.push(Arc::new(Inflight::default()));
@@ -267,26 +309,12 @@ impl BindGraphs<'_> {
                 g.used
             }
         };
-        // Stage the boundary first: without room the body runs inline and nothing is begun.
-        let mark = (g.staging.len(), g.boundary_at.len());
-        let unstage = |g: &mut Graphs| {
-            g.staging.truncate(mark.0);
-            g.boundary_at.truncate(mark.1);
-            g.counts[2] += 1;
-        };
-        // The tensors back to back (128 bytes each, so each stays 8-byte aligned), room checked
-        // once for all of them.
-        const SIZE: usize = core::mem::size_of::<simpler_core::TaskTensor>();
-        let first = g.staging.len().div_ceil(8) * 8;
-        if (first + boundary.len() * SIZE) as u64 > GRAPH_STAGING_BYTES {
-            // No room: nothing half-staged stays, and the body runs inline.
-            unstage(g);
-            return None;
-        }
-        g.staging.resize(first, 0);
-        g.staging.reserve(boundary.len() * SIZE);
-        for a in boundary {
-            g.staging.extend_from_slice(bytemuck::bytes_of(&a.tensor));
+        if recalled.is_some() {
+            g.staging.skip(boundary.len() * SIZE);
+        } else {
+            for a in boundary {
+                g.staging.push(bytemuck::bytes_of(&a.tensor));
+            }
         }
         // Below GRAPH_STAGING_BYTES, so every offset fits.
         g.boundary_at
@@ -296,46 +324,55 @@ impl BindGraphs<'_> {
         if !scalars.is_empty()
             && place(&mut g.staging, self.base, bytemuck::cast_slice(scalars)).is_none()
         {
-            unstage(g);
-            return None;
+            return inline(g);
         }
-        if known.is_none() {
+        let accepted = if decided.is_none() {
             // A Definition retained from an earlier bind for this key and boundary signature
             // replays as it is: nothing recorded, no recorder woken (unless verifying).
-            let hit = if g.retention.max_definitions == 0 {
-                None
-            } else {
-                let callable = g.callable;
-                g.kept
-                    .items
-                    .iter()
-                    .position(|r| r.matches(callable, full_key, boundary, scalars.len()))
+            let hit = match recalled {
+                Some(Accepted::Retained(r)) => Some(r),
+                _ if g.retention.max_definitions == 0 => None,
+                _ => {
+                    let callable = g.callable;
+                    g.kept
+                        .items
+                        .iter()
+                        .position(|r| r.matches(callable, full_key, boundary, scalars.len()))
+                }
             };
-            // The first invocation's deep copy, kept on the entry.
-            g.entries[entry].begin(full_key, boundary, scalars);
+            // The first invocation's deep copy, kept on the entry; a retained Definition's
+            // boundary matched has this one's alias relation.
+            let reps = hit.map(|r| &g.kept.items[r].reps);
+            g.entries[entry].begin(full_key, boundary, scalars, reps);
             if g.kept.hits.len() <= entry {
                 g.kept.hits.resize(entry + 1, None);
             }
             g.kept.hits[entry] = hit;
-            match hit {
+            if let Some(r) = hit {
+                g.kept.items[r].last_bind = g.kept.binds;
+            }
+            let accepted = match hit {
                 Some(r) if !g.retention.verify => {
-                    g.kept.items[r].last_bind = g.kept.binds;
                     g.entries[entry].ready();
                     g.counts[1] += 1;
+                    Some(Accepted::Retained(r))
                 }
                 _ => {
-                    if let Some(r) = hit {
-                        g.kept.items[r].last_bind = g.kept.binds;
-                    }
                     self.pool.submit(g.entries[entry].clone(), body);
                     g.counts[0] += 1;
+                    None
                 }
-            }
+            };
             g.keys.push((full_key, entry));
             g.used += 1;
+            accepted
         } else {
             g.counts[1] += 1;
-        }
+            Some(Accepted::Again(entry))
+        };
+        g.memo
+            .note(full_key, first, boundary, scalars.len(), accepted);
+        g.followed += recalled.is_some() as u64;
         g.pending = entry;
         at.map(|at| GraphRef {
             boundary: at,
@@ -619,7 +656,7 @@ impl ChipWorker {
                     }
                     let sched = m.sched_image.filled(built.sched_len);
                     let payloads = m.payloads.bytes();
-                    let staged = &m.graphs.staging;
+                    let staged: &[u8] = &m.graphs.staging;
                     let len = sched.len() + payloads.len() + staged.len();
                     let old = &self.replay_check;
                     let differs = sched
@@ -1002,6 +1039,7 @@ fn commit(
         recording_wait: wait_start.elapsed(),
         host_orch_wakes: g.phases.host_orch_wakes,
         commit_recordings: helped,
+        followed: g.followed,
         ..GraphPhases::default()
     };
     if let Some(f) = failure {

@@ -254,6 +254,8 @@ impl Guard {
         }
         let now = chip.tensors();
         let words = mirror.payloads.words_mut();
+        // The boundaries staged are rewritten: the next bind cannot follow this one's.
+        mirror.graphs.memo.forget();
         let staging = &mut mirror.graphs.staging;
         for s in &sites {
             let Some(t) = now.get(s.entry as usize) else {

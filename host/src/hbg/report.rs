@@ -158,6 +158,9 @@ pub struct GraphPhases {
     /// Recordings the committing thread ran itself because no recorder had started them
     /// (`RecorderPool::help`; inside `recording_wait`).
     pub commit_recordings: u64,
+    /// Graph submissions accepted as the slot's last bind accepted the same submission at the
+    /// same position, their boundary found staged already (nothing compared but its bytes).
+    pub followed: u64,
 }
 
 /// What one bind cost, by phase, and what it shipped.

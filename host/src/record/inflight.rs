@@ -95,15 +95,28 @@ impl Inflight {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Prepares the entry for a new key: copies `boundary` into its retained storage.
-    pub fn begin(&self, full_key: u64, boundary: &[TaskArg], scalars: &[u64]) {
+    /// Prepares the entry for a new key: copies `boundary` into its retained storage. `reps`
+    /// is the boundary's alias relation ([`alias_reps`]) when the caller knows it already (a
+    /// retained Definition's boundary that this one matched has the same).
+    pub fn begin(
+        &self,
+        full_key: u64,
+        boundary: &[TaskArg],
+        scalars: &[u64],
+        reps: Option<&[u16; GRAPH_MAX_TENSOR_ARGS]>,
+    ) {
         let mut inner = self.lock();
         inner.full_key = full_key;
         let b = inner.boundary.get_or_insert_with(GraphBoundary::default);
         b.assign(boundary.iter().map(|a| (a.tensor, a.tag)), scalars);
-        let mut reps = [0u16; GRAPH_MAX_TENSOR_ARGS];
-        alias_reps(&b.tensors, &mut reps);
-        inner.reps = reps;
+        inner.reps = match reps {
+            Some(r) => *r,
+            None => {
+                let mut reps = [0u16; GRAPH_MAX_TENSOR_ARGS];
+                alias_reps(&b.tensors, &mut reps);
+                reps
+            }
+        };
         inner.error = None;
         inner.image.clear();
         self.status.store(
