@@ -325,6 +325,11 @@ impl TaskTensor {
     /// Words of [`Self::packed`].
     pub const PACKED_WORDS: usize = 12;
 
+    /// The leading words of the tensor's 16 that views of one layout may differ in: its
+    /// buffer (address and size), owner, start offset, version and rank. The words after them
+    /// hold the element type, flags, shapes, extent, strides and padding.
+    pub const VIEW_WORDS: usize = offset_of!(TaskTensor, dtype) / 8;
+
     /// The tensor as the words a payload record stores: every field, without the trailing
     /// padding (96 of its 128 bytes).
     #[inline]
@@ -497,7 +502,7 @@ impl TaskTensor {
         let b: &[u64; 16] = bytemuck::cast_ref(other);
         // Words 5..12 are bytes 40..96: dtype, manual_dep, is_contiguous, address_space, shapes,
         // extent_elem_cache, strides and four bytes of zero padding.
-        const FROM: usize = offset_of!(TaskTensor, dtype) / 8;
+        const FROM: usize = TaskTensor::VIEW_WORDS;
         const TO: usize = TaskTensor::PACKED_WORDS;
         let mut diff = (self.buffer.size ^ other.buffer.size) | u64::from(self.ndims ^ other.ndims);
         for w in FROM..TO {

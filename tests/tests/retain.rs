@@ -411,6 +411,55 @@ fn a_bind_that_departs_from_the_last_one_midway_is_accepted_afresh_from_there() 
     }
 }
 
+/// The first `scalar[ROWS]` rows under one key.
+fn first_rows(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
+    let rows = rt.args().scalars()[ROWS as usize] as u32;
+    for k in 0..rows {
+        let mut b = row(rt, k, N)?;
+        let s = rt.args().scalars()[k as usize];
+        rt.submit_graph(13, twice_forwarded, &mut b, &[s])?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_bind_with_fewer_or_more_submissions_follows_the_common_prefix() {
+    let (mut w, _) = tracked_worker();
+    w.set_graph_retention(retained(64, 1 << 20)).unwrap();
+    let h = register(&mut w, first_rows, ROWS as usize + 1);
+    let s = 1.25f32;
+    let rows = ROWS as u64;
+    // (bind, rows submitted, followed): bind 0 records and bind 1 replays (nothing to follow
+    // yet); bind 2 follows bind 1 throughout; bind 3 submits half as many, all followed;
+    // bind 4 follows those and goes on past the end of what bind 3 remembered; bind 5
+    // follows bind 4 throughout.
+    for (b, n, followed) in [
+        (0u32, rows, 0u64),
+        (1, rows, 0),
+        (2, rows, rows),
+        (3, rows / 2, rows / 2),
+        (4, rows, rows / 2),
+        (5, rows, rows),
+    ] {
+        let mut scalars = vec![bits(s); ROWS as usize];
+        scalars.push(n);
+        let (report, y) = bind(&mut w, h, b, &scalars).expect("bind");
+        assert_eq!(report.graph_phases.followed, followed, "bind {b}");
+        let recorded = u64::from(b == 0);
+        assert_eq!(report.graphs, [recorded, n - recorded, 0], "bind {b}");
+        for k in 0..n as usize {
+            let at = k * N as usize;
+            for i in [0, N as usize - 1] {
+                assert_eq!(
+                    y[at + i],
+                    x_value(b, at + i) + 2.0 * s,
+                    "bind {b} row {k} col {i}"
+                );
+            }
+        }
+    }
+}
+
 fn one_captured(rt: &mut Rt<'_, '_>) -> Result<(), RtError> {
     let mut b = row(rt, 0, N)?;
     rt.submit_graph(3, captured, &mut b, &[])?;

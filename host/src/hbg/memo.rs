@@ -5,11 +5,23 @@
 //! its Graph submissions arrive in the same order with the same boundary tensors (the same
 //! addresses, views, owners and versions: the mirror's rings and heap restart each bind). The
 //! staging keeps its bytes across binds ([`StagingBytes`]), and the [`Memo`] keeps, per
-//! submission of the last bind, its key, where its boundary was staged, its tags and how it
-//! was accepted. A submission that matches the last bind's at the same position, with the
-//! boundary's bytes found already staged there, is accepted as it was then without comparing
-//! its boundary's layout again (`GraphBoundary::matches_args`, the retained Definitions' scan)
-//! and without writing its staging.
+//! submission of the last bind, its key, where its boundary was staged, its tags, the leading
+//! words of each boundary tensor that views of one layout differ in
+//! ([`TaskTensor::VIEW_WORDS`]: buffer, owner, start, version, rank) and how it was accepted.
+//! A submission that matches the last bind's at the same position is accepted as it was then
+//! without comparing its boundary's layout again (`GraphBoundary::matches_args`, the retained
+//! Definitions' scan) and without writing its staging.
+//!
+//! What "matches" means: the same key, tags and scalar count; each tensor's view words equal
+//! to the remembered ones; and each tensor's remaining words (layout and padding) equal to
+//! the same tensor of the key's first invocation, as the in-flight entry holds it (this
+//! bind's copy for a later submission of the key; for the first one, the last bind's copy,
+//! which the entry still holds when the submission arrives). Only submissions whose tensors
+//! equal their key's first invocation in those words are remembered, so a match means the
+//! tensors are byte for byte the ones the last bind staged at the same offset: the staging
+//! holds them already (checked in debug builds). The memo reads 40 bytes per boundary tensor
+//! and the entries' copies, which the bind reads anyway, instead of the 128 staged; a bind
+//! that follows the last one throughout writes nothing to it.
 //!
 //! Why that is the same decision: the acceptance of a submission is a function of its key,
 //! its boundary (tensors and tags), its scalar count, the submissions before it in the bind,
@@ -19,12 +31,13 @@
 //! (`Kept::generation`; a retained one added since comes after every one the last bind
 //! matched, and the scan takes the first match), and only for decisions that replayed (a
 //! known key, or a retained Definition without verification): a recording, an inline run or
-//! a staging failure ends the prefix. The boundary's bytes are compared with the staging
-//! itself, so anything that rewrote those bytes since (a replayed image relocated into them)
-//! can only make the comparison fail; [`Memo::forget`] is called there all the same.
+//! a staging failure ends the prefix. Between two binds of a slot nothing writes the staging
+//! below the last bind's boundaries but a replayed image's relocation, which calls
+//! [`Memo::forget`].
 
 use super::GraphRetention;
 use simpler_core::orchestrator::TaskArg;
+use simpler_core::TaskTensor;
 
 /// The Graph staging's bytes: a byte buffer whose contents outlive [`Self::clear`], so that a
 /// bind staging what the last one staged at the same place finds it there
@@ -107,6 +120,19 @@ pub(super) enum Accepted {
     Retained(usize),
 }
 
+/// The view words of a tensor ([`TaskTensor::VIEW_WORDS`]).
+type ViewWords = [u64; TaskTensor::VIEW_WORDS];
+
+/// The words of `t`: its view words, then the rest.
+fn words(t: &TaskTensor) -> &[u64; 16] {
+    bytemuck::cast_ref(t)
+}
+
+/// Whether `a` and `b` agree past their view words (layout and padding).
+pub(super) fn same_past_view(a: &TaskTensor, b: &TaskTensor) -> bool {
+    words(a)[TaskTensor::VIEW_WORDS..] == words(b)[TaskTensor::VIEW_WORDS..]
+}
+
 /// One accepted submission of the last bind.
 #[derive(Clone, Copy, Debug)]
 struct Remembered {
@@ -115,9 +141,36 @@ struct Remembered {
     at: usize,
     tensors: usize,
     scalars: usize,
-    /// Where its tags start in the memo's tag list.
-    tags_at: usize,
+    /// Where its tags and its tensors' view words start in the memo's lists.
+    from: usize,
     accepted: Accepted,
+    /// The in-flight entry it was accepted on.
+    entry: usize,
+}
+
+/// One bind's remembered submissions: per submission a [`Remembered`], per boundary tensor
+/// its tag and view words.
+#[derive(Default)]
+struct Binding {
+    items: Vec<Remembered>,
+    tags: Vec<u8>,
+    views: Vec<ViewWords>,
+}
+
+impl Binding {
+    fn clear(&mut self) {
+        self.items.clear();
+        self.tags.clear();
+        self.views.clear();
+    }
+    /// Keeps the first `n` submissions.
+    fn truncate(&mut self, n: usize) {
+        if let Some(m) = self.items.get(n) {
+            self.tags.truncate(m.from);
+            self.views.truncate(m.from);
+            self.items.truncate(n);
+        }
+    }
 }
 
 /// What the callable's decisions rest on besides the submissions themselves.
@@ -127,10 +180,13 @@ type Basis = (usize, GraphRetention, u64);
 /// module's documentation.
 #[derive(Default)]
 pub(super) struct Memo {
-    last: Vec<Remembered>,
-    last_tags: Vec<u8>,
-    now: Vec<Remembered>,
-    now_tags: Vec<u8>,
+    last: Binding,
+    now: Binding,
+    /// Submissions this bind has noted.
+    pos: usize,
+    /// Whether `now` holds this bind's submissions; until then they are `last`'s first `pos`
+    /// (it followed the last bind all along), and nothing is copied.
+    copied: bool,
     /// The last bind's basis, then this bind's.
     basis: Option<Basis>,
     /// Whether this bind's submissions so far were the last bind's.
@@ -143,11 +199,16 @@ impl Memo {
     /// Starts a bind on `basis` (callable, retention settings, retained Definitions' drop
     /// generation): the bind before becomes the one to follow, if it rested on the same.
     pub(super) fn begin(&mut self, basis: Basis) {
-        std::mem::swap(&mut self.last, &mut self.now);
-        std::mem::swap(&mut self.last_tags, &mut self.now_tags);
+        if self.copied {
+            std::mem::swap(&mut self.last, &mut self.now);
+        } else {
+            // The bind before followed its own predecessor up to `pos`: that prefix was its.
+            self.last.truncate(self.pos);
+        }
         self.now.clear();
-        self.now_tags.clear();
-        self.following = self.basis == Some(basis) && !self.last.is_empty();
+        self.pos = 0;
+        self.copied = false;
+        self.following = self.basis == Some(basis) && !self.last.items.is_empty();
         self.basis = Some(basis);
         self.keeping = true;
     }
@@ -156,66 +217,122 @@ impl Memo {
     pub(super) fn forget(&mut self) {
         self.last.clear();
         self.now.clear();
+        self.pos = 0;
+        self.copied = true;
         self.basis = None;
         self.following = false;
         self.keeping = false;
     }
 
-    /// The last bind's decision for this bind's next submission, if it applies: the same key,
-    /// boundary (its tensors found staged at `at`, the same tags) and scalar count as the
-    /// last bind's submission at this position, every earlier one having matched too.
-    /// Otherwise the bind stops following the last one.
+    /// The last bind's decision for this bind's next submission, and the entry it was taken
+    /// on, if the submission has the last one's key, staging offset and counts at this
+    /// position (every earlier one having matched too); the caller then confirms its tensors
+    /// against the entry's first invocation ([`Self::confirm`]). A miss stops the following.
     pub(super) fn recall(
         &mut self,
         key: u64,
         at: usize,
         boundary: &[TaskArg],
         scalars: usize,
-        staging: &StagingBytes,
-    ) -> Option<Accepted> {
+    ) -> Option<(Accepted, usize)> {
         if !self.following {
             return None;
         }
-        let found = self.last.get(self.now.len()).filter(|m| {
-            m.key == key
-                && m.at == at
-                && m.tensors == boundary.len()
-                && m.scalars == scalars
-                && self.last_tags[m.tags_at..m.tags_at + m.tensors]
-                    .iter()
-                    .zip(boundary)
-                    .all(|(&t, a)| t == a.tag as u8)
-                && staging.holds_at(at, boundary)
+        let found = self.last.items.get(self.pos).filter(|m| {
+            m.key == key && m.at == at && m.tensors == boundary.len() && m.scalars == scalars
         });
         self.following = found.is_some();
-        found.map(|m| m.accepted)
+        found.map(|m| (m.accepted, m.entry))
     }
 
-    /// Notes how this bind's next submission was accepted: `Some` for a decision the next
-    /// bind may apply, `None` for one it may not (nothing after it is remembered).
+    /// Whether the recalled submission's tensors are the remembered ones: each tag and view
+    /// word as remembered, every other word as in `first` (the same tensor of its key's first
+    /// invocation, as its entry holds it). If not, the bind stops following the last one.
+    pub(super) fn confirm(&mut self, boundary: &[TaskArg], first: &[TaskTensor]) -> bool {
+        const V: usize = TaskTensor::VIEW_WORDS;
+        let Some(m) = self.last.items.get(self.pos) else {
+            self.following = false;
+            return false;
+        };
+        let range = m.from..m.from + m.tensors;
+        let mut diff = (first.len() != boundary.len()) as u64;
+        if diff == 0 {
+            for (((a, f), v), &t) in boundary
+                .iter()
+                .zip(first)
+                .zip(&self.last.views[range.clone()])
+                .zip(&self.last.tags[range])
+            {
+                let (w, f) = (words(&a.tensor), words(f));
+                diff |= u64::from(t ^ a.tag as u8);
+                for j in 0..V {
+                    diff |= w[j] ^ v[j];
+                }
+                for j in V..16 {
+                    diff |= w[j] ^ f[j];
+                }
+            }
+        }
+        self.following = diff == 0;
+        self.following
+    }
+
+    /// Notes how this bind's next submission was accepted: `Some` (with its entry) for a
+    /// decision the next bind may apply, `None` for one it may not (nothing after it is
+    /// remembered). `recalled`: accepted by [`Self::recall`] and [`Self::confirm`]. A remembered decision's tensors
+    /// must equal the entry's first invocation past their view words.
     pub(super) fn note(
         &mut self,
         key: u64,
         at: usize,
         boundary: &[TaskArg],
         scalars: usize,
-        accepted: Option<Accepted>,
+        accepted: Option<(Accepted, usize)>,
+        recalled: bool,
     ) {
+        self.pos += 1;
+        if recalled && !self.copied {
+            // Still the last bind's prefix: nothing to write.
+            return;
+        }
+        if !self.copied {
+            // The last bind's prefix this bind followed becomes its own, then it goes on.
+            let n = self.pos - 1;
+            let upto = self
+                .last
+                .items
+                .get(n)
+                .map_or(self.last.tags.len(), |m| m.from);
+            grow_together(&mut self.now.items, &mut self.last.items, n);
+            self.now.items.extend_from_slice(&self.last.items[..n]);
+            grow_together(&mut self.now.tags, &mut self.last.tags, upto);
+            self.now.tags.extend_from_slice(&self.last.tags[..upto]);
+            grow_together(&mut self.now.views, &mut self.last.views, upto);
+            self.now.views.extend_from_slice(&self.last.views[..upto]);
+            self.copied = true;
+        }
         match accepted {
-            Some(accepted) if self.keeping => {
-                // `last` and `now` trade places every bind: both grow together, so a bind
-                // that remembers no more than the last two did allocates nothing.
-                grow_together(&mut self.now, &mut self.last, 1);
-                grow_together(&mut self.now_tags, &mut self.last_tags, boundary.len());
-                self.now.push(Remembered {
+            Some((accepted, entry)) if self.keeping => {
+                // `last` and `now` trade places from bind to bind: both grow together, so a
+                // bind that remembers no more than the last two did allocates nothing.
+                grow_together(&mut self.now.items, &mut self.last.items, 1);
+                grow_together(&mut self.now.tags, &mut self.last.tags, boundary.len());
+                grow_together(&mut self.now.views, &mut self.last.views, boundary.len());
+                self.now.items.push(Remembered {
                     key,
                     at,
                     tensors: boundary.len(),
                     scalars,
-                    tags_at: self.now_tags.len(),
+                    from: self.now.tags.len(),
                     accepted,
+                    entry,
                 });
-                self.now_tags.extend(boundary.iter().map(|a| a.tag as u8));
+                self.now.tags.extend(boundary.iter().map(|a| a.tag as u8));
+                self.now.views.extend(boundary.iter().map(|a| {
+                    let mut v = [0u64; TaskTensor::VIEW_WORDS];
+                    v.copy_from_slice(&words(&a.tensor)[..TaskTensor::VIEW_WORDS]);
+                    v
+                }));
             }
             _ => {
                 self.keeping = false;
@@ -233,5 +350,37 @@ fn grow_together<T>(now: &mut Vec<T>, other: &mut Vec<T>, more: usize) {
     }
     if other.capacity() < now.capacity() {
         other.reserve_exact(now.capacity() - other.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_bytes_keep_the_last_binds_bytes_past_the_end() {
+        let mut s = StagingBytes::default();
+        s.push(&[1, 2, 3, 4]);
+        s.clear();
+        assert!(s.is_empty(), "a new bind reads nothing staged");
+        // Part over the old bytes, part past them.
+        s.push(&[9]);
+        s.pad_to(2);
+        s.push(&[7, 7, 7, 7]);
+        assert_eq!(&s[..], &[9, 0, 7, 7, 7, 7]);
+        s.truncate(3);
+        assert_eq!(&s[..], &[9, 0, 7]);
+        // The bytes past the end are still there to be skipped over.
+        s.skip(2);
+        assert_eq!(&s[..], &[9, 0, 7, 7, 7]);
+    }
+
+    #[test]
+    #[should_panic(expected = "skipped past the staged bytes")]
+    fn skipping_past_every_staged_byte_is_refused() {
+        let mut s = StagingBytes::default();
+        s.push(&[1, 2]);
+        s.clear();
+        s.skip(3);
     }
 }

@@ -259,7 +259,8 @@ impl BindGraphs<'_> {
         let inline = |g: &mut Graphs| {
             g.staging.truncate(mark.0);
             g.boundary_at.truncate(mark.1);
-            g.memo.note(full_key, first, boundary, scalars.len(), None);
+            g.memo
+                .note(full_key, first, boundary, scalars.len(), None, false);
             g.counts[2] += 1;
             None
         };
@@ -272,7 +273,23 @@ impl BindGraphs<'_> {
         // boundary is staged already (the memo module says why that is sound).
         let recalled = g
             .memo
-            .recall(full_key, first, boundary, scalars.len(), &g.staging);
+            .recall(full_key, first, boundary, scalars.len())
+            .filter(|&(_, e)| match g.entries.get(e) {
+                Some(entry) => {
+                    let inner = entry.lock();
+                    let first_invocation = inner.boundary.as_ref().map_or(&[][..], |b| &b.tensors);
+                    g.memo.confirm(boundary, first_invocation)
+                }
+                None => g.memo.confirm(boundary, &[]),
+            })
+            .map(|(accepted, _)| accepted);
+        debug_assert!(
+            recalled.is_none() || g.staging.holds_at(first, boundary),
+            "graph {full_key:#x}: a followed boundary is not the one staged"
+        );
+        // Whether the boundary equals its key's first invocation past the view words, for a
+        // later submission of a key (what the memo may remember).
+        let mut rememberable = true;
         let decided = match recalled {
             Some(Accepted::Again(e)) => Some(e),
             Some(Accepted::Retained(_)) => None,
@@ -283,7 +300,14 @@ impl BindGraphs<'_> {
                     // copied).
                     let inner = g.entries[e].lock();
                     let same = inner.boundary.as_ref().is_some_and(|first| {
-                        first.matches_args(&inner.reps, boundary, scalars.len())
+                        let same = first.matches_args(&inner.reps, boundary, scalars.len());
+                        rememberable = same
+                            && first
+                                .tensors
+                                .iter()
+                                .zip(boundary)
+                                .all(|(t, a)| memo::same_past_view(t, &a.tensor));
+                        same
                     });
                     drop(inner);
                     if !same {
@@ -370,8 +394,15 @@ impl BindGraphs<'_> {
             g.counts[1] += 1;
             Some(Accepted::Again(entry))
         };
-        g.memo
-            .note(full_key, first, boundary, scalars.len(), accepted);
+        let remembered = accepted.filter(|_| rememberable).map(|a| (a, entry));
+        g.memo.note(
+            full_key,
+            first,
+            boundary,
+            scalars.len(),
+            remembered,
+            recalled.is_some(),
+        );
         g.followed += recalled.is_some() as u64;
         g.pending = entry;
         at.map(|at| GraphRef {
