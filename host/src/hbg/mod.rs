@@ -366,8 +366,18 @@ impl BindGraphs<'_> {
             };
             // The first invocation's deep copy, kept on the entry; a retained Definition's
             // boundary matched has this one's alias relation.
-            let reps = hit.map(|r| &g.kept.items[r].reps);
-            g.entries[entry].begin(full_key, boundary, scalars, reps);
+            if recalled.is_some() {
+                // Followed: the entry holds this boundary already (the memo confirmed it).
+                debug_assert!(g.entries[entry].lock().boundary.as_ref().is_some_and(|b| {
+                    b.tensors.len() == boundary.len()
+                        && b.tensors.iter().zip(boundary).all(|(t, a)| *t == a.tensor)
+                        && b.tags.iter().zip(boundary).all(|(&t, a)| t == a.tag)
+                }));
+                g.entries[entry].begin_same(full_key, scalars);
+            } else {
+                let reps = hit.map(|r| &g.kept.items[r].reps);
+                g.entries[entry].begin(full_key, boundary, scalars, reps);
+            }
             if g.kept.hits.len() <= entry {
                 g.kept.hits.resize(entry + 1, None);
             }

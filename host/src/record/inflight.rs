@@ -125,6 +125,24 @@ impl Inflight {
         );
     }
 
+    /// Prepares the entry for the key it was begun for at an earlier bind, with the same
+    /// boundary tensors and tags (the caller has confirmed they are the ones it holds): only
+    /// the scalars' values are copied again.
+    pub fn begin_same(&self, full_key: u64, scalars: &[u64]) {
+        let mut inner = self.lock();
+        inner.full_key = full_key;
+        if let Some(b) = inner.boundary.as_mut() {
+            b.scalars.clear();
+            b.scalars.extend_from_slice(scalars);
+        }
+        inner.error = None;
+        inner.image.clear();
+        self.status.store(
+            InflightStatus::Recording as u8,
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
     /// Marks an entry just begun ready without a recording: its Definition is one retained
     /// from an earlier bind, and the commit places that one.
     pub fn ready(&self) {
