@@ -333,9 +333,7 @@ fn a_key_reused_with_another_boundary_signature_records_a_new_definition() {
         (4, 1, 0, ROWS as u64),
         (5, 0, 0, 0),
     ] {
-        let mut scalars = vec![bits(s); ROWS as usize];
-        scalars.push(wide);
-        let (report, y) = bind(&mut w, h, b, &scalars).expect("bind");
+        let (report, y) = bind_rows(&mut w, h, b, s, wide);
         assert_eq!(
             report.graph_phases.definitions_built, expect_built,
             "bind {b} (width variant {wide})"
@@ -354,6 +352,31 @@ fn a_key_reused_with_another_boundary_signature_records_a_new_definition() {
     }
     assert_eq!(w.retained_graphs().0, 2, "one per signature");
     assert_eq!(live.lock().unwrap().len(), 2);
+}
+
+/// Binds `h` (bind `b`'s x) with s for every row's scalar and `extra` after them.
+fn bind_rows(
+    w: &mut ChipWorker,
+    h: CallableHandle,
+    b: u32,
+    s: f32,
+    extra: u64,
+) -> (BindReport, Vec<f32>) {
+    let mut scalars = vec![bits(s); ROWS as usize];
+    scalars.push(extra);
+    bind(w, h, b, &scalars).expect("bind")
+}
+
+/// Row `k` of bind `b`'s y holds x + 2s at its first and its `len`-th column.
+fn assert_row(y: &[f32], b: u32, k: usize, len: usize, s: f32) {
+    let at = k * N as usize;
+    for i in [0, len - 1] {
+        assert_eq!(
+            y[at + i],
+            x_value(b, at + i) + 2.0 * s,
+            "bind {b} row {k} col {i}"
+        );
+    }
 }
 
 /// Rows 0..ROWS under one key, the last one over N / 2 columns when scalar ROWS is 1 (a
@@ -388,25 +411,12 @@ fn a_bind_that_departs_from_the_last_one_midway_is_accepted_afresh_from_there() 
         (3, 1, rows - 1, [0, rows - 1, 1]),
         (4, 1, rows - 1, [0, rows - 1, 1]),
     ] {
-        let mut scalars = vec![bits(s); ROWS as usize];
-        scalars.push(narrow);
-        let (report, y) = bind(&mut w, h, b, &scalars).expect("bind");
+        let (report, y) = bind_rows(&mut w, h, b, s, narrow);
         assert_eq!(report.graph_phases.followed, followed, "bind {b}");
         assert_eq!(report.graphs, graphs, "bind {b}");
         for k in 0..ROWS as usize {
-            let len = if narrow == 1 && k == ROWS as usize - 1 {
-                N / 2
-            } else {
-                N
-            } as usize;
-            let at = k * N as usize;
-            for i in [0, len - 1] {
-                assert_eq!(
-                    y[at + i],
-                    x_value(b, at + i) + 2.0 * s,
-                    "bind {b} row {k} col {i}"
-                );
-            }
+            let narrowed = narrow == 1 && k == ROWS as usize - 1;
+            assert_row(&y, b, k, if narrowed { N / 2 } else { N } as usize, s);
         }
     }
 }
@@ -441,21 +451,12 @@ fn a_bind_with_fewer_or_more_submissions_follows_the_common_prefix() {
         (4, rows, rows / 2),
         (5, rows, rows),
     ] {
-        let mut scalars = vec![bits(s); ROWS as usize];
-        scalars.push(n);
-        let (report, y) = bind(&mut w, h, b, &scalars).expect("bind");
+        let (report, y) = bind_rows(&mut w, h, b, s, n);
         assert_eq!(report.graph_phases.followed, followed, "bind {b}");
         let recorded = u64::from(b == 0);
         assert_eq!(report.graphs, [recorded, n - recorded, 0], "bind {b}");
         for k in 0..n as usize {
-            let at = k * N as usize;
-            for i in [0, N as usize - 1] {
-                assert_eq!(
-                    y[at + i],
-                    x_value(b, at + i) + 2.0 * s,
-                    "bind {b} row {k} col {i}"
-                );
-            }
+            assert_row(&y, b, k, N as usize, s);
         }
     }
 }

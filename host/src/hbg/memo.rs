@@ -61,8 +61,9 @@ impl StagingBytes {
     }
     /// Pads with zero bytes up to `len` (no-op when already there).
     pub(super) fn pad_to(&mut self, len: usize) {
+        const ZEROS: [u8; 64] = [0; 64];
         while self.len < len {
-            self.push(&[0]);
+            self.push(&ZEROS[..(len - self.len).min(ZEROS.len())]);
         }
     }
     /// Appends `src`.
@@ -73,8 +74,8 @@ impl StagingBytes {
         self.bytes.extend_from_slice(&src[overlap..]);
         self.len = end;
     }
-    /// Whether the `n` tensors of `args` lie back to back at `at` (at or past this bind's
-    /// end, where an earlier bind left them).
+    /// Whether the tensors of `args` lie back to back at `at` (at or past this bind's end,
+    /// where an earlier bind left them): the memo's soundness, checked in debug builds.
     pub(super) fn holds_at(&self, at: usize, args: &[TaskArg]) -> bool {
         const SIZE: usize = core::mem::size_of::<simpler_core::TaskTensor>();
         at >= self.len
@@ -218,6 +219,7 @@ impl Memo {
         self.last.clear();
         self.now.clear();
         self.pos = 0;
+        // `now` (empty) is what the next bind follows: nothing.
         self.copied = true;
         self.basis = None;
         self.following = false;

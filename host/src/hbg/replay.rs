@@ -3,8 +3,8 @@
 //! this bind's entry buffers, Graph staging and heap blocks are, and the replay that ships
 //! the image without running the orchestration.
 
+use super::graphs::{GRAPH_STAGING_BYTES, SHELL_BOUNDARY, SHELL_DEFINITION, SHELL_HEAP};
 use super::{BindReport, BuiltImage, GraphRetention, HostViews, Mirror};
-use super::{GRAPH_STAGING_BYTES, SHELL_BOUNDARY, SHELL_DEFINITION, SHELL_HEAP};
 use crate::chip_worker::{ChipArg, ChipWorker, Staging, WorkerError};
 use simpler_core::gm::Gm;
 use simpler_core::{BufferHandle, ChipStorageTaskArgs, ChipTensor};
