@@ -639,8 +639,9 @@ impl<'a> SchedState<'a> {
         false
     }
 
-    /// Transition 2 (and 3 if nothing is outstanding): publishes a wired task.
-    pub(crate) fn publish(&self, r: SlotRef, wait_edges: u32, already_completed: u32) {
+    /// Transition 2 (and 3 if nothing is outstanding): publishes a wired task; `true` when the
+    /// publish itself made it ready (every producer had completed).
+    pub(crate) fn publish(&self, r: SlotRef, wait_edges: u32, already_completed: u32) -> bool {
         let slot = self.slot(r);
         slot.fanin_count.store(wait_edges + 1, Ordering::Relaxed);
         slot.status
@@ -651,9 +652,11 @@ impl<'a> SchedState<'a> {
         let before = slot
             .fanin_refcount
             .fetch_add(FANIN_READY - linked, Ordering::AcqRel);
-        if before == linked {
+        let ready = before == linked;
+        if ready {
             self.make_ready(slot);
         }
+        ready
     }
 
     /// Transition 7: an allocation task has no work; it is complete as soon as it exists.

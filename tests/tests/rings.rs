@@ -203,3 +203,43 @@ fn a_heap_held_by_an_open_scope_is_a_deadlock() {
         );
     });
 }
+
+/// A waiter that counts the submits that made their task ready.
+#[derive(Default)]
+struct CountReady(u32);
+impl Waiter for CountReady {
+    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
+        Err(GaveUp)
+    }
+    fn made_ready(&mut self) {
+        self.0 += 1;
+    }
+}
+
+#[test]
+fn a_submit_tells_its_waiter_exactly_when_it_made_the_task_ready() {
+    with_runtime(config(16, 1 << 20), |orch, shared| {
+        orch.scope_begin(ScopeMode::Auto).unwrap();
+        let mut ready = CountReady::default();
+        // No producer: ready at its publish, in the AIV queue when the waiter hears of it.
+        let mut a = [output(1)];
+        let first = orch.submit(aiv_task(&mut a), &mut ready).unwrap();
+        assert_eq!(ready.0, 1);
+        // Its reader waits for it: not ready at publish, so no call.
+        let mut b = [input(a[0].tensor), output(1)];
+        let second = orch.submit(aiv_task(&mut b), &mut ready).unwrap();
+        assert_eq!(ready.0, 1, "a task with an outstanding producer is not ready");
+        let shape = simpler_core::cores::ResourceShape::Aiv;
+        assert_eq!(shared.pop_ready(shape), Some(first));
+        assert_eq!(shared.pop_ready(shape), None);
+        // Once the producer has completed, a new reader is ready at its publish.
+        assert!(shared.mark_running(first));
+        shared.complete(first);
+        assert_eq!(shared.pop_ready(shape), Some(second), "the completion readied it");
+        let mut c = [input(a[0].tensor), output(1)];
+        let third = orch.submit(aiv_task(&mut c), &mut ready).unwrap();
+        assert_eq!(ready.0, 2);
+        assert_eq!(shared.pop_ready(shape), Some(third));
+        orch.scope_end().unwrap();
+    });
+}

@@ -579,7 +579,9 @@ impl<'a> Orchestrator<'a> {
             self.insert_entries(id, args, tracked_read, handed_over, manual_scope, war);
         }
         before_publish(id, args);
-        self.wiring.wire_and_publish(ring, me);
+        if self.wiring.wire_and_publish(ring, me) {
+            waiter.made_ready();
+        }
         self.scopes.push(id).map_err(|e| late(e.into()))?;
         Ok(id)
     }
@@ -992,10 +994,10 @@ impl<'a> Wiring<'a> {
         (start, count)
     }
 
-    /// Step 6: records the task's edge range and publishes it.
-    fn wire_and_publish(&mut self, ring: usize, me: SlotRef) {
+    /// Step 6: records the task's edge range and publishes it; `true` when that made it ready.
+    fn wire_and_publish(&mut self, ring: usize, me: SlotRef) -> bool {
         self.finish_edges(ring, me);
-        self.shared.publish(me, self.waits, self.completed);
+        self.shared.publish(me, self.waits, self.completed)
     }
 }
 

@@ -72,11 +72,22 @@ impl fmt::Display for Blocked {
 pub trait Waiter {
     /// Called each time a claim fails on `on`.
     fn wait(&mut self, on: Blocked) -> Result<(), GaveUp>;
+
+    /// Called after a submit made its task ready at publish (every producer had completed),
+    /// once the task is in its ready queue: the place to wake schedulers that may be blocked
+    /// waiting for work. A completion that readies a task is the scheduler's own business;
+    /// this covers the tasks only the orchestrator can know of. By default, nothing: a
+    /// scheduler that never blocks (the firmware's) needs no wake.
+    fn made_ready(&mut self) {}
 }
 
 impl<W: Waiter + ?Sized> Waiter for &mut W {
     fn wait(&mut self, on: Blocked) -> Result<(), GaveUp> {
         (**self).wait(on)
+    }
+
+    fn made_ready(&mut self) {
+        (**self).made_ready()
     }
 }
 

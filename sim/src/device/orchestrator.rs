@@ -83,6 +83,13 @@ impl Waiter for OrchWaiter<'_> {
             Ok(())
         }
     }
+
+    /// A scheduler with nothing to do blocks on the run's wakeup; a task readied by its
+    /// submit is work only the orchestrator knows of, so it wakes them (the queue push comes
+    /// first: see `Wakeup`'s ordering).
+    fn made_ready(&mut self) {
+        self.state.wake.notify();
+    }
 }
 
 /// The device thread's body: builds the device state for `config` over GM `gm_words`, reports
