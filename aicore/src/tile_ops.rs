@@ -13,7 +13,10 @@
 //!
 //! ## Results across implementations
 //!
-//! Elementwise operations give the same bits everywhere. A matrix product sums its `k` terms
+//! Arithmetic elementwise operations (add, mul, scale) give the same bits everywhere; `exp` may
+//! differ by the implementation's accuracy (the portable loop's is libm's `expf`, within 1 ulp;
+//! an implementation documents its own, and may flush results below about 1e-37 to 0). A
+//! matrix product sums its `k` terms
 //! in an order of the implementation's choosing (blocked, several partial sums per output), so
 //! two implementations may differ by the rounding of a reordered f32 sum: at most about
 //! `k · ε · Σ|a·b|` per element (ε = 2⁻²⁴), which for the scenes' 128-deep tiles of values in

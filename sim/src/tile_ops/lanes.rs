@@ -1,0 +1,316 @@
+//! `exp`, row maxima and row sums written for the vector units: plain Rust over fixed lanes,
+//! compiled once per unit (`#[target_feature]`) and chosen at run time, so the compiler's
+//! auto-vectoriser turns each into AVX-512 or AVX2 code without intrinsics.
+//!
+//! ## Results
+//!
+//! Every body is written so that the compiler may not reorder its floating-point arithmetic
+//! (Rust never contracts `a * b + c` into a fused multiply-add or reassociates a sum), so the
+//! three builds of each give the same bits on every CPU; only the portable loops of
+//! [`simpler_aicore::tile_ops`] (the firmware's) differ:
+//!
+//! - [`exp`] is within 2 ulp of the exact value (`tests` sweep it against f64's `exp`) where
+//!   libm's `expf` is within 1; below `-86.5` (`e^-86.5` is about 2.9e-38) it returns 0 and
+//!   above `ln(f32::MAX)` infinity, NaN stays NaN. The scenes' softmax arguments are
+//!   `s - max(s)`, at most 0, so the flush moves a term by less than 3e-38 against a row whose
+//!   largest term is 1.
+//! - [`sum`] adds in [`LANES`] partial sums (element `i` into lane `i % LANES`) and then adds
+//!   the lanes pairwise: the same terms as the portable left-to-right sum in another order,
+//!   within `n · ε · Σ|x|` of it (ε = 2⁻²⁴).
+//! - [`max`] is exact: the order of a maximum does not change it (NaN skipped, as there).
+
+/// Lanes of the partial sums and maxima: one AVX-512 register of f32, two of AVX2.
+pub const LANES: usize = 16;
+
+/// `e^x` for one value, branch-free, so that a loop of it vectorises.
+///
+/// Cody and Waite's reduction: `x = n·ln 2 + r` with `n = round(x·log2 e)`, so `|r| <= ln 2 / 2`;
+/// `ln 2` is split in a part of 9 significant bits (so `n·C1` is exact for the `|n| <= 128`
+/// that occur) and the rest. `e^r` is its Taylor polynomial to degree 7 (the remainder
+/// `r^8 / 8!` is below 6e-9 of the result on that interval), and `2^n` is built in the
+/// exponent bits as `2^(n - 1)` times 2, so that `n = 128` (for `x` up to `ln(f32::MAX)`)
+/// does not overflow the field; `x >= -86.5` keeps `n >= -125`, so no factor is subnormal.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // 0.693359375 = 355 / 512, and ln 2 - 355 / 512.
+    const C1: f32 = 0.693_359_4;
+    const C2: f32 = -2.121_944_4e-4;
+    // Adding 1.5 · 2^23 rounds to an integer (to nearest, ties to even) and leaves it in the
+    // low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    const LO: f32 = -86.5;
+    const HI: f32 = 88.722_83;
+    // NaN stays NaN here and is put back at the end.
+    let xc = x.clamp(LO, HI);
+    let t = xc * LOG2E + ROUND;
+    let n = t - ROUND;
+    // The integer n, from t's bits: t's mantissa holds 2^22 + n.
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let r = (xc - n * C1) - n * C2;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    // n is -125..=128 here: 2^(n - 1) has a normal exponent, and p · 2 (in [1.4, 2.9]) times
+    // it is never subnormal before the final rounding.
+    let scale = f32::from_bits(((ni + 126) as u32) << 23);
+    let y = (p * 2.0) * scale;
+    let y = if x < LO { 0.0 } else { y };
+    let y = if x > HI { f32::INFINITY } else { y };
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// `x = e^(x - m)` for every element.
+#[inline(always)]
+pub fn exp_sub(x: &mut [f32], m: f32) {
+    for v in x.iter_mut() {
+        *v = exp(*v - m);
+    }
+}
+
+/// The sum of `x` in [`LANES`] partial sums (see the module docs for the order).
+#[inline(always)]
+pub fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(rest) {
+        *a += v;
+    }
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        let (lo, hi) = acc.split_at_mut(width);
+        for (a, &b) in lo.iter_mut().zip(hi.iter()) {
+            *a += b;
+        }
+    }
+    acc[0]
+}
+
+/// The largest element of `x` (`-inf` when empty; NaN elements skipped).
+#[inline(always)]
+pub fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = a.max(v);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(rest) {
+        *a = a.max(v);
+    }
+    acc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+/// The vector unit the bodies run on, detected once per call (the standard library caches
+/// the CPU's answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// AVX-512F.
+    Avx512,
+    /// AVX2 with FMA.
+    Avx2,
+    /// The build's baseline target.
+    Baseline,
+}
+
+impl Unit {
+    /// The widest unit this CPU has.
+    #[inline(always)]
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Self::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Self::Avx2;
+            }
+        }
+        Self::Baseline
+    }
+}
+
+/// Defines `pub fn $name` running `$body` (one of the bodies above) compiled for the unit
+/// [`Unit::detect`] finds, plus `$name` on an explicit unit for the tests.
+macro_rules! dispatched {
+    ($(#[$doc:meta])* $name:ident, $on:ident, ($($arg:ident: $ty:ty),*) -> $ret:ty, $body:path) => {
+        $(#[$doc])*
+        #[inline]
+        pub fn $name($($arg: $ty),*) -> $ret {
+            $on(Unit::detect(), $($arg),*)
+        }
+
+        /// The same on `unit`, which must be one this CPU has (a unit it lacks runs the
+        /// baseline build).
+        #[allow(unsafe_code)] // calling the `#[target_feature]` builds: see the SAFETY comments
+        pub fn $on(unit: Unit, $($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
+                }
+                match unit {
+                    Unit::Avx512 if std::arch::is_x86_feature_detected!("avx512f") => {
+                        // SAFETY: the CPU reports AVX-512F (checked just above), the only
+                        // feature this build assumes beyond the baseline.
+                        return unsafe { avx512($($arg),*) };
+                    }
+                    Unit::Avx2
+                        if std::arch::is_x86_feature_detected!("avx2")
+                            && std::arch::is_x86_feature_detected!("fma") =>
+                    {
+                        // SAFETY: the CPU reports AVX2 and FMA (checked just above), the only
+                        // features this build assumes beyond the baseline.
+                        return unsafe { avx2($($arg),*) };
+                    }
+                    _ => {}
+                }
+            }
+            let _ = unit;
+            $body($($arg),*)
+        }
+    };
+}
+
+dispatched!(
+    /// [`exp_sub`] on the widest vector unit.
+    exp_sub_fast, exp_sub_on, (x: &mut [f32], m: f32) -> (), exp_sub
+);
+dispatched!(
+    /// [`sum`] on the widest vector unit.
+    sum_fast, sum_on, (x: &[f32]) -> f32, sum
+);
+dispatched!(
+    /// [`max`] on the widest vector unit.
+    max_fast, max_on, (x: &[f32]) -> f32, max
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distance in units in the last place between two finite f32 of the same sign.
+    fn ulps(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    /// Every unit this CPU has, the baseline included.
+    fn units() -> Vec<Unit> {
+        let mut u = vec![Unit::Baseline];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                u.push(Unit::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                u.push(Unit::Avx512);
+            }
+        }
+        u
+    }
+
+    #[test]
+    fn exp_is_within_two_ulp_of_the_exact_value_over_its_normal_range() {
+        // Every 997th f32 bit pattern from -86.5 to ln(f32::MAX): about 2.3 million values.
+        let (lo, hi) = (-86.5f32, 88.722_83f32);
+        let mut worst = (0, 0.0f32);
+        let mut check = |x: f32| {
+            let exact = (x as f64).exp() as f32;
+            let got = exp(x);
+            let d = ulps(got, exact);
+            if d > worst.0 {
+                worst = (d, x);
+            }
+        };
+        let mut bits = lo.to_bits();
+        while f32::from_bits(bits) <= -1e-30 {
+            check(f32::from_bits(bits));
+            bits -= 997;
+        }
+        let mut bits = 0u32;
+        while f32::from_bits(bits) <= hi {
+            check(f32::from_bits(bits));
+            bits += 997;
+        }
+        for x in [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, lo, hi, 88.0, -86.4] {
+            check(x);
+        }
+        assert!(worst.0 <= 2, "{} ulp at {}", worst.0, worst.1);
+    }
+
+    #[test]
+    fn exp_flushes_below_its_range_and_keeps_the_special_values() {
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp(-86.6), 0.0);
+        assert_eq!(exp(-1e30), 0.0);
+        assert_eq!(exp(88.8), f32::INFINITY);
+        assert_eq!(exp(f32::INFINITY), f32::INFINITY);
+        assert!(exp(f32::NAN).is_nan());
+        assert_eq!(exp(0.0), 1.0);
+        // Just below the overflow the value is finite and close to f32::MAX.
+        let top = exp(88.72);
+        assert!(top.is_finite() && top > 3.3e38, "{top}");
+    }
+
+    #[test]
+    fn every_unit_gives_the_same_bits() {
+        let mut x: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 30.0 - 10.0).collect();
+        x.extend([f32::NAN, f32::NEG_INFINITY, 100.0, -100.0, 0.0]);
+        let want_exp: Vec<u32> = x.iter().map(|&v| exp(v - 1.5).to_bits()).collect();
+        for unit in units() {
+            for len in [0, 1, 15, 16, 17, 33, x.len()] {
+                let mut y = x[..len].to_vec();
+                exp_sub_on(unit, &mut y, 1.5);
+                let got: Vec<u32> = y.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want_exp[..len], "{unit:?}, {len} elements");
+                let finite = &x[..len.min(1000)];
+                assert_eq!(
+                    sum_on(unit, finite).to_bits(),
+                    sum(finite).to_bits(),
+                    "{unit:?} sum"
+                );
+                assert_eq!(max_on(unit, &x[..len]).to_bits(), max(&x[..len]).to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn sums_and_maxima_agree_with_the_plain_loops() {
+        let x: Vec<f32> = (0..1037).map(|i| ((i * 7919) % 1000) as f32 / 999.0 - 0.3).collect();
+        for len in [0, 1, 5, 16, 31, 64, 1037] {
+            let v = &x[..len];
+            let exact: f64 = v.iter().map(|&a| a as f64).sum();
+            let abs: f64 = v.iter().map(|&a| (a as f64).abs()).sum();
+            let bound = len as f64 * abs / (1u64 << 24) as f64;
+            assert!((sum_fast(v) as f64 - exact).abs() <= bound, "{len}");
+            assert_eq!(max_fast(v), v.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a)));
+        }
+        assert_eq!(max_fast(&[f32::NAN, -3.0, f32::NAN]), -3.0);
+        assert_eq!(sum_fast(&[]), 0.0);
+    }
+}
