@@ -155,13 +155,14 @@ macro_rules! dispatched {
         $(#[$doc])*
         #[inline]
         pub fn $name($($arg: $ty),*) -> $ret {
-            $on(Unit::detect(), $($arg),*)
+            $on($crate::tile_ops::lanes::Unit::detect(), $($arg),*)
         }
 
         /// The same on `unit`, which must be one this CPU has (a unit it lacks runs the
         /// baseline build).
         #[allow(unsafe_code)] // calling the `#[target_feature]` builds: see the SAFETY comments
-        pub fn $on(unit: Unit, $($arg: $ty),*) -> $ret {
+        pub fn $on(unit: $crate::tile_ops::lanes::Unit, $($arg: $ty),*) -> $ret {
+            use $crate::tile_ops::lanes::Unit;
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
@@ -194,6 +195,8 @@ macro_rules! dispatched {
         }
     };
 }
+
+pub(crate) use dispatched;
 
 dispatched!(
     /// [`exp_sub`] on the widest vector unit.

@@ -22,6 +22,7 @@
 //! same bits for these.
 
 pub mod lanes;
+pub mod small;
 
 use simpler_aicore::TileOps;
 
@@ -86,14 +87,18 @@ fn product(
 
 impl TileOps for HostTileOps {
     fn matmul(&self, a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
-        if !product(a, b, c, k, n, (n, 1), 1.0) {
+        if small::fits(c, k, n) {
+            small::matmul_fast(a, b, c, k, n);
+        } else if !product(a, b, c, k, n, (n, 1), 1.0) {
             simpler_aicore::tile_ops::matmul(a, b, c, k, n);
         }
     }
 
     fn matmul_bt(&self, a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
         // bᵀ's element (p, j) is b's (j, p), at j * k + p.
-        if !product(a, b, c, k, n, (1, k), scale) {
+        if small::fits_bt(b, c, k, n) {
+            small::matmul_bt_fast(a, b, c, k, n, scale);
+        } else if !product(a, b, c, k, n, (1, k), scale) {
             simpler_aicore::tile_ops::matmul_bt(a, b, c, k, n, scale);
         }
     }

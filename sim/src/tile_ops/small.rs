@@ -1,0 +1,148 @@
+//! Products of small tiles, where `gemm`'s packing and blocking cost more than the arithmetic
+//! (paged attention's 16x16x16 products took about 8,000 instructions each through it): the
+//! portable i-k-j loop, compiled for the vector units ([`super::lanes`]' dispatch) and, for the
+//! common widths, with the output row held in registers.
+//!
+//! Results: the same terms in the same order as [`simpler_aicore::tile_ops::matmul`] and
+//! [`simpler_aicore::tile_ops::matmul_bt`] (each output a running sum from `p = 0`, no fused
+//! multiply-add), so the same values as the firmware's loops, on every CPU.
+
+/// Largest `m · n · k` taken this way; larger products go to `gemm`.
+pub const MAX_VOLUME: usize = 32 * 32 * 32;
+/// Largest `n · k` of a transposed product's right operand (transposed on the stack).
+const MAX_BT: usize = 32 * 32;
+
+/// `c (m × n) = a (m × k) · b (k × n)` for one row width `N` known at compile time: each
+/// output row accumulates in `N` lanes.
+#[inline(always)]
+fn rows<const N: usize>(a: &[f32], b: &[f32], c: &mut [f32], k: usize) {
+    for (c_row, a_row) in c.chunks_exact_mut(N).zip(a.chunks_exact(k)) {
+        let mut acc = [0.0f32; N];
+        for (&x, b_row) in a_row.iter().zip(b.chunks_exact(N)) {
+            for (y, &z) in acc.iter_mut().zip(b_row) {
+                *y += x * z;
+            }
+        }
+        c_row.copy_from_slice(&acc);
+    }
+}
+
+/// The same for any width `n`, accumulating in `c`'s row.
+#[inline(always)]
+fn rows_any(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
+    for (c_row, a_row) in c.chunks_exact_mut(n).zip(a.chunks_exact(k)) {
+        c_row.fill(0.0);
+        for (&x, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
+            for (y, &z) in c_row.iter_mut().zip(b_row) {
+                *y += x * z;
+            }
+        }
+    }
+}
+
+/// [`rows`] for the widths with a register-held row, else [`rows_any`]; `k, n > 0`.
+#[inline(always)]
+fn product(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
+    match n {
+        8 => rows::<8>(a, b, c, k),
+        16 => rows::<16>(a, b, c, k),
+        32 => rows::<32>(a, b, c, k),
+        _ => rows_any(a, b, c, k, n),
+    }
+}
+
+/// `c = scale · a · bᵀ` (`b` is `n × k`, `n · k <= MAX_BT`): `b` transposed on the stack, then
+/// [`product`]; each output is scaled after its sum, as the portable dot product is.
+#[inline(always)]
+fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
+    let mut bt = [0.0f32; MAX_BT];
+    for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
+        for (p, &v) in b_row.iter().enumerate() {
+            bt[p * n + j] = v;
+        }
+    }
+    product(a, &bt[..n * k], c, k, n);
+    // Only the rows the product wrote (as many as both `a` and `c` have).
+    let written = (c.len() / n).min(a.len() / k) * n;
+    for v in c.iter_mut().take(written) {
+        *v *= scale;
+    }
+}
+
+crate::tile_ops::lanes::dispatched!(
+    /// [`product`] on the widest vector unit.
+    matmul_fast, matmul_on, (a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) -> (), product
+);
+crate::tile_ops::lanes::dispatched!(
+    /// [`product_bt`] on the widest vector unit.
+    matmul_bt_fast, matmul_bt_on,
+    (a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) -> (), product_bt
+);
+
+/// Whether a product of `c.len() / n` rows, depth `k` and width `n` is taken here.
+#[inline(always)]
+pub fn fits(c: &[f32], k: usize, n: usize) -> bool {
+    k > 0 && n > 0 && c.len() / n * n * k <= MAX_VOLUME
+}
+
+/// Whether the transposed product's right operand fits the stack copy, and `b` holds all of
+/// it (a shorter `b` goes to the portable loop, which covers what it can).
+#[inline(always)]
+pub fn fits_bt(b: &[f32], c: &[f32], k: usize, n: usize) -> bool {
+    fits(c, k, n) && n * k <= MAX_BT && b.len() >= n * k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tile_ops::lanes::Unit;
+    use simpler_aicore::tile_ops::{matmul, matmul_bt};
+
+    fn values(len: usize, mut seed: u64) -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn small_products_give_the_portable_loops_values_on_every_unit() {
+        let units = [Unit::Baseline, Unit::Avx2, Unit::Avx512];
+        for (m, k, n) in [(16, 16, 16), (16, 16, 8), (4, 32, 32), (7, 5, 3), (1, 1, 1), (3, 9, 16)] {
+            let a = values(m * k, 3 + k as u64);
+            let b = values(k * n, 11 + n as u64);
+            let mut want = vec![0.0; m * n];
+            matmul(&a, &b, &mut want, k, n);
+            let mut want_bt = vec![0.0; m * n];
+            matmul_bt(&a, &b, &mut want_bt, k, n, 0.25);
+            for unit in units {
+                let mut c = vec![f32::NAN; m * n];
+                matmul_on(unit, &a, &b, &mut c, k, n);
+                assert_eq!(bits(&c), bits(&want), "{unit:?} {m}x{k}x{n}");
+                let mut c = vec![f32::NAN; m * n];
+                matmul_bt_on(unit, &a, &b, &mut c, k, n, 0.25);
+                // Zeros may differ in sign only; every value is the same.
+                assert_eq!(c, want_bt, "{unit:?} {m}x{k}x{n} bt");
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_too_large_or_too_short_is_left_to_the_others() {
+        let c = vec![0.0; 64 * 64];
+        assert!(!fits(&c, 64, 64), "64x64x64 goes to gemm");
+        assert!(fits(&c[..16 * 16], 16, 16));
+        assert!(!fits(&c[..16], 0, 16), "k = 0");
+        let b = vec![0.0; 16 * 16];
+        assert!(fits_bt(&b, &c[..256], 16, 16));
+        assert!(!fits_bt(&b[..255], &c[..256], 16, 16), "b short of n x k");
+    }
+}
