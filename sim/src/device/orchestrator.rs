@@ -55,12 +55,19 @@ impl Region {
     }
 }
 
+/// Pauses [`OrchWaiter`] spins before it blocks.
+const SPINS: u32 = 32;
+
 fn region(bytes: usize) -> Region {
     Region::new(bytes)
 }
 
 /// The orchestrator's waiting policy: spin briefly, then block on the wakeup; give up when the
 /// run is aborted.
+///
+/// The spin is short (`SPINS` pauses, well under a microsecond): what the orchestrator waits for
+/// (a completion that frees ring room) comes from scheduler threads that share the host's few
+/// CPUs with it, so every pause spun is taken from the threads it is waiting on.
 struct OrchWaiter<'s> {
     state: &'s RunState,
 }
@@ -71,7 +78,7 @@ impl Waiter for OrchWaiter<'_> {
             return Err(GaveUp);
         }
         let seen = self.state.wake.generation();
-        for _ in 0..256 {
+        for _ in 0..SPINS {
             core::hint::spin_loop();
         }
         if self.state.wake.generation() == seen {

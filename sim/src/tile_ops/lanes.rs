@@ -19,6 +19,8 @@
 //!   within `n · ε · Σ|x|` of it (ε = 2⁻²⁴).
 //! - [`max`] is exact: the order of a maximum does not change it (NaN skipped, as there).
 
+use simpler_aicore::TileOps;
+
 /// Lanes of the partial sums and maxima: one AVX-512 register of f32, two of AVX2.
 pub const LANES: usize = 16;
 
@@ -198,6 +200,33 @@ macro_rules! dispatched {
 
 pub(crate) use dispatched;
 
+/// The bodies above as tile operations, so that a fused operation written over [`TileOps`]
+/// (softmax's rows) compiles into one piece on each unit.
+struct Bodies;
+
+impl TileOps for Bodies {
+    #[inline(always)]
+    fn exp_sub(&self, x: &mut [f32], m: f32) {
+        exp_sub(x, m);
+    }
+
+    #[inline(always)]
+    fn max(&self, x: &[f32]) -> f32 {
+        max(x)
+    }
+
+    #[inline(always)]
+    fn sum(&self, x: &[f32]) -> f32 {
+        sum(x)
+    }
+}
+
+/// [`TileOps::softmax_rows`] on [`Bodies`].
+#[inline(always)]
+fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) {
+    simpler_aicore::tile_ops::softmax_rows(&Bodies, s, m, l, bs, valid, round);
+}
+
 dispatched!(
     /// [`exp_sub`] on the widest vector unit.
     exp_sub_fast, exp_sub_on, (x: &mut [f32], m: f32) -> (), exp_sub
@@ -209,6 +238,13 @@ dispatched!(
 dispatched!(
     /// [`max`] on the widest vector unit.
     max_fast, max_on, (x: &[f32]) -> f32, max
+);
+dispatched!(
+    /// Softmax's rows ([`TileOps::softmax_rows`]) fused on the widest vector unit: one pass of
+    /// [`max`], [`exp_sub`] and [`sum`] per row, with the bf16 rounding between.
+    softmax_rows_fast, softmax_rows_on,
+    (s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) -> (),
+    softmax_rows
 );
 
 #[cfg(test)]
@@ -315,5 +351,38 @@ mod tests {
         }
         assert_eq!(max_fast(&[f32::NAN, -3.0, f32::NAN]), -3.0);
         assert_eq!(sum_fast(&[]), 0.0);
+    }
+
+    #[test]
+    fn fused_softmax_rows_match_the_portable_rows_within_exp_and_sum_rounding() {
+        use simpler_aicore::Portable;
+        let (rows, bs) = (5, 16);
+        let s0: Vec<f32> = (0..rows * bs).map(|i| ((i * 37) % 23) as f32 * 0.4 - 3.0).collect();
+        for (valid, round) in [(16, true), (16, false), (9, true), (1, false)] {
+            let (mut s_p, mut m_p, mut l_p) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
+            Portable.softmax_rows(&mut s_p, &mut m_p, &mut l_p, bs, valid, round);
+            let mut first: Option<Vec<u32>> = None;
+            for unit in units() {
+                let (mut s, mut m, mut l) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
+                softmax_rows_on(unit, &mut s, &mut m, &mut l, bs, valid, round);
+                assert_eq!(m, m_p, "the maxima are exact");
+                for (row, (got, want)) in s.chunks(bs).zip(s_p.chunks(bs)).enumerate() {
+                    assert!(got[valid..].iter().all(|&v| v == 0.0), "masked columns are 0");
+                    for (g, w) in got.iter().zip(want) {
+                        // 2 ulp of exp, and one bf16 rounding step apart at most when rounded.
+                        let tol = if round { 1.0 / 128.0 } else { 3e-7 } * w.abs();
+                        assert!((g - w).abs() <= tol, "row {row}: {g} against {w}");
+                    }
+                }
+                for (g, w) in l.iter().zip(&l_p) {
+                    assert!((g - w).abs() <= 1e-2 * w.abs(), "{g} against {w}");
+                }
+                let all: Vec<u32> = s.iter().chain(&m).chain(&l).map(|v| v.to_bits()).collect();
+                match &first {
+                    None => first = Some(all),
+                    Some(f) => assert_eq!(&all, f, "{unit:?} gives other bits"),
+                }
+            }
+        }
     }
 }

@@ -114,6 +114,18 @@ impl TileOps for HostTileOps {
     fn sum(&self, x: &[f32]) -> f32 {
         lanes::sum_fast(x)
     }
+
+    fn softmax_rows(
+        &self,
+        s: &mut [f32],
+        m: &mut [f32],
+        l: &mut [f32],
+        bs: usize,
+        valid: usize,
+        round: bool,
+    ) {
+        lanes::softmax_rows_fast(s, m, l, bs, valid, round);
+    }
 }
 
 #[cfg(test)]

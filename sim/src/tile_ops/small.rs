@@ -51,17 +51,28 @@ fn product(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
     }
 }
 
-/// `c = scale · a · bᵀ` (`b` is `n × k`, `n · k <= MAX_BT`): `b` transposed on the stack, then
-/// [`product`]; each output is scaled after its sum, as the portable dot product is.
+std::thread_local! {
+    /// Each thread's copy of a transposed right operand: kept, so that no call zeroes a fresh
+    /// one (the copy writes every element it then reads).
+    static TRANSPOSED: std::cell::RefCell<[f32; MAX_BT]> = const {
+        std::cell::RefCell::new([0.0; MAX_BT])
+    };
+}
+
+/// `c = scale · a · bᵀ` (`b` is `n × k`, `n · k <= MAX_BT`, `b` holding all of it): `b`
+/// transposed into this thread's copy, then [`product`]; each output is scaled after its sum,
+/// as the portable dot product is.
 #[inline(always)]
 fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
-    let mut bt = [0.0f32; MAX_BT];
-    for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
-        for (p, &v) in b_row.iter().enumerate() {
-            bt[p * n + j] = v;
+    TRANSPOSED.with_borrow_mut(|bt| {
+        let bt = &mut bt[..n * k];
+        for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
+            for (v, t) in b_row.iter().zip(bt[j..].iter_mut().step_by(n)) {
+                *t = *v;
+            }
         }
-    }
-    product(a, &bt[..n * k], c, k, n);
+        product(a, bt, c, k, n);
+    });
     // Only the rows the product wrote (as many as both `a` and `c` have).
     let written = (c.len() / n).min(a.len() / k) * n;
     for v in c.iter_mut().take(written) {
