@@ -81,6 +81,55 @@ pub trait TileOps: Sync {
     fn sum(&self, x: &[f32]) -> f32 {
         x.iter().sum()
     }
+
+    /// Softmax numerators of a block of rows, in place: each row of `s` (`bs` wide) becomes
+    /// `exp(x - max)` over its first `valid` columns (rounded to bf16 when `round`) and 0 past
+    /// them; `m` and `l` get each row's max and the sum of its stored numerators. `valid` is
+    /// `1..=bs`; rows beyond the shortest of `s`, `m` and `l` are left alone. The provided
+    /// method is [`softmax_rows`] over this unit's `max`, `exp_sub` and `sum`; a platform may
+    /// fuse them (one pass per row on its vector unit), within the bounds of those three.
+    fn softmax_rows(
+        &self,
+        s: &mut [f32],
+        m: &mut [f32],
+        l: &mut [f32],
+        bs: usize,
+        valid: usize,
+        round: bool,
+    ) {
+        softmax_rows(self, s, m, l, bs, valid, round);
+    }
+}
+
+/// [`TileOps::softmax_rows`] through `ops`' `max`, `exp_sub` and `sum`, row by row.
+#[inline(always)]
+pub fn softmax_rows<T: TileOps + ?Sized>(
+    ops: &T,
+    s: &mut [f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    bs: usize,
+    valid: usize,
+    round: bool,
+) {
+    if bs == 0 {
+        return;
+    }
+    let valid = valid.min(bs);
+    let rows = s.chunks_exact_mut(bs).zip(m.iter_mut().zip(l.iter_mut()));
+    for (row, (row_max, row_sum)) in rows {
+        let (live, masked) = row.split_at_mut(valid);
+        let max = ops.max(live);
+        ops.exp_sub(live, max);
+        if round {
+            for x in live.iter_mut() {
+                *x = simpler_core::Bf16::from_f32(*x).to_f32();
+            }
+        }
+        masked.fill(0.0);
+        *row_max = max;
+        *row_sum = ops.sum(live);
+    }
 }
 
 /// The portable loops, the device firmware's implementation.

@@ -22,7 +22,7 @@ use super::stage::carve;
 use crate::kernel::{KernelCtx, KernelFailure};
 use crate::tile;
 use crate::tile_ops::TileOps;
-use simpler_core::{Bf16, DataType};
+use simpler_core::DataType;
 
 /// `s = scale · q kᵀ`. Tensors: `[q (H, D), k (Bs, D), s OUT (H·Bs elements)]`; scalar 0 holds
 /// `scale` as f32 bits in its low 32 bits.
@@ -87,9 +87,9 @@ pub fn pa_pv(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     tile::store(ctx.gm, o, o_buf)
 }
 
-/// [`pa_softmax`]'s math on local buffers, in place: each row of `s` (`bs` wide) becomes its
-/// numerators over the first `valid` columns (rounded to bf16 when `round`) and 0 past them;
-/// `m` and `l` get the rows' max and sum. `valid` is `1..=bs`.
+/// [`pa_softmax`]'s math on local buffers, in place ([`TileOps::softmax_rows`]): each row of
+/// `s` (`bs` wide) becomes its numerators over the first `valid` columns (rounded to bf16 when
+/// `round`) and 0 past them; `m` and `l` get the rows' max and sum. `valid` is `1..=bs`.
 pub(super) fn softmax_rows(
     ops: &dyn TileOps,
     s: &mut [f32],
@@ -99,20 +99,7 @@ pub(super) fn softmax_rows(
     valid: usize,
     round: bool,
 ) {
-    let rows = s.chunks_exact_mut(bs).zip(m.iter_mut().zip(l.iter_mut()));
-    for (row, (row_max, row_sum)) in rows {
-        let (live, masked) = row.split_at_mut(valid);
-        let max = ops.max(live);
-        ops.exp_sub(live, max);
-        if round {
-            for x in live.iter_mut() {
-                *x = Bf16::from_f32(*x).to_f32();
-            }
-        }
-        masked.fill(0.0);
-        *row_max = max;
-        *row_sum = ops.sum(live);
-    }
+    ops.softmax_rows(s, m, l, bs, valid, round);
 }
 
 /// The running triple `(mi, li, oi)` and one block's `(mij, lij, otmp)`, on local buffers:
@@ -127,34 +114,61 @@ pub(super) struct Fold<'a> {
     pub(super) d: usize,
 }
 
+/// Rows [`Fold::run`] rescales per call of the unit's `exp` (its arguments sit on the stack).
+const FOLD_ROWS: usize = 64;
+
 impl Fold<'_> {
-    /// Folds the block into the running triple (the first block copies it).
-    pub(super) fn run(self, is_first: bool) {
+    /// Folds the block into the running triple (the first block copies it); the rescaling
+    /// factors `e^(mi - m')` and `e^(mij - m')` come from `ops`' `exp`, [`FOLD_ROWS`] rows of
+    /// them per call.
+    pub(super) fn run(self, ops: &dyn TileOps, is_first: bool) {
         let d = self.d;
         if is_first {
             self.mi.copy_from_slice(self.mij);
             self.li.copy_from_slice(self.lij);
             self.oi.copy_from_slice(self.otmp);
         } else {
+            // `max(1)`: the chunk sizes are not zero, which keeps the loops free of panic paths.
+            let d = d.max(1);
+            let span = (FOLD_ROWS * d).max(1);
             let running = self
                 .mi
-                .iter_mut()
-                .zip(self.li.iter_mut())
-                .zip(self.oi.chunks_exact_mut(d));
+                .chunks_mut(FOLD_ROWS)
+                .zip(self.li.chunks_mut(FOLD_ROWS))
+                .zip(self.oi.chunks_mut(span));
             let block = self
                 .mij
-                .iter()
-                .zip(self.lij.iter())
-                .zip(self.otmp.chunks_exact(d));
-            for (((m_run, l_run), o_run), ((&m_blk, &l_blk), o_blk)) in running.zip(block) {
-                let m_new = m_run.max(m_blk);
-                let alpha = libm::expf(*m_run - m_new);
-                let beta = libm::expf(m_blk - m_new);
-                *l_run = alpha * *l_run + beta * l_blk;
-                for (x, &y) in o_run.iter_mut().zip(o_blk) {
-                    *x = alpha * *x + beta * y;
+                .chunks(FOLD_ROWS)
+                .zip(self.lij.chunks(FOLD_ROWS))
+                .zip(self.otmp.chunks(span));
+            for (((m_run, l_run), o_run), ((m_blk, l_blk), o_blk)) in running.zip(block) {
+                // The factors' arguments, `mi - m'` and `mij - m'`, exponentiated a chunk at a
+                // time.
+                let mut alpha = [0.0f32; FOLD_ROWS];
+                let mut beta = [0.0f32; FOLD_ROWS];
+                let mut rows = 0;
+                let maxima = m_run.iter_mut().zip(m_blk).zip(alpha.iter_mut().zip(&mut beta));
+                for ((m_r, &m_b), (a, b)) in maxima {
+                    let m_new = m_r.max(m_b);
+                    *a = *m_r - m_new;
+                    *b = m_b - m_new;
+                    *m_r = m_new;
+                    rows += 1;
                 }
-                *m_run = m_new;
+                for f in [&mut alpha, &mut beta] {
+                    if let Some(live) = f.get_mut(..rows) {
+                        ops.exp_sub(live, 0.0);
+                    }
+                }
+                let outs = o_run.chunks_exact_mut(d).zip(o_blk.chunks_exact(d));
+                let sums = l_run.iter_mut().zip(l_blk);
+                let factors = alpha.iter().zip(&beta).take(rows);
+                for (((o_r, o_b), (l_r, &l_b)), (&a, &b)) in outs.zip(sums).zip(factors) {
+                    *l_r = a * *l_r + b * l_b;
+                    for (x, &y) in o_r.iter_mut().zip(o_b) {
+                        *x = a * *x + b * y;
+                    }
+                }
             }
         }
     }
@@ -221,7 +235,7 @@ pub fn pa_update(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
         otmp: otmp_buf,
         d,
     }
-    .run(is_first);
+    .run(ctx.ops, is_first);
     tile::store(ctx.gm, mi, mi_buf)?;
     tile::store(ctx.gm, li, li_buf)?;
     tile::store(ctx.gm, oi, oi_buf)?;

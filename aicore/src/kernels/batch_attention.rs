@@ -205,7 +205,7 @@ pub fn pa_update_batch(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
             otmp: otmp_buf,
             d,
         }
-        .run(is_first);
+        .run(ctx.ops, is_first);
         store_range(ctx.gm, mi, 3, b * h, mi_buf)?;
         store_range(ctx.gm, li, 4, b * h, li_buf)?;
         store_range(ctx.gm, oi, 5, b * h * d, oi_buf)?;
