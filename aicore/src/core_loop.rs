@@ -49,6 +49,13 @@ impl CoreLoop {
         Self { last: None }
     }
 
+    /// The token in `port`'s task register when it is one this loop has not run yet (what its
+    /// next [`Self::step`] would run); `None` when idle, exiting or already run.
+    pub fn pending(&self, port: &impl CorePort) -> Option<u32> {
+        let token = port.read_task();
+        (token < RESERVED_BASE && self.last != Some(token)).then_some(token)
+    }
+
     /// Forgets the last token (a new run starts its tokens again).
     pub fn reset(&mut self) {
         self.last = None;
@@ -105,5 +112,74 @@ impl CoreLoop {
         }
         port.write_status(token | FIN_BIT);
         Step::Ran(token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::Cell;
+    use simpler_core::gm::GmFault;
+
+    /// A core's registers as plain cells, with one zeroed payload per parity.
+    struct Port {
+        task: Cell<u32>,
+        status: Cell<u32>,
+        payloads: [DispatchPayload; 2],
+    }
+
+    impl CorePort for Port {
+        fn read_task(&self) -> u32 {
+            self.task.get()
+        }
+        fn write_status(&self, value: u32) {
+            self.status.set(value);
+        }
+        fn write_error(&self, _code: u32, _detail: u32) {}
+        fn payload(&self, parity: u32) -> &DispatchPayload {
+            &self.payloads[(parity & 1) as usize]
+        }
+    }
+
+    /// GM with nothing in it: the kernel below never touches it.
+    struct NoGm;
+
+    impl Gm for NoGm {
+        fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), GmFault> {
+            Err(GmFault::outside(addr, dst.len() as u64))
+        }
+        fn write(&self, addr: u64, src: &[u8]) -> Result<(), GmFault> {
+            Err(GmFault::outside(addr, src.len() as u64))
+        }
+    }
+
+    fn nothing(_: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
+        Ok(())
+    }
+
+    #[test]
+    fn pending_names_the_token_the_next_step_runs_and_nothing_else() {
+        let port = Port {
+            task: Cell::new(AICPU_IDLE),
+            status: Cell::new(AICORE_IDLE),
+            payloads: [bytemuck::Zeroable::zeroed(); 2],
+        };
+        let kernels: [KernelFn; 1] = [nothing];
+        let mut local = [0.0f32; 4];
+        let mut core = CoreLoop::new();
+        assert_eq!(core.pending(&port), None, "an idle register");
+        port.task.set(6);
+        assert_eq!(core.pending(&port), Some(6));
+        assert_eq!(core.step(&port, &NoGm, &kernels, &mut local), Step::Ran(6));
+        assert_eq!(port.status.get(), 6 | FIN_BIT);
+        assert_eq!(core.pending(&port), None, "token 6 has run");
+        assert_eq!(core.step(&port, &NoGm, &kernels, &mut local), Step::Idle);
+        port.task.set(7);
+        assert_eq!(core.pending(&port), Some(7));
+        port.task.set(EXIT_SIGNAL);
+        assert_eq!(core.pending(&port), None, "the exit signal is no task");
+        core.reset();
+        port.task.set(6);
+        assert_eq!(core.pending(&port), Some(6), "a new run starts its tokens again");
     }
 }

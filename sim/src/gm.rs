@@ -33,6 +33,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// registration reads only the bulk table, which small accesses leave alone.
 const BULK_MIN: usize = 4096;
 
+/// Longest range [`GmArena::prefetch`] hints at (bytes): small tiles, whose few lines a
+/// kernel would otherwise wait for one miss at a time.
+pub const PREFETCH_MAX: usize = 16 << 10;
+
 /// Words of padding allocated before GM so its first word can start a host cache line.
 const LINE_WORDS: usize = 8;
 
@@ -298,6 +302,35 @@ impl GmArena<'_> {
             plain: bulk && registered.is_some(),
             _registered: registered,
         }))
+    }
+
+    /// Hints that bytes `addr..addr + len` will be accessed soon: on x86-64, a prefetch of
+    /// each of their cache lines into the first-level cache. Nothing is read or written and
+    /// no access is registered; a range outside GM, or longer than [`PREFETCH_MAX`], is
+    /// ignored (a large tile is streamed by its own copy). Elsewhere, nothing.
+    #[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
+    pub fn prefetch(&self, addr: u64, len: usize) {
+        let Ok(off) = self.offset(addr, len) else {
+            return;
+        };
+        if len == 0 || len > PREFETCH_MAX {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let first = off / 64 * 64;
+            for line in (first..off + len).step_by(64) {
+                // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 CPU has (it is in the
+                // target's baseline); the instruction is a hint that never faults, reads
+                // into no register and writes nothing, so it cannot race with any access. The
+                // pointer is inside `self.words` (`offset` checked the range; `first` rounds
+                // down within it) and carries the slice's provenance.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.byte_ptr(line).cast::<i8>()) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = off;
     }
 
     /// A pointer to byte `off` of GM, with the provenance of the whole word slice.
