@@ -66,9 +66,16 @@ std::thread_local! {
 fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
     TRANSPOSED.with_borrow_mut(|bt| {
         let bt = &mut bt[..n * k];
-        for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
-            for (v, t) in b_row.iter().zip(bt[j..].iter_mut().step_by(n)) {
-                *t = *v;
+        match n {
+            8 => transpose::<8>(b, bt, k),
+            16 => transpose::<16>(b, bt, k),
+            32 => transpose::<32>(b, bt, k),
+            _ => {
+                for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
+                    for (v, t) in b_row.iter().zip(bt[j..].iter_mut().step_by(n)) {
+                        *t = *v;
+                    }
+                }
             }
         }
         product(a, bt, c, k, n);
@@ -77,6 +84,17 @@ fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f3
     let written = (c.len() / n).min(a.len() / k) * n;
     for v in c.iter_mut().take(written) {
         *v *= scale;
+    }
+}
+
+/// `bt (k × N) = bᵀ` for `b` of `N × k` (at least that long): a row of `bt` at a time, each
+/// a gather of one column of `b`, which the vector units do in one instruction.
+#[inline(always)]
+fn transpose<const N: usize>(b: &[f32], bt: &mut [f32], k: usize) {
+    for (p, bt_row) in bt.chunks_exact_mut(N).take(k).enumerate() {
+        for (j, t) in bt_row.iter_mut().enumerate() {
+            *t = b.get(j * k + p).copied().unwrap_or(0.0);
+        }
     }
 }
 
