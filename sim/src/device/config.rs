@@ -28,8 +28,9 @@ pub enum Topology {
 }
 
 impl Topology {
-    /// How many scheduler threads the AICPU runs (3 on a2a3, 4 on a5); the device starts one
-    /// thread per scheduler and deals the clusters out among them round robin.
+    /// How many schedulers the AICPU runs (3 on a2a3, 4 on a5); the device deals the clusters
+    /// out among them round robin, and runs them on
+    /// [`DeviceConfig::scheduler_threads`] host threads.
     pub fn schedulers(self) -> usize {
         match self {
             Self::A2a3 => 3,
@@ -78,6 +79,10 @@ pub struct DeviceConfig {
     pub watchdog: Duration,
     /// Each core's local buffer (its unified buffer), in f32 words.
     pub local_words: usize,
+    /// Host threads the AICPU schedulers run on; each steps whole schedulers in turn (every
+    /// scheduler keeps its own cores, queues and pass, whichever thread runs it). 0 picks one
+    /// per scheduler, or one per host CPU when the host has fewer.
+    pub sched_threads: usize,
 }
 
 impl DeviceConfig {
@@ -97,7 +102,21 @@ impl DeviceConfig {
             gm_bytes: 256 << 20,
             watchdog: Duration::from_secs(10),
             local_words: simpler_aicore::LOCAL_BUFFER_WORDS,
+            sched_threads: 0,
         }
+    }
+
+    /// The host threads the schedulers run on: [`Self::sched_threads`], or by default one
+    /// per host CPU; at most one per scheduler and at least one. More threads than CPUs only
+    /// trade the host's time between them: on two CPUs, three scheduler threads beside the
+    /// orchestrator spent a tenth of paged attention's samples switching.
+    pub fn scheduler_threads(&self) -> usize {
+        let nsched = self.topology.schedulers();
+        let wanted = match self.sched_threads {
+            0 => std::thread::available_parallelism().map_or(nsched, |n| n.get()),
+            n => n,
+        };
+        wanted.clamp(1, nsched)
     }
 
     /// Whether a device can be built with this configuration's cluster count: 1 to

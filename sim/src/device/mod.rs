@@ -7,11 +7,13 @@
 //!   during a run, is the AICPU's orchestrator thread: it runs the orchestration function.
 //!   GM is shared with the [`Device`] handle: the host's copies in and out of it run on the
 //!   caller's thread, with no message and no buffer of their own;
-//! - one **scheduler thread** per AICPU scheduler (3 on a2a3, 4 on a5), each owning whole
-//!   clusters; it runs the `aicpu` scheduler pass and steps the `aicore` loop of each core it
-//!   owns. A core is stepped only when it has a task, so 30 simulated cores cost nothing when
-//!   idle, and a thread with nothing to do blocks on a [`Wakeup`](crate::wake::Wakeup)
-//!   instead of spinning;
+//! - the AICPU schedulers (3 on a2a3, 4 on a5), each owning whole clusters, on **scheduler
+//!   threads**: one per scheduler, or one per host CPU when the host has fewer
+//!   ([`DeviceConfig::sched_threads`]), each stepping its schedulers in turn. A scheduler's
+//!   round is the `aicpu` scheduler pass and a step of the `aicore` loop of each core it owns.
+//!   A core is stepped only when it has a task, so 30 simulated cores cost nothing when idle,
+//!   and a thread with nothing to do blocks on a [`Wakeup`](crate::wake::Wakeup) instead of
+//!   spinning;
 //! - a **watchdog thread** that aborts a run which makes no progress for the configured time.
 //!
 //! The device code (`simpler_aicpu`, `simpler_aicore`, `simpler_core`) is the code the

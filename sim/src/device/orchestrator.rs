@@ -151,8 +151,9 @@ pub(super) fn device_main(
     };
     let state = RunState::new();
     let nsched = config.topology.schedulers();
+    let workers = config.scheduler_threads();
     std::thread::scope(|s| {
-        for t in 0..nsched {
+        for t in 0..workers {
             let (state, shared, payloads) = (&state, &shared, &payloads);
             // Each scheduler thread's cores register their GM accesses in a ledger line of
             // their own (line 0 is the orchestrator's).
@@ -160,7 +161,7 @@ pub(super) fn device_main(
             let _ = std::thread::Builder::new()
                 .name(format!("simpler-sched-{t}"))
                 .spawn_scoped(s, move || {
-                    scheduler_main(t, nsched, &config, state, shared, payloads, &gm)
+                    scheduler_main(t, workers, &config, state, shared, payloads, &gm)
                 });
         }
         let state_ref = &state;

@@ -1,5 +1,6 @@
-//! A scheduler thread: the AICPU scheduler pass over the cores it owns, and the `aicore` loop
-//! of each of those cores, stepped in turn on the same thread (`scheduler_main`).
+//! A scheduler thread: for each AICPU scheduler it runs (`SchedThread`), the scheduler pass
+//! over the cores that scheduler owns and the `aicore` loop of each of those cores, stepped in
+//! turn on the same thread (`scheduler_main`).
 //!
 //! Its own file because this is the dispatch path, the loop a run's speed depends on. It never
 //! sleeps on a timer: a thread with nothing to do blocks on the run's
@@ -23,24 +24,89 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The body of scheduler thread `index` of `nsched`: sets up the cores it owns once, then
-/// serves one run after another until the device shuts down.
+/// The body of host thread `worker` of `workers`: sets up the schedulers it runs (scheduler
+/// `i` for every `i % workers == worker`) and their cores once, then serves one run after
+/// another until the device shuts down.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn scheduler_main(
-    index: usize,
-    nsched: usize,
+    worker: usize,
+    workers: usize,
     config: &DeviceConfig,
     state: &RunState,
     shared: &SchedState<'_>,
     payloads: &TaskPayloads<'_>,
     gm: &GmArena<'_>,
 ) {
-    let mut thread = SchedThread::new(index, nsched, config);
+    let nsched = config.topology.schedulers();
+    let mut threads: Vec<SchedThread> = (worker..nsched)
+        .step_by(workers.max(1))
+        .map(|i| SchedThread::new(i, nsched, config))
+        .collect();
+    let mut runs = Vec::with_capacity(threads.len());
     let mut seen_generation = 0;
     while let Some(kernels) = wait_for_run(state, &mut seen_generation) {
-        let run = thread.begin_run(state);
-        thread.dispatch_loop(state, shared, payloads, gm, &kernels, &run);
-        thread.end_run(state, &run);
+        runs.clear();
+        runs.extend(threads.iter_mut().map(|t| t.begin_run(state)));
+        dispatch_loop(&mut threads, &runs, state, shared, payloads, gm, &kernels);
+        for (t, run) in threads.iter_mut().zip(&runs) {
+            t.end_run(state, run);
+        }
+    }
+}
+
+/// The dispatch loop of one host thread: a round of each of its schedulers (a pass, then one
+/// step of every owned core), until the run is aborted or drained; waits on the wakeup when a
+/// whole round did nothing.
+#[inline(always)]
+fn dispatch_loop(
+    threads: &mut [SchedThread],
+    runs: &[RunStart],
+    state: &RunState,
+    shared: &SchedState<'_>,
+    payloads: &TaskPayloads<'_>,
+    gm: &GmArena<'_>,
+    kernels: &[KernelFn],
+) {
+    let epoch = runs.first().and_then(|r| r.epoch);
+    loop {
+        if state.abort.load(Ordering::Acquire) != 0 {
+            break;
+        }
+        let seen = state.wake.generation();
+        let (mut progress, mut completed) = (false, false);
+        for (t, run) in threads.iter_mut().zip(runs) {
+            match t.round(shared, payloads, gm, kernels, run) {
+                Ok((p, c)) => {
+                    progress |= p;
+                    completed |= c;
+                }
+                Err(e) => {
+                    fail(state, e);
+                    return;
+                }
+            }
+        }
+        if progress {
+            state.progress.fetch_add(1, Ordering::Relaxed);
+            if completed {
+                state.wake.notify();
+            }
+            continue;
+        }
+        if state.orch_done.load(Ordering::Acquire)
+            && shared.drained()
+            && !threads.iter().any(|t| t.sched.busy())
+        {
+            break;
+        }
+        let t0 = now(epoch);
+        state.wake.wait(seen, Duration::from_millis(5));
+        if epoch.is_some() {
+            let t1 = now(epoch);
+            for (t, run) in threads.iter_mut().zip(runs) {
+                t.trace.span(run.track, EventKind::Idle, t0, t1);
+            }
+        }
     }
 }
 
@@ -173,55 +239,27 @@ impl SchedThread {
         }
     }
 
-    /// The dispatch loop: a scheduler pass, then one step of every owned core, until the run
-    /// is aborted or drained; waits on the wakeup when a round did nothing.
+    /// One round: a scheduler pass, then one step of every owned core. Whether it did
+    /// anything, and whether it completed a task (which may have freed what others wait for).
     #[inline(always)]
-    fn dispatch_loop(
+    fn round(
         &mut self,
-        state: &RunState,
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
         gm: &GmArena<'_>,
         kernels: &[KernelFn],
         run: &RunStart,
-    ) {
-        let (epoch, track) = (run.epoch, run.track);
-        loop {
-            if state.abort.load(Ordering::Acquire) != 0 {
-                break;
-            }
-            let seen = state.wake.generation();
-            let completed0 = self.sched.completed;
-            let stepped = self.sched.step(&mut self.platform, shared, payloads, gm);
-            if epoch.is_some() && matches!(stepped, Ok(true)) {
-                self.trace_pass(track);
-            }
-            let mut progress = match stepped {
-                Ok(p) => p,
-                Err(e) => {
-                    fail(state, e);
-                    break;
-                }
-            };
-            if self.step_cores(gm, kernels, epoch) {
-                progress = true;
-            }
-            if progress {
-                state.progress.fetch_add(1, Ordering::Relaxed);
-                if self.sched.completed != completed0 {
-                    state.wake.notify();
-                }
-                continue;
-            }
-            if state.orch_done.load(Ordering::Acquire) && shared.drained() && !self.sched.busy() {
-                break;
-            }
-            let t0 = now(epoch);
-            state.wake.wait(seen, Duration::from_millis(5));
-            if epoch.is_some() {
-                self.trace.span(track, EventKind::Idle, t0, now(epoch));
-            }
+    ) -> Result<(bool, bool), SchedError> {
+        let completed0 = self.sched.completed;
+        let stepped = self.sched.step(&mut self.platform, shared, payloads, gm);
+        if run.epoch.is_some() && matches!(stepped, Ok(true)) {
+            self.trace_pass(run.track);
         }
+        let mut progress = stepped?;
+        if self.step_cores(gm, kernels, run.epoch) {
+            progress = true;
+        }
+        Ok((progress, self.sched.completed != completed0))
     }
 
     /// Records the last scheduler pass as its completion and dispatch phases.

@@ -249,8 +249,8 @@ dispatched!(
     max_fast, max_on, (x: &[f32]) -> f32, max
 );
 dispatched!(
-    /// Softmax's rows ([`TileOps::softmax_rows`]) fused on the widest vector unit: one pass of
-    /// [`max`], [`exp_sub`] and [`sum`] per row, with the bf16 rounding between.
+    /// Softmax's rows ([`TileOps::softmax_rows`]) fused on the widest vector unit: [`max`],
+    /// [`exp_sub`] and [`sum`] of each row in one piece, with the bf16 rounding between.
     softmax_rows_fast, softmax_rows_on,
     (s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) -> (),
     softmax_rows

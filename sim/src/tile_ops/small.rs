@@ -99,11 +99,11 @@ fn transpose<const N: usize>(b: &[f32], bt: &mut [f32], k: usize) {
 }
 
 crate::tile_ops::lanes::dispatched!(
-    /// [`product`] on the widest vector unit.
+    /// `c (m × n) = a (m × k) · b (k × n)` (`k, n > 0`) on the widest vector unit.
     matmul_fast, matmul_on, (a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) -> (), product
 );
 crate::tile_ops::lanes::dispatched!(
-    /// [`product_bt`] on the widest vector unit.
+    /// `c = scale · a · bᵀ` (`b` of `n × k`, within [`fits_bt`]) on the widest vector unit.
     matmul_bt_fast, matmul_bt_on,
     (a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) -> (), product_bt
 );
