@@ -68,21 +68,58 @@ fn region(bytes: usize) -> Region {
 /// The spin is short (`SPINS` pauses, well under a microsecond): what the orchestrator waits for
 /// (a completion that frees ring room) comes from scheduler threads that share the host's few
 /// CPUs with it, so every pause spun is taken from the threads it is waiting on.
-struct OrchWaiter<'s> {
+struct OrchWaiter<'s, 'a> {
     state: &'s RunState,
+    shared: &'s SchedState<'a>,
+    /// The watermarks as the last wait for room saw them.
+    marks: [u32; MAX_RINGS],
 }
 
-impl Waiter for OrchWaiter<'_> {
-    fn wait(&mut self, _on: Blocked) -> Result<(), GaveUp> {
-        if self.state.abort.load(Ordering::Acquire) != 0 {
-            return Err(GaveUp);
+impl OrchWaiter<'_, '_> {
+    /// Waits for room: returns at once when a ring's watermark moved since the last wait (the
+    /// claim that failed may have read it before it moved), else once the `room` wakeup is
+    /// notified (a watermark moved, or an abort). The generation is read before the
+    /// watermarks, so a move after that read also moves the generation past it.
+    fn wait_for_room(&mut self) {
+        let room = &self.state.room;
+        let seen = room.generation();
+        let marks: [u32; MAX_RINGS] =
+            core::array::from_fn(|r| self.shared.flow(r).last_alive());
+        if marks != self.marks {
+            self.marks = marks;
+            return;
         }
-        let seen = self.state.wake.generation();
         for _ in 0..SPINS {
             core::hint::spin_loop();
         }
-        if self.state.wake.generation() == seen {
-            self.state.wake.wait(seen, Duration::from_millis(2));
+        if room.generation() == seen {
+            room.wait(seen, Duration::from_millis(2));
+        }
+    }
+}
+
+impl Waiter for OrchWaiter<'_, '_> {
+    fn wait(&mut self, on: Blocked) -> Result<(), GaveUp> {
+        if self.state.abort.load(Ordering::Acquire) != 0 {
+            return Err(GaveUp);
+        }
+        let room = matches!(
+            on,
+            Blocked::TaskRing { .. }
+                | Blocked::Heap { .. }
+                | Blocked::EdgePool { .. }
+                | Blocked::TensorMap { .. }
+        );
+        if room {
+            self.wait_for_room();
+        } else {
+            let seen = self.state.wake.generation();
+            for _ in 0..SPINS {
+                core::hint::spin_loop();
+            }
+            if self.state.wake.generation() == seen {
+                self.state.wake.wait(seen, Duration::from_millis(2));
+            }
         }
         if self.state.abort.load(Ordering::Acquire) != 0 {
             Err(GaveUp)
@@ -263,7 +300,11 @@ fn run_one<'a>(
         g.1 = Some(job.kernels.clone());
         state.start.notify_all();
     }
-    let mut waiter = OrchWaiter { state };
+    let mut waiter = OrchWaiter {
+        state,
+        shared,
+        marks: [u32::MAX; MAX_RINGS],
+    };
     let mut hook_guard = job
         .hook
         .as_ref()

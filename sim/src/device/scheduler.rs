@@ -18,6 +18,7 @@ use simpler_aicore::KernelFn;
 use simpler_aicpu::scheduler::CoreSlot;
 use simpler_aicpu::{EventKind, OwnedCore, SchedError, Scheduler, TaskPayloads, TraceEvent};
 use simpler_core::handshake::AICPU_IDLE;
+use simpler_core::ring::MAX_RINGS;
 use simpler_core::sched::SchedState;
 use simpler_core::TaskId;
 use std::sync::atomic::Ordering;
@@ -73,6 +74,7 @@ fn dispatch_loop(
             break;
         }
         let seen = state.wake.generation();
+        let marks = watermarks(shared);
         let (mut progress, mut completed) = (false, false);
         for (t, run) in threads.iter_mut().zip(runs) {
             match t.round(shared, payloads, gm, kernels, run) {
@@ -90,6 +92,11 @@ fn dispatch_loop(
             state.progress.fetch_add(1, Ordering::Relaxed);
             if completed {
                 state.wake.notify();
+                // Retiring tasks (the watermark moving) is what frees the room a blocked
+                // orchestrator waits for; the watermark's store comes before this bump.
+                if watermarks(shared) != marks {
+                    state.room.notify();
+                }
             }
             continue;
         }
@@ -370,5 +377,11 @@ fn fail(state: &RunState, e: SchedError) {
     let _ = state
         .abort
         .compare_exchange(0, ABORT_SCHED, Ordering::SeqCst, Ordering::SeqCst);
-    state.wake.notify();
+    state.wake_all();
+}
+
+/// Every ring's watermark (`last_task_alive`), to tell whether a round moved one.
+#[inline(always)]
+fn watermarks(shared: &SchedState<'_>) -> [u32; MAX_RINGS] {
+    core::array::from_fn(|r| shared.flow(r).last_task_alive.load(Ordering::Relaxed))
 }

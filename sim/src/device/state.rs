@@ -53,8 +53,21 @@ pub(super) struct RunState {
     pub(super) trace_dropped: AtomicU64,
     /// The device is being dropped: every thread returns.
     pub(super) shutdown: AtomicBool,
-    /// What idle scheduler threads and a blocked orchestrator sleep on.
+    /// What idle scheduler threads sleep on, and the orchestrator while it waits for a task
+    /// to complete (an element read or write).
     pub(super) wake: Wakeup,
+    /// What the orchestrator sleeps on while it waits for room (a full task window, heap,
+    /// dependency pool or TensorMap): notified when a ring's watermark moves, which is what
+    /// frees all four, and on an abort; not on every completion, most of which free nothing.
+    pub(super) room: Wakeup,
+}
+
+impl RunState {
+    /// Wakes every sleeper of both wakeups (an abort).
+    pub(super) fn wake_all(&self) {
+        self.wake.notify();
+        self.room.notify();
+    }
 }
 
 impl RunState {
@@ -76,6 +89,7 @@ impl RunState {
             trace_dropped: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             wake: Wakeup::default(),
+            room: Wakeup::default(),
         }
     }
 }
@@ -96,7 +110,7 @@ pub(super) fn watchdog_main(config: &DeviceConfig, state: &RunState) {
                 state
                     .abort
                     .compare_exchange(0, ABORT_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
-            state.wake.notify();
+            state.wake_all();
         }
     }
 }
