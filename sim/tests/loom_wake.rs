@@ -1,4 +1,5 @@
-//! Model of the simulator's wakeup (`sim/src/wake.rs`): no lost wakeup.
+//! Model of the simulator's wakeup (`sim/src/wake.rs`): no lost wakeup, for the schedulers'
+//! idle loop and for the orchestrator's wait for room.
 //!
 //! A producer publishes work (a relaxed flag: the wakeup's own ordering must carry it) and
 //! notifies; a consumer runs the scheduler's idle loop (read the generation, check for work,
@@ -11,7 +12,7 @@
 //! simpler-sim --test loom_wake -- --nocapture`
 #![cfg(loom)]
 
-use loom::sync::atomic::AtomicBool;
+use loom::sync::atomic::{AtomicBool, AtomicU32};
 use loom::sync::Arc;
 use simpler_core::sync::Ordering;
 use simpler_sim::wake::Wakeup;
@@ -64,6 +65,59 @@ fn check(name: &str, consumers: usize, bound: Option<usize>) {
         "loom {name} {} interleavings",
         runs.load(StdOrdering::Relaxed)
     );
+}
+
+/// The orchestrator's wait for room (`OrchWaiter::wait_for_room` in
+/// `sim/src/device/orchestrator.rs`): its claim reads the watermark and fails, then the waiter
+/// reads the room wakeup's generation and the watermark again, returns at once if the
+/// watermark moved since its last wait, and sleeps otherwise. A scheduler moves the watermark
+/// (a release store) and then notifies. The claim's read and the waiter's are separate, so
+/// the move may land between them: the model checks that no interleaving leaves the
+/// orchestrator asleep with the room free.
+fn check_room(name: &str) {
+    let runs = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    loom::model::Builder::new().check(move || {
+        counted.fetch_add(1, StdOrdering::Relaxed);
+        let s = Arc::new(Room {
+            room: Wakeup::default(),
+            watermark: AtomicU32::new(0),
+        });
+        let orchestrator = {
+            let s = s.clone();
+            loom::thread::spawn(move || {
+                // The waiter's marks start unknown, as in the simulator's.
+                let mut last = u32::MAX;
+                // The claim: room once the watermark has moved past 0.
+                while s.watermark.load(Ordering::Acquire) == 0 {
+                    let seen = s.room.generation();
+                    let marks = s.watermark.load(Ordering::Acquire);
+                    if marks != last {
+                        last = marks;
+                        continue;
+                    }
+                    s.room.wait(seen, Duration::from_millis(2));
+                }
+            })
+        };
+        s.watermark.store(1, Ordering::Release);
+        s.room.notify();
+        orchestrator.join().unwrap();
+    });
+    println!(
+        "loom {name} {} interleavings",
+        runs.load(StdOrdering::Relaxed)
+    );
+}
+
+struct Room {
+    room: Wakeup,
+    watermark: AtomicU32,
+}
+
+#[test]
+fn a_watermark_move_wakes_the_orchestrator_waiting_for_room() {
+    check_room("sim_wakeup_room");
 }
 
 #[test]
