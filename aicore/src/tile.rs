@@ -138,7 +138,9 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
     let n = elems(t, dst.len())?;
     let dtype = t.dtype();
     let elem = moved_elem(dtype)?;
-    let mut bytes = [0u8; RUN * 4];
+    // The staging buffer of the runs that are not one f32 access, zeroed on first use only:
+    // a call that needs none (a dense f32 view) does not pay for clearing it.
+    let mut staging: Option<[u8; RUN * 4]> = None;
     for_each_run(t, |addr, first, len, stride| {
         if dtype == DataType::Float32 && stride == 4 {
             let out = dst.get_mut(first..first + len).ok_or(UNSUPPORTED)?;
@@ -151,6 +153,7 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
             }
             return Ok(());
         }
+        let bytes = staging.get_or_insert([0u8; RUN * 4]);
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
@@ -192,13 +195,15 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
     elems(t, src.len())?;
     let dtype = t.dtype();
     let elem = moved_elem(dtype)?;
-    let mut bytes = [0u8; RUN * 4];
+    // As in `load`: zeroed only when a run needs it.
+    let mut staging: Option<[u8; RUN * 4]> = None;
     for_each_run(t, |addr, first, len, stride| {
         let values = src.get(first..first + len).ok_or(UNSUPPORTED)?;
         if dtype == DataType::Float32 && stride == 4 && cfg!(target_endian = "little") {
             let raw = bytemuck::try_cast_slice(values).map_err(|_| UNSUPPORTED)?;
             return Ok(gm.write(addr, raw)?);
         }
+        let bytes = staging.get_or_insert([0u8; RUN * 4]);
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
