@@ -46,6 +46,13 @@ pub struct DagTask {
     args: Vec<TaskArg>,
 }
 
+impl DagTask {
+    /// Its tensor arguments as submitted (OUTPUT tensors with the buffers the runtime gave them).
+    pub fn args(&self) -> &[TaskArg] {
+        &self.args
+    }
+}
+
 /// What carries an edge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Carrier {

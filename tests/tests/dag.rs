@@ -108,6 +108,51 @@ fn the_same_case_gives_the_same_file() {
     assert!(dot.starts_with("digraph") && dot.trim_end().ends_with('}'));
 }
 
+/// What a task is, without where the heap placed its outputs: a runtime-allocated tensor is
+/// named by its owner task and its view, an entry tensor also by its address. A heap that
+/// drained between two scopes restarts at its base, which depends on how far the schedulers
+/// got while the orchestration ran, so two runs of one stream may place outputs differently.
+#[allow(clippy::type_complexity)]
+fn placement_free(
+    dag: &DagRecorder,
+) -> Vec<(usize, &'static str, String, u16, usize, u32, Vec<String>)> {
+    dag.tasks()
+        .iter()
+        .map(|t| {
+            let args = t
+                .args()
+                .iter()
+                .map(|a| {
+                    let v = &a.tensor;
+                    let owned = v.owner_task_id() != simpler_core::TaskId::INVALID;
+                    let addr = if owned { None } else { Some(v.buffer().addr) };
+                    format!(
+                        "{:?} owner {:?} addr {addr:?} size {} start {} shapes {:?} strides {:?} dtype {:?} version {} manual {}",
+                        a.tag,
+                        v.owner_task_id(),
+                        v.buffer().size,
+                        v.start_offset(),
+                        v.shapes(),
+                        v.strides(),
+                        v.dtype(),
+                        v.version(),
+                        v.manual_dep()
+                    )
+                })
+                .collect();
+            (
+                t.index,
+                t.kind,
+                format!("{:?}", t.kernels),
+                t.block_num,
+                t.scope_depth,
+                t.ring,
+                args,
+            )
+        })
+        .collect()
+}
+
 /// One paged-attention query tile's edges by submit index, from the scenes' structure: `base`
 /// is its alloc task and KV block `j`'s QK, SF, PV and UP follow at `base + 1 + 4j`. Returns
 /// what `paged_attention_manual_scope` declares (`SF` on `QK`, `PV` on `SF`, `UP` on `PV` and
@@ -152,7 +197,11 @@ fn the_manual_scope_graph_has_the_auto_graphs_tasks_and_pairs_and_declares_the_r
         let manual = record("paged_attention_manual_scope", case);
         let manual = manual.lock().unwrap();
         check_forward_and_unique(&manual);
-        assert_eq!(manual.tasks(), auto.tasks(), "{case}: the same tasks");
+        assert_eq!(
+            placement_free(&manual),
+            placement_free(&auto),
+            "{case}: the same tasks"
+        );
 
         let mut all = TileEdges::default();
         let mut base = 0;
