@@ -86,16 +86,19 @@ fn batch_paged_attention_every_case_on_both_topologies() {
             let p = s.prepare(case).unwrap();
             assert_eq!((p.tasks, p.edges), (Some(want.0), Some(want.1)), "{case}");
             let label = format!("batch_paged_attention {case} on {}", topology.name());
-            // The host-built graph has exactly the stated edges; on tmr a producer that
-            // finished and retired before its consumer was submitted gives no edge (rare: a
-            // preempted orchestration), so the count is at most the stated one.
+            // The host-built graph has exactly the stated edges; on tmr a block's `UP` that
+            // finished and retired before the next block's was submitted gives no edge (its
+            // inner scope has closed), so the count is at most the stated one and at least
+            // the stated one less the case's slack.
             run_rounds(&mut worker, &label, &p, (1, true, 0), hbg);
-            let stated = p.edges.unwrap();
+            // One chunk in every sim case: max_bn - 1 UP -> UP edges may go unrecorded.
+            let max_bn = (want.0 - 1) / 4;
+            assert_eq!(p.edge_slack, max_bn - 1, "{case}");
             run_rounds(
                 &mut worker,
                 &label,
                 &p,
-                (2, true, stated),
+                (2, true, p.edge_slack),
                 RunOptions::default,
             );
         }
