@@ -64,7 +64,7 @@ pub fn pa_softmax(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let round = p.dtype() == DataType::Bfloat16;
     let [s_buf, m_buf, l_buf] = carve(ctx.local, [h * bs, h, h])?;
     tile::load(ctx.gm, s, s_buf)?;
-    softmax_rows(ctx.ops, s_buf, m_buf, l_buf, bs, valid, round);
+    ctx.ops.softmax_rows(s_buf, m_buf, l_buf, bs, valid, round);
     tile::store(ctx.gm, p, s_buf)?;
     tile::store(ctx.gm, m, m_buf)?;
     tile::store(ctx.gm, l, l_buf)
@@ -85,21 +85,6 @@ pub fn pa_pv(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     tile::load(ctx.gm, v, v_buf)?;
     ctx.ops.matmul(p_buf, v_buf, o_buf, bs, d);
     tile::store(ctx.gm, o, o_buf)
-}
-
-/// [`pa_softmax`]'s math on local buffers, in place ([`TileOps::softmax_rows`]): each row of
-/// `s` (`bs` wide) becomes its numerators over the first `valid` columns (rounded to bf16 when
-/// `round`) and 0 past them; `m` and `l` get the rows' max and sum. `valid` is `1..=bs`.
-pub(super) fn softmax_rows(
-    ops: &dyn TileOps,
-    s: &mut [f32],
-    m: &mut [f32],
-    l: &mut [f32],
-    bs: usize,
-    valid: usize,
-    round: bool,
-) {
-    ops.softmax_rows(s, m, l, bs, valid, round);
 }
 
 /// The running triple `(mi, li, oi)` and one block's `(mij, lij, otmp)`, on local buffers:

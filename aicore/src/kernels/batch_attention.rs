@@ -14,7 +14,7 @@
 //! `BadArguments` naming that tensor.
 
 use super::args::{bad, matrix, operand, scalar, scalar_f32, scalar_flag, tensors};
-use super::attention::{normalise, softmax_rows, Fold};
+use super::attention::{normalise, Fold};
 use super::stage::{carve, load_range, store_range};
 use crate::kernel::{KernelCtx, KernelFailure};
 use simpler_core::gm::Gm;
@@ -124,7 +124,7 @@ pub fn pa_softmax_batch(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
         } else {
             load_range(ctx.gm, sij, 0, b * h * bs, s_buf)?;
             ctx.ops.scale(s_buf, scale);
-            softmax_rows(ctx.ops, s_buf, m_buf, l_buf, bs, valid, round);
+            ctx.ops.softmax_rows(s_buf, m_buf, l_buf, bs, valid, round);
         }
         store_range(ctx.gm, pij, 2, b * h * bs, s_buf)?;
         store_range(ctx.gm, mij, 3, b * h, m_buf)?;

@@ -14,6 +14,7 @@ use super::state::{watchdog_main, RunState, ABORT_ORCH, ABORT_SCHED, ABORT_TIMEO
 use super::trace::{TraceBuf, TracingHook};
 use super::Msg;
 use crate::gm::{GmArena, GmWords};
+use crate::wake::Wakeup;
 use simpler_aicpu::payloads::PayloadsLayout;
 use simpler_aicpu::{Rt, RunError, RunOutcome, TaskPayloads};
 use simpler_core::layout::Line;
@@ -89,12 +90,18 @@ impl OrchWaiter<'_, '_> {
             self.marks = marks;
             return;
         }
-        for _ in 0..SPINS {
-            core::hint::spin_loop();
-        }
-        if room.generation() == seen {
-            room.wait(seen, Duration::from_millis(2));
-        }
+        spin_then_wait(room, seen);
+    }
+}
+
+/// Spins [`SPINS`] pauses, then blocks on `wake` unless its generation moved past `seen`
+/// (for at most 2 ms, a backstop).
+fn spin_then_wait(wake: &Wakeup, seen: u64) {
+    for _ in 0..SPINS {
+        core::hint::spin_loop();
+    }
+    if wake.generation() == seen {
+        wake.wait(seen, Duration::from_millis(2));
     }
 }
 
@@ -113,13 +120,7 @@ impl Waiter for OrchWaiter<'_, '_> {
         if room {
             self.wait_for_room();
         } else {
-            let seen = self.state.wake.generation();
-            for _ in 0..SPINS {
-                core::hint::spin_loop();
-            }
-            if self.state.wake.generation() == seen {
-                self.state.wake.wait(seen, Duration::from_millis(2));
-            }
+            spin_then_wait(&self.state.wake, self.state.wake.generation());
         }
         if self.state.abort.load(Ordering::Acquire) != 0 {
             Err(GaveUp)

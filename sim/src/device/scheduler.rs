@@ -69,12 +69,13 @@ fn dispatch_loop(
     kernels: &[KernelFn],
 ) {
     let epoch = runs.first().and_then(|r| r.epoch);
+    // The watermarks as this thread last saw them; read again only after a completion.
+    let mut marks = watermarks(shared);
     loop {
         if state.abort.load(Ordering::Acquire) != 0 {
             break;
         }
         let seen = state.wake.generation();
-        let marks = watermarks(shared);
         let (mut progress, mut completed) = (false, false);
         for (t, run) in threads.iter_mut().zip(runs) {
             match t.round(shared, payloads, gm, kernels, run) {
@@ -94,7 +95,9 @@ fn dispatch_loop(
                 state.wake.notify();
                 // Retiring tasks (the watermark moving) is what frees the room a blocked
                 // orchestrator waits for; the watermark's store comes before this bump.
-                if watermarks(shared) != marks {
+                let now = watermarks(shared);
+                if now != marks {
+                    marks = now;
                     state.room.notify();
                 }
             }

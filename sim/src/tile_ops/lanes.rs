@@ -77,55 +77,43 @@ pub fn exp_sub(x: &mut [f32], m: f32) {
     }
 }
 
-/// The sum of `x` in [`LANES`] partial sums (see the module docs for the order).
+/// Folds `x` into [`LANES`] lanes with `op` (element `i` into lane `i % LANES`, each lane from
+/// `init`), then the lanes into one by halving: a few vector steps instead of a chain of
+/// sixteen. The order is fixed by this source, so every unit gives the same bits.
 #[inline(always)]
-pub fn sum(x: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
+fn fold_lanes(x: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; LANES];
     let chunks = x.chunks_exact(LANES);
     let rest = chunks.remainder();
     for c in chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a += v;
+            *a = op(*a, v);
         }
     }
     for (a, &v) in acc.iter_mut().zip(rest) {
-        *a += v;
+        *a = op(*a, v);
     }
     let mut width = LANES;
     while width > 1 {
         width /= 2;
         let (lo, hi) = acc.split_at_mut(width);
         for (a, &b) in lo.iter_mut().zip(hi.iter()) {
-            *a += b;
+            *a = op(*a, b);
         }
     }
     acc[0]
 }
 
+/// The sum of `x` in [`LANES`] partial sums (see the module docs for the order).
+#[inline(always)]
+pub fn sum(x: &[f32]) -> f32 {
+    fold_lanes(x, 0.0, |a, b| a + b)
+}
+
 /// The largest element of `x` (`-inf` when empty; NaN elements skipped).
 #[inline(always)]
 pub fn max(x: &[f32]) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a = a.max(v);
-        }
-    }
-    for (a, &v) in acc.iter_mut().zip(rest) {
-        *a = a.max(v);
-    }
-    // Halving, as the sum does: a few vector maxima instead of a chain of sixteen.
-    let mut width = LANES;
-    while width > 1 {
-        width /= 2;
-        let (lo, hi) = acc.split_at_mut(width);
-        for (a, &b) in lo.iter_mut().zip(hi.iter()) {
-            *a = a.max(b);
-        }
-    }
-    acc[0]
+    fold_lanes(x, f32::NEG_INFINITY, f32::max)
 }
 
 /// The vector unit the bodies run on, detected once per call (the standard library caches

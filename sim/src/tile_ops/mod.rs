@@ -128,22 +128,24 @@ impl TileOps for HostTileOps {
     }
 }
 
+/// Uniform in [-1, 1) from a seeded xorshift, so the tests' inputs are reproducible.
+#[cfg(test)]
+pub(crate) fn test_values(len: usize, mut seed: u64) -> Vec<f32> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_values as values;
     use super::*;
     use simpler_aicore::Portable;
-
-    /// Uniform in [-1, 1) from a seeded xorshift, so inputs are reproducible.
-    fn values(len: usize, mut seed: u64) -> Vec<f32> {
-        (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     /// Largest |x - exact| over the largest |exact|, against an f64 product.
     fn error(c: &[f32], exact: &[f64]) -> f64 {

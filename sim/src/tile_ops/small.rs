@@ -125,18 +125,8 @@ pub fn fits_bt(b: &[f32], c: &[f32], k: usize, n: usize) -> bool {
 mod tests {
     use super::*;
     use crate::tile_ops::lanes::Unit;
+    use crate::tile_ops::test_values as values;
     use simpler_aicore::tile_ops::{matmul, matmul_bt};
-
-    fn values(len: usize, mut seed: u64) -> Vec<f32> {
-        (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     fn bits(x: &[f32]) -> Vec<u32> {
         x.iter().map(|v| v.to_bits()).collect()
