@@ -180,6 +180,10 @@ mod tests {
         assert_eq!(core.pending(&port), None, "the exit signal is no task");
         core.reset();
         port.task.set(6);
-        assert_eq!(core.pending(&port), Some(6), "a new run starts its tokens again");
+        assert_eq!(
+            core.pending(&port),
+            Some(6),
+            "a new run starts its tokens again"
+        );
     }
 }

@@ -24,6 +24,8 @@ const BF16: DataType = DataType::Bfloat16;
 struct VecGm {
     base: u64,
     bytes: Mutex<Vec<u8>>,
+    /// Every prefetch hint, as `(addr, len)`, in the order given.
+    hints: Mutex<Vec<(u64, usize)>>,
 }
 
 impl VecGm {
@@ -31,6 +33,7 @@ impl VecGm {
         Self {
             base,
             bytes: Mutex::new(vec![0; len]),
+            hints: Mutex::new(Vec::new()),
         }
     }
 
@@ -62,6 +65,10 @@ impl Gm for VecGm {
         let range = self.span(addr, src.len(), bytes.len())?;
         bytes[range].copy_from_slice(src);
         Ok(())
+    }
+
+    fn prefetch(&self, addr: u64, len: usize) {
+        self.hints.lock().unwrap().push((addr, len));
     }
 }
 
@@ -520,6 +527,43 @@ fn matmul_runs_every_batch_slice() {
         let want = reference_matmul(&av[range.clone()], &bv[range.clone()], t, t, t);
         assert_close(&got[range], &want, 1e-4, &format!("batch slice {s}"));
     }
+}
+
+#[test]
+fn matmul_hints_each_next_slice_of_its_operands() {
+    let mut rng = Rng(29);
+    let mut scene = Scene::new(1 << 20);
+    let (batch, m, k, n) = (3usize, 8usize, 16usize, 4usize);
+    let a = scene.tensor(
+        &[batch as u32, m as u32, k as u32],
+        F32,
+        &rng.values(batch * m * k),
+    );
+    let b = scene.tensor(
+        &[batch as u32, k as u32, n as u32],
+        F32,
+        &rng.values(batch * k * n),
+    );
+    let c = scene.filled(&[batch as u32, m as u32, n as u32], F32, 0.0);
+    scene.run(kernels::matmul, &[a, b, c], &[]).unwrap();
+    // Slices 1 and 2 of `a` and `b`, each hinted whole; slice 0 and `c` never.
+    let (a_slice, b_slice) = ((m * k * 4) as u64, (k * n * 4) as u64);
+    let (a0, b0) = (a.buffer().addr, b.buffer().addr);
+    let want: Vec<(u64, usize)> = (1..batch as u64)
+        .flat_map(|s| {
+            [
+                (a0 + s * a_slice, a_slice as usize),
+                (b0 + s * b_slice, b_slice as usize),
+            ]
+        })
+        .collect();
+    assert_eq!(*scene.gm.hints.lock().unwrap(), want);
+    // A single matrix has no next slice.
+    let mut scene = Scene::new(1 << 16);
+    let a = scene.filled(&[4, 4], F32, 1.0);
+    let c = scene.filled(&[4, 4], F32, 0.0);
+    scene.run(kernels::matmul, &[a, a, c], &[]).unwrap();
+    assert!(scene.gm.hints.lock().unwrap().is_empty());
 }
 
 #[test]

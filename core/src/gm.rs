@@ -105,6 +105,14 @@ pub trait Gm: Sync {
     fn end_lease(&self, lease: Lease) {
         let _ = lease;
     }
+
+    /// Hints that bytes `addr..addr + len` will be read soon, for a platform that can start
+    /// moving them towards the core while it computes (a kernel's next slice). Nothing is
+    /// read, written or checked: a range outside GM is ignored, and a platform that cannot
+    /// prefetch does nothing.
+    fn prefetch(&self, addr: u64, len: usize) {
+        let _ = (addr, len);
+    }
 }
 
 /// What a platform needs to end a lease: its own word for it. Only the platform that made it

@@ -33,8 +33,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// registration reads only the bulk table, which small accesses leave alone.
 const BULK_MIN: usize = 4096;
 
-/// Longest range [`GmArena::prefetch`] hints at (bytes): small tiles, whose few lines a
-/// kernel would otherwise wait for one miss at a time.
+/// Longest range [`GmArena::prefetch_now`] hints at (bytes): small tiles, whose few lines a
+/// kernel would otherwise wait for one miss at a time. Longer ones are queued
+/// ([`Gm::prefetch`]).
 pub const PREFETCH_MAX: usize = 16 << 10;
 
 /// Words of padding allocated before GM so its first word can start a host cache line.
@@ -307,9 +308,9 @@ impl GmArena<'_> {
     /// Hints that bytes `addr..addr + len` will be accessed soon: on x86-64, a prefetch of
     /// each of their cache lines into the first-level cache. Nothing is read or written and
     /// no access is registered; a range outside GM, or longer than [`PREFETCH_MAX`], is
-    /// ignored (a large tile is streamed by its own copy). Elsewhere, nothing.
+    /// ignored (queue it with [`Gm::prefetch`]). Elsewhere, nothing.
     #[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
-    pub fn prefetch(&self, addr: u64, len: usize) {
+    pub fn prefetch_now(&self, addr: u64, len: usize) {
         let Ok(off) = self.offset(addr, len) else {
             return;
         };
@@ -515,6 +516,15 @@ impl Gm for GmArena<'_> {
             ledger.release(Held::from_parts(lease.parts()));
         }
     }
+
+    /// Queues the range on this thread's prefetch queue ([`crate::tile_ops::ahead`]), which
+    /// the tile operations that run next on this thread drain a line at a time; a range
+    /// outside GM, or empty, is ignored.
+    fn prefetch(&self, addr: u64, len: usize) {
+        if let Ok(off) = self.offset(addr, len) {
+            crate::tile_ops::ahead::queue(self.byte_ptr(off), len);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -552,6 +562,26 @@ mod tests {
         b.read(0x2008, &mut big).unwrap();
         // Every access has left the ledger.
         assert_eq!(words.accesses_in_progress(), 0);
+    }
+
+    #[test]
+    fn a_prefetch_queues_the_range_in_gm_and_registers_nothing() {
+        use crate::tile_ops::ahead;
+        let words = GmWords::zeroed(1 << 14);
+        let (a, end) = (words.arena_at(0x1000, 1), 0x1000 + (8 << 14));
+        ahead::clear();
+        Gm::prefetch(&a, 0x1000, 4096);
+        assert_eq!(ahead::queued_lines(), 4096 / ahead::LINE);
+        // Outside GM (below, past the end, straddling it) and empty: nothing is queued.
+        for (addr, len) in [(0x800, 64), (end, 64), (end - 8, 64)] {
+            Gm::prefetch(&a, addr, len);
+        }
+        Gm::prefetch(&a, 0x2000, 0);
+        assert_eq!(ahead::queued_lines(), 4096 / ahead::LINE);
+        // The hint takes no part in the ledger: a write lease over the range is granted.
+        assert_eq!(words.accesses_in_progress(), 0);
+        assert!(a.lend_mut(0x1000, 1024).unwrap().is_ok());
+        ahead::clear();
     }
 
     #[test]

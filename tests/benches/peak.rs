@@ -11,8 +11,13 @@
 //!   once before timing, so no first-touch page clearing is measured), one thread.
 //! - `tile_matmul_gflops_host` and `tile_matmul_gflops_portable`: one 128x128x128 f32 product
 //!   after another on one thread, through the simulator's tile operations
-//!   (`simpler_sim::tile_ops::HostTileOps`, on `gemm`) and through the firmware's portable loop
+//!   (`simpler_sim::tile_ops::HostTileOps`) and through the firmware's portable loop
 //!   (`simpler_aicore::Portable`), with `tile_matmul_share_of_one_core_peak` for the first.
+//! - `tile_matmul_streamed_gflops_{prefetched,host,gemm}`: the same product over 128 MiB of
+//!   distinct operand slices, each read once as bgemm's are: through the host's tile
+//!   operations with the next slice queued for prefetch before each product
+//!   (`simpler_sim::tile_ops::ahead`, what the `matmul` kernel's hint does), without it, and
+//!   on `gemm` (`simpler_sim::tile_ops::matmul_on_gemm`), which packs each operand first.
 //! - `isa`: which vector unit the FMA figures used (0 portable, 256 AVX2+FMA, 512 AVX-512F).
 //!
 //! Each figure is the median and the maximum of repeated samples (the maximum is the least
@@ -26,7 +31,7 @@
 //! Run: `cargo bench -p simpler-tests --bench peak` (`SIMPLER_BENCH_SMOKE=1`: one short sample).
 
 use simpler_aicore::{Portable, TileOps};
-use simpler_sim::tile_ops::HostTileOps;
+use simpler_sim::tile_ops::{ahead, matmul_on_gemm, HostTileOps};
 use simpler_tests::measure::{report, sized};
 use simpler_tests::peak;
 use std::time::Instant;
@@ -45,6 +50,66 @@ fn tile_matmul(ops: &dyn TileOps, reps: usize) -> f64 {
     (2 * T * T * T * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
+/// Distinct 128x128 operand slices, read once each per sample as bgemm's are.
+struct Slices {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+/// Which path a streamed sample multiplies on.
+#[derive(Clone, Copy)]
+enum Streamed {
+    /// The host's tile operations, the next slice queued for prefetch before each product.
+    Prefetched,
+    /// The host's tile operations, no hint.
+    Host,
+    /// `gemm`.
+    Gemm,
+}
+
+impl Slices {
+    const T: usize = 128;
+
+    fn new(bytes: usize) -> Self {
+        let elems = (bytes / 2 / 4).max(Self::T * Self::T);
+        let elems = elems / (Self::T * Self::T) * Self::T * Self::T;
+        Self {
+            a: (0..elems).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect(),
+            b: (0..elems).map(|i| (i % 7) as f32 / 7.0 - 0.5).collect(),
+            c: vec![0.0; Self::T * Self::T],
+        }
+    }
+
+    /// GFLOP/s of one product per slice, in order, on `how`.
+    fn gflops(&mut self, how: Streamed) -> f64 {
+        let slice = Self::T * Self::T;
+        let (a, b, c) = (&self.a, &self.b, &mut self.c);
+        let slices = a.len() / slice;
+        let start = Instant::now();
+        for s in 0..slices {
+            let (sa, sb) = (&a[s * slice..][..slice], &b[s * slice..][..slice]);
+            match how {
+                Streamed::Prefetched | Streamed::Host => {
+                    if matches!(how, Streamed::Prefetched) && s + 1 < slices {
+                        for next in [
+                            &a[(s + 1) * slice..][..slice],
+                            &b[(s + 1) * slice..][..slice],
+                        ] {
+                            ahead::queue(next.as_ptr().cast(), slice * 4);
+                        }
+                    }
+                    HostTileOps.matmul(sa, sb, c, Self::T, Self::T);
+                }
+                Streamed::Gemm => matmul_on_gemm(sa, sb, c, Self::T, Self::T),
+            }
+        }
+        ahead::clear();
+        std::hint::black_box(&c);
+        (2 * slice * Self::T * slices) as f64 / start.elapsed().as_secs_f64() / 1e9
+    }
+}
+
 fn main() {
     let samples = sized(7, 1);
     let isa = peak::fma_isa();
@@ -54,6 +119,8 @@ fn main() {
     let mut copy = Vec::new();
     let (mut host, mut portable) = (Vec::new(), Vec::new());
     let mut bufs = peak::CopyBuffers::new(sized(64 << 20, 1 << 20));
+    let mut slices = Slices::new(sized(128 << 20, 1 << 20));
+    let mut streamed = [Vec::new(), Vec::new(), Vec::new()];
     // Interleaved: a drift of the machine's load moves every figure alike.
     for _ in 0..samples {
         one.push(peak::fma_gflops(1, sized(0.2, 0.01)));
@@ -61,7 +128,15 @@ fn main() {
         copy.push(bufs.gbps(sized(8, 1)));
         host.push(tile_matmul(&HostTileOps, sized(2000, 2)));
         portable.push(tile_matmul(&Portable, sized(100, 1)));
+        for (xs, how) in
+            streamed
+                .iter_mut()
+                .zip([Streamed::Prefetched, Streamed::Host, Streamed::Gemm])
+        {
+            xs.push(slices.gflops(how));
+        }
     }
+    let [prefetched, streamed_host, streamed_gemm] = streamed;
     let one_core = simpler_tests::measure::summarize(&mut one.clone())
         .unwrap()
         .median;
@@ -80,6 +155,13 @@ fn main() {
         ("memcpy_gbps", copy, "GB/s"),
         ("tile_matmul_gflops_host", host, "GFLOP/s"),
         ("tile_matmul_gflops_portable", portable, "GFLOP/s"),
+        (
+            "tile_matmul_streamed_gflops_prefetched",
+            prefetched,
+            "GFLOP/s",
+        ),
+        ("tile_matmul_streamed_gflops_host", streamed_host, "GFLOP/s"),
+        ("tile_matmul_streamed_gflops_gemm", streamed_gemm, "GFLOP/s"),
     ] {
         let s = simpler_tests::measure::summarize(&mut xs).expect("samples");
         report("peak", &format!("{figure}_median"), s.median, unit);

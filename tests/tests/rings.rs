@@ -228,14 +228,21 @@ fn a_submit_tells_its_waiter_exactly_when_it_made_the_task_ready() {
         // Its reader waits for it: not ready at publish, so no call.
         let mut b = [input(a[0].tensor), output(1)];
         let second = orch.submit(aiv_task(&mut b), &mut ready).unwrap();
-        assert_eq!(ready.0, 1, "a task with an outstanding producer is not ready");
+        assert_eq!(
+            ready.0, 1,
+            "a task with an outstanding producer is not ready"
+        );
         let shape = simpler_core::cores::ResourceShape::Aiv;
         assert_eq!(shared.pop_ready(shape), Some(first));
         assert_eq!(shared.pop_ready(shape), None);
         // Once the producer has completed, a new reader is ready at its publish.
         assert!(shared.mark_running(first));
         shared.complete(first);
-        assert_eq!(shared.pop_ready(shape), Some(second), "the completion readied it");
+        assert_eq!(
+            shared.pop_ready(shape),
+            Some(second),
+            "the completion readied it"
+        );
         let mut c = [input(a[0].tensor), output(1)];
         let third = orch.submit(aiv_task(&mut c), &mut ready).unwrap();
         assert_eq!(ready.0, 2);

@@ -18,9 +18,17 @@ fn the_thread_count_is_what_was_asked_within_one_and_the_schedulers() {
     assert_eq!(config(1).scheduler_threads(), 1);
     assert_eq!(config(2).scheduler_threads(), 2);
     assert_eq!(config(3).scheduler_threads(), 3);
-    assert_eq!(config(9).scheduler_threads(), 3, "never more than a2a3's three schedulers");
+    assert_eq!(
+        config(9).scheduler_threads(),
+        3,
+        "never more than a2a3's three schedulers"
+    );
     let cpus = std::thread::available_parallelism().map_or(3, |n| n.get());
-    assert_eq!(config(0).scheduler_threads(), cpus.clamp(1, 3), "one per host CPU");
+    assert_eq!(
+        config(0).scheduler_threads(),
+        cpus.clamp(1, 3),
+        "one per host CPU"
+    );
     let mut a5 = DeviceConfig::new(Topology::A5);
     a5.sched_threads = 9;
     assert_eq!(a5.scheduler_threads(), Topology::A5.schedulers());

@@ -132,7 +132,10 @@ impl Fold<'_> {
                 let mut alpha = [0.0f32; FOLD_ROWS];
                 let mut beta = [0.0f32; FOLD_ROWS];
                 let mut rows = 0;
-                let maxima = m_run.iter_mut().zip(m_blk).zip(alpha.iter_mut().zip(&mut beta));
+                let maxima = m_run
+                    .iter_mut()
+                    .zip(m_blk)
+                    .zip(alpha.iter_mut().zip(&mut beta));
                 for ((m_r, &m_b), (a, b)) in maxima {
                     let m_new = m_r.max(m_b);
                     *a = *m_r - m_new;

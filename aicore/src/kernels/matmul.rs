@@ -5,7 +5,8 @@
 //! of each operand is in the local buffer at a time: `MK + KN + MN` words, 49,152 for
 //! 128x128x128. Where the platform lends GM in place ([`tile::lend`]) and a slice's three views
 //! are dense f32, the product reads `A` and `B` and writes `C` where they are in GM, with no
-//! copy through the local buffer.
+//! copy through the local buffer. While a slice is multiplied, the next slice's operands are
+//! hinted to the platform ([`Gm::prefetch`]).
 
 use super::args::{bad, operand, tensors};
 use super::stage::carve;
@@ -47,6 +48,14 @@ pub fn matmul(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
             batch_slice(b, 1, slice)?,
             batch_slice(c, 2, slice)?,
         );
+        if slice + 1 < batch {
+            // The next slice's operands can move in while this one is multiplied.
+            for (t, index) in [(a, 0), (b, 1)] {
+                let next = batch_slice(t, index, slice + 1)?;
+                ctx.gm
+                    .prefetch(next.data_addr(), next.extent_bytes() as usize);
+            }
+        }
         if in_place(ctx.gm, ctx.ops, [&a_s, &b_s, &c_s], k, n)? {
             continue;
         }

@@ -84,8 +84,7 @@ impl OrchWaiter<'_, '_> {
     fn wait_for_room(&mut self) {
         let room = &self.state.room;
         let seen = room.generation();
-        let marks: [u32; MAX_RINGS] =
-            core::array::from_fn(|r| self.shared.flow(r).last_alive());
+        let marks: [u32; MAX_RINGS] = core::array::from_fn(|r| self.shared.flow(r).last_alive());
         if marks != self.marks {
             self.marks = marks;
             return;

@@ -13,6 +13,7 @@ use super::regs::{CoreBlock, SimCores};
 use super::state::{RunState, ABORT_SCHED};
 use super::trace::{TraceBuf, TraceSink};
 use crate::gm::GmArena;
+use crate::tile_ops::ahead;
 use simpler_aicore::core_loop::{CoreLoop, Step};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::scheduler::CoreSlot;
@@ -49,6 +50,8 @@ pub(super) fn scheduler_main(
         runs.clear();
         runs.extend(threads.iter_mut().map(|t| t.begin_run(state)));
         dispatch_loop(&mut threads, &runs, state, shared, payloads, gm, &kernels);
+        // Prefetches a kernel queued and did not reach are of no use to the next run.
+        ahead::clear();
         for (t, run) in threads.iter_mut().zip(&runs) {
             t.end_run(state, run);
         }
@@ -324,7 +327,7 @@ impl SchedThread {
     }
 
     /// Hints the tensors of the task waiting on owned core `i` (if any) into the cache
-    /// ([`GmArena::prefetch`]): each view's range from its first addressed byte.
+    /// ([`GmArena::prefetch_now`]): each view's range from its first addressed byte.
     #[inline(always)]
     fn prefetch_task(&self, gm: &GmArena<'_>, i: usize) {
         let (Some(l), Some(block)) = (self.loops.get(i), self.platform.blocks.get(i)) else {
@@ -334,7 +337,7 @@ impl SchedThread {
             return;
         };
         for t in block.payloads[(token & 1) as usize].args.tensors() {
-            gm.prefetch(t.data_addr(), t.extent_bytes() as usize);
+            gm.prefetch_now(t.data_addr(), t.extent_bytes() as usize);
         }
     }
 

@@ -315,7 +315,9 @@ mod tests {
 
     #[test]
     fn every_unit_gives_the_same_bits() {
-        let mut x: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 30.0 - 10.0).collect();
+        let mut x: Vec<f32> = (0..1000)
+            .map(|i| (i as f32 * 0.37).sin() * 30.0 - 10.0)
+            .collect();
         x.extend([f32::NAN, f32::NEG_INFINITY, 100.0, -100.0, 0.0]);
         let want_exp: Vec<u32> = x.iter().map(|&v| exp(v - 1.5).to_bits()).collect();
         for unit in units() {
@@ -337,14 +339,19 @@ mod tests {
 
     #[test]
     fn sums_and_maxima_agree_with_the_plain_loops() {
-        let x: Vec<f32> = (0..1037).map(|i| ((i * 7919) % 1000) as f32 / 999.0 - 0.3).collect();
+        let x: Vec<f32> = (0..1037)
+            .map(|i| ((i * 7919) % 1000) as f32 / 999.0 - 0.3)
+            .collect();
         for len in [0, 1, 5, 16, 31, 64, 1037] {
             let v = &x[..len];
             let exact: f64 = v.iter().map(|&a| a as f64).sum();
             let abs: f64 = v.iter().map(|&a| (a as f64).abs()).sum();
             let bound = len as f64 * abs / (1u64 << 24) as f64;
             assert!((sum_fast(v) as f64 - exact).abs() <= bound, "{len}");
-            assert_eq!(max_fast(v), v.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a)));
+            assert_eq!(
+                max_fast(v),
+                v.iter().fold(f32::NEG_INFINITY, |m, &a| m.max(a))
+            );
         }
         assert_eq!(max_fast(&[f32::NAN, -3.0, f32::NAN]), -3.0);
         assert_eq!(sum_fast(&[]), 0.0);
@@ -354,7 +361,9 @@ mod tests {
     fn fused_softmax_rows_match_the_portable_rows_within_exp_and_sum_rounding() {
         use simpler_aicore::Portable;
         let (rows, bs) = (5, 16);
-        let s0: Vec<f32> = (0..rows * bs).map(|i| ((i * 37) % 23) as f32 * 0.4 - 3.0).collect();
+        let s0: Vec<f32> = (0..rows * bs)
+            .map(|i| ((i * 37) % 23) as f32 * 0.4 - 3.0)
+            .collect();
         for (valid, round) in [(16, true), (16, false), (9, true), (1, false)] {
             let (mut s_p, mut m_p, mut l_p) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
             Portable.softmax_rows(&mut s_p, &mut m_p, &mut l_p, bs, valid, round);
@@ -364,7 +373,10 @@ mod tests {
                 softmax_rows_on(unit, &mut s, &mut m, &mut l, bs, valid, round);
                 assert_eq!(m, m_p, "the maxima are exact");
                 for (row, (got, want)) in s.chunks(bs).zip(s_p.chunks(bs)).enumerate() {
-                    assert!(got[valid..].iter().all(|&v| v == 0.0), "masked columns are 0");
+                    assert!(
+                        got[valid..].iter().all(|&v| v == 0.0),
+                        "masked columns are 0"
+                    );
                     for (g, w) in got.iter().zip(want) {
                         // 2 ulp of exp, and one bf16 rounding step apart at most when rounded.
                         let tol = if round { 1.0 / 128.0 } else { 3e-7 } * w.abs();

@@ -1,13 +1,18 @@
 //! The simulator's compute units: [`TileOps`] on the host's vector units.
 //!
-//! Matrix products go to the `gemm` crate, which picks its micro-kernel for the widest vector
-//! unit the CPU reports when first called (AVX-512F with the `x86-v4` feature, else AVX2 with
-//! FMA, else SSE or a portable loop) and blocks the product for the caches. It runs on the
-//! calling thread (`Parallelism::None`): a simulated core is one task on one host thread, and
-//! the device's other threads are the other cores. `gemm` was chosen over `matrixmultiply`,
-//! the other well-kept pure-Rust candidate, because it has AVX-512 micro-kernels, which reach
-//! the larger share of this machine's peak on 128x128x128 tiles (`tests/benches/README.md`,
-//! `peak` and `scene`), and it takes any row and column strides, so `q kᵀ` needs no transpose.
+//! Matrix products of whole 8x32 blocks (bgemm's 128x128 and 64x64 tiles) run on AVX-512
+//! register blocks of this crate ([`blocked`]), which also issue the prefetches a kernel
+//! queued for its next slice ([`ahead`]), so the next operands stream in while this product
+//! computes. Small products (paged attention's 16x16 tiles) run the portable loop compiled for
+//! the vector units ([`small`]). The rest go to the `gemm` crate, which picks its micro-kernel
+//! for the widest vector unit the CPU reports when first called (AVX-512F with the `x86-v4`
+//! feature, else AVX2 with FMA, else SSE or a portable loop) and blocks the product for the
+//! caches. Every product runs on the calling thread (`Parallelism::None` for `gemm`): a
+//! simulated core is one task on one host thread, and the device's other threads are the
+//! other cores. `gemm` was chosen over `matrixmultiply`, the other well-kept pure-Rust
+//! candidate, because it has AVX-512 micro-kernels and takes any row and column strides, so
+//! `q kᵀ` needs no transpose; the blocks replace it where its packing copy was one more pass
+//! over operands read once (`tests/benches/README.md`, `scene`).
 //!
 //! `exp`, row maxima and row sums ([`lanes`]) are plain Rust over 16 lanes, compiled for
 //! AVX-512F and for AVX2 and chosen at run time: softmax's `exp` is most of paged attention's
@@ -15,12 +20,14 @@
 //! operations run the portable loops ([`TileOps`]' provided methods), which the compiler
 //! vectorises for the baseline target already.
 //!
-//! Results: a product sums its `k` terms in `gemm`'s blocked order, not the portable loop's
-//! one-term-at-a-time order; `tile_ops` tests bound the difference (see
+//! Results: a product sums its `k` terms as fused multiply-adds ([`blocked`]) or in `gemm`'s
+//! blocked order, not the portable loop's rounded product-then-add order; `tile_ops` tests bound the difference (see
 //! [`simpler_aicore::tile_ops`] for the bound). `exp` is within 2 ulp where libm's is within
 //! 1, and a row sum adds in 16 partial sums ([`lanes`] gives the bounds); every CPU gives the
 //! same bits for these.
 
+pub mod ahead;
+pub mod blocked;
 pub mod lanes;
 pub mod small;
 
@@ -85,12 +92,22 @@ fn product(
     true
 }
 
+/// `c = a · b` on `gemm` whatever the shape (the portable loop if `b` is short): the path
+/// [`blocked`] replaced for whole blocks, kept callable for the `peak` benchmark's comparison.
+pub fn matmul_on_gemm(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
+    if !product(a, b, c, k, n, (n, 1), 1.0) {
+        simpler_aicore::tile_ops::matmul(a, b, c, k, n);
+    }
+}
+
 impl TileOps for HostTileOps {
     fn matmul(&self, a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
         if small::fits(c, k, n) {
             small::matmul_fast(a, b, c, k, n);
-        } else if !product(a, b, c, k, n, (n, 1), 1.0) {
-            simpler_aicore::tile_ops::matmul(a, b, c, k, n);
+        } else if !blocked::fits(a, b, c, k, n)
+            .is_some_and(|m| blocked::matmul_fast(a, b, c, k, n, m))
+        {
+            matmul_on_gemm(a, b, c, k, n);
         }
     }
 

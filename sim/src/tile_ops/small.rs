@@ -135,7 +135,14 @@ mod tests {
     #[test]
     fn small_products_give_the_portable_loops_values_on_every_unit() {
         let units = [Unit::Baseline, Unit::Avx2, Unit::Avx512];
-        for (m, k, n) in [(16, 16, 16), (16, 16, 8), (4, 32, 32), (7, 5, 3), (1, 1, 1), (3, 9, 16)] {
+        for (m, k, n) in [
+            (16, 16, 16),
+            (16, 16, 8),
+            (4, 32, 32),
+            (7, 5, 3),
+            (1, 1, 1),
+            (3, 9, 16),
+        ] {
             let a = values(m * k, 3 + k as u64);
             let b = values(k * n, 11 + n as u64);
             let mut want = vec![0.0; m * n];
