@@ -54,32 +54,38 @@ fn product(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
 std::thread_local! {
     /// Each thread's copy of a transposed right operand: kept, so that no call zeroes a fresh
     /// one (the copy writes every element it then reads).
-    static TRANSPOSED: std::cell::RefCell<[f32; MAX_BT]> = const {
-        std::cell::RefCell::new([0.0; MAX_BT])
+    static TRANSPOSED: std::cell::Cell<Option<Box<[f32; MAX_BT]>>> = const {
+        std::cell::Cell::new(None)
     };
 }
 
 /// `c = scale · a · bᵀ` (`b` is `n × k`, `n · k <= MAX_BT`, `b` holding all of it): `b`
 /// transposed into this thread's copy, then [`product`]; each output is scaled after its sum,
 /// as the portable dot product is.
+///
+/// The copy is taken out of its thread-local cell and put back, not borrowed inside the
+/// cell's `with` closure: the closure would be compiled for the baseline target, without
+/// the vector unit the caller was built for.
 #[inline(always)]
 fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
-    TRANSPOSED.with_borrow_mut(|bt| {
-        let bt = &mut bt[..n * k];
-        match n {
-            8 => transpose::<8>(b, bt, k),
-            16 => transpose::<16>(b, bt, k),
-            32 => transpose::<32>(b, bt, k),
-            _ => {
-                for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
-                    for (v, t) in b_row.iter().zip(bt[j..].iter_mut().step_by(n)) {
-                        *t = *v;
-                    }
+    let mut copy = TRANSPOSED
+        .take()
+        .unwrap_or_else(|| Box::new([0.0; MAX_BT]));
+    let bt = &mut copy[..n * k];
+    match n {
+        8 => transpose::<8>(b, bt, k),
+        16 => transpose::<16>(b, bt, k),
+        32 => transpose::<32>(b, bt, k),
+        _ => {
+            for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
+                for (v, t) in b_row.iter().zip(bt[j..].iter_mut().step_by(n)) {
+                    *t = *v;
                 }
             }
         }
-        product(a, bt, c, k, n);
-    });
+    }
+    product(a, bt, c, k, n);
+    TRANSPOSED.set(Some(copy));
     // Only the rows the product wrote (as many as both `a` and `c` have).
     let written = (c.len() / n).min(a.len() / k) * n;
     for v in c.iter_mut().take(written) {
