@@ -14,7 +14,7 @@ use simpler_core::cores::{ActiveMask, ResourceShape};
 use simpler_core::gm::Gm;
 use simpler_core::handshake::{next_token, FIN_BIT, NO_ERROR};
 use simpler_core::predicate::PredicateError;
-use simpler_core::sched::SchedState;
+use simpler_core::sched::{Kept, SchedState};
 use simpler_core::CoreTaskArgs;
 use simpler_core::TaskId;
 
@@ -196,6 +196,9 @@ pub struct Scheduler {
     last_pass: PassTimes,
     /// Graphs this thread is expanding.
     expansions: [Option<Expansion>; MAX_EXPANSIONS],
+    /// Tasks this pass's completions made ready, kept for this thread's own cores; queued
+    /// for every scheduler when the pass ends.
+    kept: Kept,
 }
 
 impl Scheduler {
@@ -217,6 +220,7 @@ impl Scheduler {
             timed: false,
             last_pass: PassTimes::default(),
             expansions: [const { None }; MAX_EXPANSIONS],
+            kept: Kept::default(),
         }
     }
 
@@ -244,10 +248,26 @@ impl Scheduler {
         }
         self.partial = [None; 3];
         self.expansions = [const { None }; MAX_EXPANSIONS];
+        self.kept = Kept::default();
     }
 
     /// One pass: completions, dummy tasks, dispatch. Returns whether anything happened.
+    ///
+    /// A task a completion makes ready is kept for this thread's own idle cores first
+    /// ([`Kept`]); what the pass could not place is queued before it returns, error or not.
     pub fn step(
+        &mut self,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
+    ) -> Result<bool, SchedError> {
+        let pass = self.pass(platform, shared, payloads, gm);
+        let queued = shared.queue_kept(&mut self.kept);
+        pass.map(|progress| progress || queued)
+    }
+
+    fn pass(
         &mut self,
         platform: &mut impl Platform,
         shared: &SchedState<'_>,
@@ -342,7 +362,7 @@ impl Scheduler {
             }
             if let Some((slot, node)) = Expansion::decode(task) {
                 self.finish_internal(slot, node, false, gm, shared)?;
-            } else if shared.complete_subtask(task) {
+            } else if shared.complete_subtask_keeping(task, Some(&mut self.kept)) {
                 self.completed += 1;
             }
         }
@@ -509,11 +529,17 @@ impl Scheduler {
             return Ok(Some(p));
         }
         loop {
-            self.pops += 1;
-            let Some(task) = shared.pop_ready(shape) else {
-                return Ok(None);
+            let task = match self.kept.take(shape) {
+                Some(task) => task,
+                None => {
+                    self.pops += 1;
+                    let Some(task) = shared.pop_ready(shape) else {
+                        return Ok(None);
+                    };
+                    self.pop_hits += 1;
+                    task
+                }
             };
-            self.pop_hits += 1;
             shared.mark_running(task);
             if let Some(predicate) = payloads.predicate(task) {
                 let runs = predicate

@@ -23,6 +23,43 @@ use crate::task_tensor::TaskId;
 /// Number of ready queues: AIC, AIV, MIX, DUMMY (indexed by [`ResourceShape`]).
 pub const READY_QUEUES: usize = 4;
 
+/// Ready tasks a scheduler keeps for its own cores instead of queueing them: at most one of
+/// each single-core shape ([`ResourceShape::Aic`], [`ResourceShape::Aiv`]) that one of its
+/// completions made ready ([`SchedState::complete_subtask_keeping`]).
+///
+/// A completion's consumer usually reads what the completed task wrote, so running it on the
+/// same thread finds that data, and the consumer's slot, in this CPU's cache; and the task
+/// skips a push and a pop on queues every scheduler contends for. A kept task is READY, its
+/// readiness decided by the same fanin count as a queued one's; it is only not yet visible to
+/// the other schedulers. Its keeper takes it ([`Kept::take`]) or queues it
+/// ([`SchedState::queue_kept`]) before its pass ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    tasks: [Option<TaskId>; 2],
+}
+
+impl Kept {
+    /// The shapes kept, in the order of `tasks`.
+    const SHAPES: [ResourceShape; 2] = [ResourceShape::Aic, ResourceShape::Aiv];
+
+    /// The empty entry for `shape`, if it is kept and its entry is free.
+    fn room(&mut self, shape: ResourceShape) -> Option<&mut Option<TaskId>> {
+        let i = Self::SHAPES.iter().position(|&s| s == shape)?;
+        self.tasks.get_mut(i).filter(|t| t.is_none())
+    }
+
+    /// Takes the kept task of `shape`, if any.
+    pub fn take(&mut self, shape: ResourceShape) -> Option<TaskId> {
+        let i = Self::SHAPES.iter().position(|&s| s == shape)?;
+        self.tasks.get_mut(i)?.take()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.tasks.iter().all(Option::is_none)
+    }
+}
+
 /// Sizes of the shared state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedConfig {
@@ -389,8 +426,9 @@ impl<'a> SchedState<'a> {
         refs >= count
     }
 
-    /// Transition 3, PENDING → READY, when this release is the last fanin `consumer` waits for.
-    pub(crate) fn release_fanin(&self, consumer: SlotRef) {
+    /// Transition 3, PENDING → READY, when this release is the last fanin `consumer` waits for;
+    /// the task goes into `kept` if that has room for its shape, else into its ready queue.
+    fn release_fanin_keeping(&self, consumer: SlotRef, kept: Option<&mut Kept>) {
         let slot = self.slot(consumer);
         // The increment alone decides. Unless it is the one that completes the count, the
         // task may become ready, run, retire and its slot be claimed again before this
@@ -398,7 +436,7 @@ impl<'a> SchedState<'a> {
         // target after the increment did that: a release that was not the last could find a
         // later occupant's count equal to its own stale sum and make that task ready early.)
         if slot.fanin_refcount.fetch_add(1, Ordering::AcqRel) + 1 == FANIN_READY {
-            self.make_ready(slot);
+            self.make_ready_keeping(slot, kept);
         }
     }
 
@@ -408,6 +446,12 @@ impl<'a> SchedState<'a> {
     /// completes the count (see [`crate::slot`], "Readiness"), which comes after the publish
     /// stored PENDING. So a plain store does the transition, without a compare-and-swap.
     pub(crate) fn make_ready(&self, slot: &SlotState) {
+        self.make_ready_keeping(slot, None);
+    }
+
+    /// [`Self::make_ready`], into `kept` instead of the queue where it has room for the
+    /// task's shape. A kept task is READY as a queued one is; only its keeper can reach it.
+    fn make_ready_keeping(&self, slot: &SlotState, kept: Option<&mut Kept>) {
         debug_assert_eq!(
             slot.status.load(Ordering::Relaxed),
             SlotStatus::Pending as u32,
@@ -418,10 +462,20 @@ impl<'a> SchedState<'a> {
         );
         slot.status
             .store(SlotStatus::Ready as u32, Ordering::Release);
-        let queue = &self.queues[slot.active_mask().shape() as usize];
-        let task = slot.task_id().0;
+        let shape = slot.active_mask().shape();
+        let task = slot.task_id();
+        if let Some(room) = kept.and_then(|k| k.room(shape)) {
+            *room = Some(task);
+            return;
+        }
+        self.push_ready(shape, task);
+    }
+
+    /// Queues a READY task of `shape`.
+    fn push_ready(&self, shape: ResourceShape, task: TaskId) {
+        let queue = &self.queues[shape as usize];
         // Queues hold every live task of every ring; a push cannot find one full.
-        while queue.push(task).is_err() {
+        while queue.push(task.0).is_err() {
             crate::sync::spin_loop();
         }
     }
@@ -429,6 +483,19 @@ impl<'a> SchedState<'a> {
     /// Takes a ready task of `shape`, if any.
     pub fn pop_ready(&self, shape: ResourceShape) -> Option<TaskId> {
         self.queues[shape as usize].pop().map(TaskId)
+    }
+
+    /// Queues every task `kept` still holds, for any scheduler to take; `true` if there was
+    /// one. A keeper calls this before its pass ends, so no ready task waits unseen.
+    pub fn queue_kept(&self, kept: &mut Kept) -> bool {
+        let mut any = false;
+        for (shape, task) in Kept::SHAPES.into_iter().zip(&mut kept.tasks) {
+            if let Some(task) = task.take() {
+                self.push_ready(shape, task);
+                any = true;
+            }
+        }
+        any
     }
 
     /// Transition 4, READY → RUNNING: the scheduler that popped `task` dispatches it.
@@ -448,12 +515,18 @@ impl<'a> SchedState<'a> {
     /// Records one finished subtask of `task`; completes the task (transition 5) when it was
     /// the last. Returns whether the task completed.
     pub fn complete_subtask(&self, task: TaskId) -> bool {
+        self.complete_subtask_keeping(task, None)
+    }
+
+    /// [`Self::complete_subtask`], keeping in `kept` (where it has room) a task the completion
+    /// made ready instead of queueing it: for the caller to dispatch on its own cores.
+    pub fn complete_subtask_keeping(&self, task: TaskId, kept: Option<&mut Kept>) -> bool {
         let Some(slot) = self.task_slot(task) else {
             return false;
         };
         let total = (slot.shape.load(Ordering::Relaxed) >> 8).max(1);
         if slot.completed_subtasks.fetch_add(1, Ordering::AcqRel) + 1 == total {
-            self.complete(task);
+            self.complete_keeping(task, kept);
             true
         } else {
             false
@@ -463,6 +536,11 @@ impl<'a> SchedState<'a> {
     /// Transitions 5 and 6, → COMPLETED: notifies every waiting consumer, releases the
     /// producers this task retained, and consumes the task if nothing else holds it.
     pub fn complete(&self, task: TaskId) {
+        self.complete_keeping(task, None);
+    }
+
+    /// [`Self::complete`], keeping in `kept` (where it has room) the consumers it makes ready.
+    fn complete_keeping(&self, task: TaskId, mut kept: Option<&mut Kept>) {
         let Some(r) = self.slot_ref(task) else {
             return;
         };
@@ -483,7 +561,7 @@ impl<'a> SchedState<'a> {
             // cells be reused, as soon as it is released.
             let next = cell.next.load(Ordering::Relaxed);
             let consumer = SlotRef(cell.consumer.load(Ordering::Relaxed));
-            self.release_fanin(consumer);
+            self.release_fanin_keeping(consumer, kept.as_deref_mut());
             cursor = next;
         }
         let ring = r.ring();

@@ -17,7 +17,7 @@
 //! |---|---|---|---|
 //! | 1 | FREE → BUILDING | orchestrator, claiming the slot | [`crate::orchestrator::Orchestrator::submit`] (`claim_slot`) |
 //! | 2 | BUILDING → PENDING | orchestrator, after wiring fanin | `SchedState::publish` (crate-private) |
-//! | 3 | PENDING → READY | whichever thread releases the last fanin (or the orchestrator at publish) | `SchedState::release_fanin` (crate-private) |
+//! | 3 | PENDING → READY | whichever thread releases the last fanin (or the orchestrator at publish) | `SchedState::release_fanin_keeping` (private) |
 //! | 4 | READY → RUNNING | the scheduler that popped it | [`crate::sched::SchedState::mark_running`] |
 //! | 5 | RUNNING → COMPLETED | the scheduler owning its last core | [`crate::sched::SchedState::complete`] |
 //! | 6 | READY → COMPLETED | a scheduler, for a DUMMY task | [`crate::sched::SchedState::complete`] |

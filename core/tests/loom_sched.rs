@@ -1,6 +1,7 @@
 //! Loom models of the task-slot state machine, driven through the real submit path and the
 //! real scheduler-side calls (`pop_ready`, `mark_running`, `complete_subtask`, `complete`,
-//! `release_scope` through `scope_end`, and the watermark advance behind them).
+//! `release_scope` through `scope_end`, and the watermark advance behind them), and the
+//! keeping of readied tasks (`complete_subtask_keeping`, `Kept`, `queue_kept`).
 //!
 //! The orchestrator runs on the model's main thread and one or two loom threads play the
 //! schedulers. Every ring is 4 slots, 4 edges and 1 KiB of heap, so a model of a handful of
@@ -21,7 +22,7 @@ use simpler_core::orchestrator::{
     Blocked, GaveUp, Orchestrator, OrchestratorConfig, OrchestratorLayout, Task, TaskArg, Waiter,
 };
 use simpler_core::ring::RingConfig;
-use simpler_core::sched::{SchedConfig, SchedState};
+use simpler_core::sched::{Kept, SchedConfig, SchedState};
 use simpler_core::scope::ScopeMode;
 use simpler_core::slot::SlotStatus;
 use simpler_core::{AddressSpace, BufferHandle, DataType, TaskId, TaskTensor, TensorArgType};
@@ -218,9 +219,42 @@ fn scheduler_of(shared: &'static SchedState<'static>, board: Arc<Board>, shapes:
     }
 }
 
+/// A scheduler thread as `simpler_aicpu`'s runs: each pass takes, shape by shape, the task
+/// its own completions kept for it before the queue's, keeps what its completions make ready,
+/// and queues what it kept and did not run when the pass ends.
+fn keeping_scheduler(shared: &'static SchedState<'static>, board: Arc<Board>) {
+    let mut kept = Kept::default();
+    while board.finished.load(Ordering::Acquire) < board.tasks.len() {
+        let mut progress = false;
+        for shape in ALL_SHAPES {
+            if let Some(id) = kept.take(shape).or_else(|| shared.pop_ready(shape)) {
+                progress = true;
+                run_task(shared, &board, id, shape, Some(&mut kept));
+            }
+        }
+        progress |= shared.queue_kept(&mut kept);
+        assert!(kept.is_empty(), "a pass ended with a task kept");
+        if !progress {
+            loom::thread::yield_now();
+        }
+    }
+}
+
 /// Checks a task just popped from the `shape` queue (popped once, READY, every producer it
 /// waits for completed) and runs it at once, as a scheduler would.
 fn run_popped(shared: &SchedState<'_>, board: &Board, id: TaskId, shape: ResourceShape) {
+    run_task(shared, board, id, shape, None);
+}
+
+/// [`run_popped`] for a task popped or kept, completing it with `kept` (if any) keeping what it
+/// makes ready.
+fn run_task(
+    shared: &SchedState<'_>,
+    board: &Board,
+    id: TaskId,
+    shape: ResourceShape,
+    kept: Option<&mut Kept>,
+) {
     let (i, e) = board.index_of(id);
     assert_eq!(
         board.popped[i].fetch_add(1, Ordering::AcqRel),
@@ -249,7 +283,10 @@ fn run_popped(shared: &SchedState<'_>, board: &Board, id: TaskId, shape: Resourc
         shared.complete(id);
     } else {
         assert!(shared.mark_running(id), "{id:?} refused by mark_running");
-        assert!(shared.complete_subtask(id), "{id:?} did not complete");
+        assert!(
+            shared.complete_subtask_keeping(id, kept),
+            "{id:?} did not complete"
+        );
     }
     board.finished.fetch_add(1, Ordering::AcqRel);
 }
@@ -364,6 +401,51 @@ fn consumer_becomes_ready_once_after_every_producer() {
                 orch.submit(task(ActiveMask::AIC, &mut ca, &deps), &mut Yield),
                 Ok(c)
             );
+            orch.scope_end().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
+
+/// Kept tasks: two schedulers keep what their completions make ready. A chain AIV → AIC →
+/// AIV runs while it is submitted: the AIC consumer is made ready in the pass's AIV turn,
+/// after its AIC turn, so it is queued at the pass's end (where the other thread may take
+/// it); the last AIV task is kept and run in the same pass by whichever thread completed its
+/// producer. Each task must run exactly once, after its producer, and nothing may stay kept
+/// or queued.
+#[test]
+fn kept_tasks_run_once_and_a_pass_leaves_none_kept() {
+    model("kept_tasks", Some(1), || {
+        with_state(|orch, shared| {
+            // Submitted before the schedulers start: the race modelled is theirs (the models
+            // above race the submit path against completions).
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let (p, c, d) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
+            let board = Board::new(&[(p, &[]), (c, &[p]), (d, &[c])]);
+            let mut pa = [output()];
+            assert_eq!(
+                orch.submit(task(ActiveMask::AIV0, &mut pa, &[]), &mut Yield),
+                Ok(p)
+            );
+            let mut ca = [arg(pa[0].tensor, TensorArgType::Input), output()];
+            assert_eq!(
+                orch.submit(task(ActiveMask::AIC, &mut ca, &[]), &mut Yield),
+                Ok(c)
+            );
+            let mut da = [arg(ca[1].tensor, TensorArgType::Input)];
+            assert_eq!(
+                orch.submit(task(ActiveMask::AIV0, &mut da, &[]), &mut Yield),
+                Ok(d)
+            );
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let board = board.clone();
+                    loom::thread::spawn(move || keeping_scheduler(shared, board))
+                })
+                .collect();
             orch.scope_end().unwrap();
             for t in threads {
                 t.join().unwrap();

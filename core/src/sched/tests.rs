@@ -571,3 +571,69 @@ fn slot_names_round_trip() {
     let r = SlotRef::new(3, 12345);
     assert_eq!((r.ring(), r.index()), (3, 12345));
 }
+
+#[test]
+fn a_completion_keeps_one_readied_task_per_core_shape_and_queues_the_rest() {
+    with_state(|orch, shared| {
+        orch.scope_begin(ScopeMode::Auto).unwrap();
+        let mut pa = [output()];
+        let p = submit(orch, ActiveMask::AIC, &mut pa, &[]);
+        // Four consumers of p: two AIV, one AIC, one MIX (AIC + AIV0).
+        let consumer = |orch: &mut Orchestrator<'_>, mask| {
+            let mut args = [input(pa[0].tensor)];
+            submit(orch, mask, &mut args, &[])
+        };
+        let v1 = consumer(orch, ActiveMask::AIV0);
+        let v2 = consumer(orch, ActiveMask::AIV0);
+        let c = consumer(orch, ActiveMask::AIC);
+        let mix = consumer(orch, ActiveMask::AIC | ActiveMask::AIV0);
+        assert_eq!(shared.pop_ready(ResourceShape::Aic), Some(p));
+        assert!(shared.mark_running(p));
+        let mut kept = Kept::default();
+        assert!(kept.is_empty());
+        assert!(shared.complete_subtask_keeping(p, Some(&mut kept)));
+        // Every consumer is READY; one AIV and the AIC task are kept, the rest queued.
+        for t in [v1, v2, c, mix] {
+            assert_eq!(status(shared, t), SlotStatus::Ready, "{t:?}");
+        }
+        let (kept_aiv, kept_aic) = (
+            kept.take(ResourceShape::Aiv).unwrap(),
+            kept.take(ResourceShape::Aic),
+        );
+        assert_eq!(kept_aic, Some(c));
+        assert!([v1, v2].contains(&kept_aiv));
+        let queued_aiv = shared.pop_ready(ResourceShape::Aiv).unwrap();
+        assert_eq!(
+            [kept_aiv, queued_aiv].iter().filter(|&&t| t == v1).count(),
+            1
+        );
+        assert_eq!(shared.pop_ready(ResourceShape::Aiv), None);
+        assert_eq!(shared.pop_ready(ResourceShape::Aic), None);
+        assert_eq!(shared.pop_ready(ResourceShape::Mix), Some(mix));
+        assert_eq!(kept.take(ResourceShape::Mix), None, "MIX is never kept");
+        // What a pass does not run, queue_kept queues.
+        assert!(kept.is_empty());
+        assert!(!shared.queue_kept(&mut kept));
+        let mut again = Kept::default();
+        run(shared, kept_aiv);
+        run(shared, queued_aiv);
+        assert!(shared.mark_running(c));
+        let mut qa = [output()];
+        let q = submit(orch, ActiveMask::AIV0, &mut qa, &[]);
+        let mut ra = [input(qa[0].tensor)];
+        let r = submit(orch, ActiveMask::AIV0, &mut ra, &[]);
+        assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(q));
+        assert!(shared.mark_running(q));
+        assert!(shared.complete_subtask_keeping(q, Some(&mut again)));
+        assert!(!again.is_empty());
+        assert_eq!(
+            shared.pop_ready(ResourceShape::Aiv),
+            None,
+            "r is kept, not queued"
+        );
+        assert!(shared.queue_kept(&mut again));
+        assert!(again.is_empty());
+        assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(r));
+        orch.scope_end().unwrap();
+    });
+}

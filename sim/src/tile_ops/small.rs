@@ -68,9 +68,7 @@ std::thread_local! {
 /// the vector unit the caller was built for.
 #[inline(always)]
 fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
-    let mut copy = TRANSPOSED
-        .take()
-        .unwrap_or_else(|| Box::new([0.0; MAX_BT]));
+    let mut copy = TRANSPOSED.take().unwrap_or_else(|| Box::new([0.0; MAX_BT]));
     let bt = &mut copy[..n * k];
     match n {
         8 => transpose::<8>(b, bt, k),
