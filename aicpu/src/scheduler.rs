@@ -235,6 +235,13 @@ impl Scheduler {
         self.cores().get(i).and_then(|c| c.running)
     }
 
+    /// Whether the passes since the last call queued a task for any scheduler (one their
+    /// completions made ready and this thread could not keep, or kept and did not place):
+    /// the only work of theirs an idle peer could take.
+    pub fn take_queued(&mut self) -> bool {
+        self.kept.take_queued()
+    }
+
     /// Whether any owned core runs a task.
     pub fn busy(&self) -> bool {
         self.cores().iter().any(|c| c.running.is_some())
@@ -299,7 +306,7 @@ impl Scheduler {
                 self.start_graph(task, sub, gm, shared)?;
                 continue;
             }
-            shared.complete(task);
+            shared.complete_keeping(task, Some(&mut self.kept));
             self.completed += 1;
         }
         let skipped = self.skipped;
@@ -411,7 +418,7 @@ impl Scheduler {
         .map_err(err)?;
         if done {
             self.expansions[slot] = None;
-            shared.complete(outer);
+            shared.complete_keeping(outer, Some(&mut self.kept));
             self.completed += 1;
         }
         Ok(())
@@ -546,7 +553,7 @@ impl Scheduler {
                     .evaluate(gm)
                     .map_err(|error| SchedError::Predicate { task, error })?;
                 if !runs {
-                    shared.complete(task);
+                    shared.complete_keeping(task, Some(&mut self.kept));
                     self.completed += 1;
                     self.skipped += 1;
                     continue;

@@ -36,6 +36,9 @@ pub const READY_QUEUES: usize = 4;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
     tasks: [Option<TaskId>; 2],
+    /// A completion kept for queued a task after all (no room), or [`SchedState::queue_kept`]
+    /// queued one, since [`Kept::take_queued`] last looked.
+    queued: bool,
 }
 
 impl Kept {
@@ -57,6 +60,13 @@ impl Kept {
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.tasks.iter().all(Option::is_none)
+    }
+
+    /// Whether a task was queued for every scheduler through this keeper since the last call
+    /// (a task its completions made ready and it had no room for, or one [`SchedState::queue_kept`]
+    /// queued): what another scheduler, idle, would need waking for.
+    pub fn take_queued(&mut self) -> bool {
+        core::mem::take(&mut self.queued)
     }
 }
 
@@ -464,9 +474,12 @@ impl<'a> SchedState<'a> {
             .store(SlotStatus::Ready as u32, Ordering::Release);
         let shape = slot.active_mask().shape();
         let task = slot.task_id();
-        if let Some(room) = kept.and_then(|k| k.room(shape)) {
-            *room = Some(task);
-            return;
+        if let Some(kept) = kept {
+            if let Some(room) = kept.room(shape) {
+                *room = Some(task);
+                return;
+            }
+            kept.queued = true;
         }
         self.push_ready(shape, task);
     }
@@ -495,6 +508,7 @@ impl<'a> SchedState<'a> {
                 any = true;
             }
         }
+        kept.queued |= any;
         any
     }
 
@@ -540,7 +554,7 @@ impl<'a> SchedState<'a> {
     }
 
     /// [`Self::complete`], keeping in `kept` (where it has room) the consumers it makes ready.
-    fn complete_keeping(&self, task: TaskId, mut kept: Option<&mut Kept>) {
+    pub fn complete_keeping(&self, task: TaskId, mut kept: Option<&mut Kept>) {
         let Some(r) = self.slot_ref(task) else {
             return;
         };

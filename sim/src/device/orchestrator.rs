@@ -119,7 +119,8 @@ impl Waiter for OrchWaiter<'_, '_> {
         if room {
             self.wait_for_room();
         } else {
-            spin_then_wait(&self.state.wake, self.state.wake.generation());
+            let completion = &self.state.completion;
+            spin_then_wait(completion, completion.generation());
         }
         if self.state.abort.load(Ordering::Acquire) != 0 {
             Err(GaveUp)

@@ -79,12 +79,13 @@ fn dispatch_loop(
             break;
         }
         let seen = state.wake.generation();
-        let (mut progress, mut completed) = (false, false);
+        let (mut progress, mut completed, mut queued) = (false, false, false);
         for (t, run) in threads.iter_mut().zip(runs) {
             match t.round(shared, payloads, gm, kernels, run) {
                 Ok((p, c)) => {
                     progress |= p;
                     completed |= c;
+                    queued |= t.sched.take_queued();
                 }
                 Err(e) => {
                     fail(state, e);
@@ -94,8 +95,13 @@ fn dispatch_loop(
         }
         if progress {
             state.progress.fetch_add(1, Ordering::Relaxed);
-            if completed {
+            // An idle peer needs waking only for work it can take: a task this thread
+            // queued (what it ran itself, kept, it never saw), or the run's end.
+            if queued || (completed && shared.drained()) {
                 state.wake.notify();
+            }
+            if completed {
+                state.completion.notify();
                 // Retiring tasks (the watermark moving) is what frees the room a blocked
                 // orchestrator waits for; the watermark's store comes before this bump.
                 let now = watermarks(shared);

@@ -53,9 +53,13 @@ pub(super) struct RunState {
     pub(super) trace_dropped: AtomicU64,
     /// The device is being dropped: every thread returns.
     pub(super) shutdown: AtomicBool,
-    /// What idle scheduler threads sleep on, and the orchestrator while it waits for a task
-    /// to complete (an element read or write).
+    /// What idle scheduler threads sleep on: notified when a task is queued that they may
+    /// take (by a submit that made it ready, or a scheduler that could not run it itself),
+    /// when the rings drain, and when the run ends or aborts.
     pub(super) wake: Wakeup,
+    /// What the orchestrator sleeps on while it waits for a task to complete (an element
+    /// read or write): notified after every round of a scheduler that completed one.
+    pub(super) completion: Wakeup,
     /// What the orchestrator sleeps on while it waits for room (a full task window, heap,
     /// dependency pool or TensorMap): notified when a ring's watermark moves, which is what
     /// frees all four, and on an abort; not on every completion, most of which free nothing.
@@ -66,6 +70,7 @@ impl RunState {
     /// Wakes every sleeper of both wakeups (an abort).
     pub(super) fn wake_all(&self) {
         self.wake.notify();
+        self.completion.notify();
         self.room.notify();
     }
 }
@@ -89,6 +94,7 @@ impl RunState {
             trace_dropped: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             wake: Wakeup::default(),
+            completion: Wakeup::default(),
             room: Wakeup::default(),
         }
     }
