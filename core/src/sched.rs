@@ -36,8 +36,8 @@ pub const READY_QUEUES: usize = 4;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
     tasks: [Option<TaskId>; 2],
-    /// A completion kept for queued a task after all (no room), or [`SchedState::queue_kept`]
-    /// queued one, since [`Kept::take_queued`] last looked.
+    /// Since [`Kept::take_queued`] last looked, a completion made through this keeper queued
+    /// a task it had no room for, or [`SchedState::queue_kept`] queued one.
     queued: bool,
 }
 
@@ -45,16 +45,20 @@ impl Kept {
     /// The shapes kept, in the order of `tasks`.
     const SHAPES: [ResourceShape; 2] = [ResourceShape::Aic, ResourceShape::Aiv];
 
+    /// The entry of `shape`, if it is a kept shape.
+    fn entry(&mut self, shape: ResourceShape) -> Option<&mut Option<TaskId>> {
+        let i = Self::SHAPES.iter().position(|&s| s == shape)?;
+        self.tasks.get_mut(i)
+    }
+
     /// The empty entry for `shape`, if it is kept and its entry is free.
     fn room(&mut self, shape: ResourceShape) -> Option<&mut Option<TaskId>> {
-        let i = Self::SHAPES.iter().position(|&s| s == shape)?;
-        self.tasks.get_mut(i).filter(|t| t.is_none())
+        self.entry(shape).filter(|t| t.is_none())
     }
 
     /// Takes the kept task of `shape`, if any.
     pub fn take(&mut self, shape: ResourceShape) -> Option<TaskId> {
-        let i = Self::SHAPES.iter().position(|&s| s == shape)?;
-        self.tasks.get_mut(i)?.take()
+        self.entry(shape)?.take()
     }
 
     /// Whether nothing is kept.

@@ -309,7 +309,6 @@ impl GmArena<'_> {
     /// each of their cache lines into the first-level cache. Nothing is read or written and
     /// no access is registered; a range outside GM, or longer than [`PREFETCH_MAX`], is
     /// ignored (queue it with [`Gm::prefetch`]). Elsewhere, nothing.
-    #[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
     pub fn prefetch_now(&self, addr: u64, len: usize) {
         let Ok(off) = self.offset(addr, len) else {
             return;
@@ -317,21 +316,13 @@ impl GmArena<'_> {
         if len == 0 || len > PREFETCH_MAX {
             return;
         }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let first = off / 64 * 64;
-            for line in (first..off + len).step_by(64) {
-                // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 CPU has (it is in the
-                // target's baseline); the instruction is a hint that never faults, reads
-                // into no register and writes nothing, so it cannot race with any access. The
-                // pointer is inside `self.words` (`offset` checked the range; `first` rounds
-                // down within it) and carries the slice's provenance.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.byte_ptr(line).cast::<i8>()) };
-            }
+        use crate::tile_ops::ahead::{prefetch_line, LINE};
+        // The pointers stay inside `self.words`: `offset` checked the range, and `first`
+        // rounds down within it.
+        let first = off / LINE * LINE;
+        for line in (first..off + len).step_by(LINE) {
+            prefetch_line(self.byte_ptr(line));
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = off;
     }
 
     /// A pointer to byte `off` of GM, with the provenance of the whole word slice.

@@ -60,7 +60,7 @@ impl Ahead {
         }
         let top = self.len - 1;
         let line = self.next[top];
-        prefetch(line);
+        prefetch_line(line);
         let next = line.wrapping_add(LINE);
         if next as usize >= self.end[top] as usize {
             self.len = top;
@@ -78,10 +78,10 @@ impl Ahead {
 }
 
 /// One prefetch of the line at `line` into the first-level cache; elsewhere than x86-64,
-/// nothing.
+/// nothing. Any address will do: nothing is read.
 #[inline(always)]
 #[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
-fn prefetch(line: *const u8) {
+pub(crate) fn prefetch_line(line: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
