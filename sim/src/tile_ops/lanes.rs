@@ -5,9 +5,10 @@
 //! ## Results
 //!
 //! Every body is written so that the compiler may not reorder its floating-point arithmetic
-//! (Rust never contracts `a * b + c` into a fused multiply-add or reassociates a sum), so the
-//! three builds of each give the same bits on every CPU; only the portable loops of
-//! [`simpler_aicore::tile_ops`] (the firmware's) differ:
+//! (Rust never contracts `a * b + c` into a fused multiply-add or reassociates a sum; where a
+//! body wants one it says `mul_add`, exactly rounded everywhere), so the three builds of each
+//! give the same bits on every CPU; only the portable loops of [`simpler_aicore::tile_ops`]
+//! (the firmware's) differ:
 //!
 //! - [`exp`] is within 2 ulp of the exact value (`tests` sweep it against f64's `exp`) where
 //!   libm's `expf` is within 1; below `-86.5` (`e^-86.5` is about 2.9e-38) it returns 0 and
@@ -19,8 +20,6 @@
 //!   within `n · ε · Σ|x|` of it (ε = 2⁻²⁴).
 //! - [`max`] is exact: the order of a maximum does not change it (NaN skipped, as there).
 
-use simpler_aicore::TileOps;
-
 /// Lanes of the partial sums and maxima: one AVX-512 register of f32, two of AVX2.
 pub const LANES: usize = 16;
 
@@ -29,9 +28,15 @@ pub const LANES: usize = 16;
 /// Cody and Waite's reduction: `x = n·ln 2 + r` with `n = round(x·log2 e)`, so `|r| <= ln 2 / 2`;
 /// `ln 2` is split in a part of 9 significant bits (so `n·C1` is exact for the `|n| <= 128`
 /// that occur) and the rest. `e^r` is its Taylor polynomial to degree 7 (the remainder
-/// `r^8 / 8!` is below 6e-9 of the result on that interval), and `2^n` is built in the
-/// exponent bits as `2^(n - 1)` times 2, so that `n = 128` (for `x` up to `ln(f32::MAX)`)
-/// does not overflow the field; `x >= -86.5` keeps `n >= -125`, so no factor is subnormal.
+/// `r^8 / 8!` is below 6e-9 of the result on that interval) in Horner's form of fused
+/// multiply-adds, half the dependent steps of separate products and sums; and `2^n` is built
+/// in the exponent bits as `2^(n - 1)` times 2, so that `n = 128` (for `x` up to
+/// `ln(f32::MAX)`) does not overflow the field; `x >= -86.5` keeps `n >= -125`, so no factor
+/// is subnormal.
+///
+/// `mul_add` is one instruction on every unit [`Unit::detect`] picks and on aarch64; on an
+/// x86-64 without FMA (the baseline build) it is libm's exactly rounded `fmaf`: the same bits
+/// at many times the cost.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -45,17 +50,23 @@ pub fn exp(x: f32) -> f32 {
     const HI: f32 = 88.722_83;
     // NaN stays NaN here and is put back at the end.
     let xc = x.clamp(LO, HI);
-    let t = xc * LOG2E + ROUND;
+    let t = xc.mul_add(LOG2E, ROUND);
     let n = t - ROUND;
     // The integer n, from t's bits: t's mantissa holds 2^22 + n.
     let ni = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
-    let r = (xc - n * C1) - n * C2;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let r = (-n).mul_add(C2, (-n).mul_add(C1, xc));
+    let mut p: f32 = 1.0 / 5040.0;
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p.mul_add(r, c);
+    }
     // n is -125..=128 here: 2^(n - 1) has a normal exponent, and p · 2 (in [1.4, 2.9]) times
     // it is never subnormal before the final rounding.
     let scale = f32::from_bits(((ni + 126) as u32) << 23);
@@ -67,6 +78,21 @@ pub fn exp(x: f32) -> f32 {
     } else {
         y
     }
+}
+
+/// `x` rounded to bf16 and back, as [`simpler_core::Bf16::from_f32`] rounds (to nearest, ties
+/// to even; a NaN stays a quiet NaN of its sign), without its branch, so that a loop of it
+/// vectorises.
+#[inline(always)]
+pub fn round_bf16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
+    let kept = if x.is_nan() {
+        bits | 0x0040_0000
+    } else {
+        rounded
+    };
+    f32::from_bits(kept & 0xFFFF_0000)
 }
 
 /// `x = e^(x - m)` for every element.
@@ -197,31 +223,43 @@ macro_rules! dispatched {
 
 pub(crate) use dispatched;
 
-/// The bodies above as tile operations, so that a fused operation written over [`TileOps`]
-/// (softmax's rows) compiles into one piece on each unit.
-struct Bodies;
-
-impl TileOps for Bodies {
-    #[inline(always)]
-    fn exp_sub(&self, x: &mut [f32], m: f32) {
-        exp_sub(x, m);
-    }
-
-    #[inline(always)]
-    fn max(&self, x: &[f32]) -> f32 {
-        max(x)
-    }
-
-    #[inline(always)]
-    fn sum(&self, x: &[f32]) -> f32 {
-        sum(x)
-    }
-}
-
-/// [`TileOps::softmax_rows`] on [`Bodies`].
+/// [`simpler_aicore::TileOps::softmax_rows`] by passes over the whole tile instead of row by row: a row is a
+/// register or two, so one row's `exp` is a single chain of dependent steps with nothing to
+/// overlap it, while over the tile the vector unit keeps many chains in flight. Every element
+/// goes through the same operations as in the row-wise order (subtract its row's maximum,
+/// [`exp`], round, sum in [`LANES`] lanes), so the bits are those of the row-wise order
+/// over the same bodies; the masked columns' `exp` is computed and thrown away, which costs less than
+/// skipping it.
 #[inline(always)]
 fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) {
-    simpler_aicore::tile_ops::softmax_rows(&Bodies, s, m, l, bs, valid, round);
+    if bs == 0 {
+        return;
+    }
+    let valid = valid.min(bs);
+    let rows = (s.len() / bs).min(m.len()).min(l.len());
+    let s = &mut s[..rows * bs];
+    for (row, row_max) in s.chunks_exact_mut(bs).zip(m.iter_mut()) {
+        let live = &mut row[..valid];
+        let top = max(live);
+        for v in live.iter_mut() {
+            *v -= top;
+        }
+        *row_max = top;
+    }
+    if round {
+        for v in s.iter_mut() {
+            *v = round_bf16(exp(*v));
+        }
+    } else {
+        for v in s.iter_mut() {
+            *v = exp(*v);
+        }
+    }
+    for (row, row_sum) in s.chunks_exact_mut(bs).zip(l.iter_mut()) {
+        let (live, masked) = row.split_at_mut(valid);
+        masked.fill(0.0);
+        *row_sum = sum(live);
+    }
 }
 
 dispatched!(
@@ -237,7 +275,7 @@ dispatched!(
     max_fast, max_on, (x: &[f32]) -> f32, max
 );
 dispatched!(
-    /// Softmax's rows ([`TileOps::softmax_rows`]) fused on the widest vector unit: [`max`],
+    /// Softmax's rows ([`simpler_aicore::TileOps::softmax_rows`]) fused on the widest vector unit: [`max`],
     /// [`exp_sub`] and [`sum`] of each row in one piece, with the bf16 rounding between.
     softmax_rows_fast, softmax_rows_on,
     (s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) -> (),
@@ -247,6 +285,28 @@ dispatched!(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use simpler_aicore::TileOps;
+
+    /// The bodies above as tile operations: the generic row-by-row softmax over them is the
+    /// order the tile-wise one must match bit for bit.
+    struct Bodies;
+
+    impl TileOps for Bodies {
+        #[inline(always)]
+        fn exp_sub(&self, x: &mut [f32], m: f32) {
+            exp_sub(x, m);
+        }
+
+        #[inline(always)]
+        fn max(&self, x: &[f32]) -> f32 {
+            max(x)
+        }
+
+        #[inline(always)]
+        fn sum(&self, x: &[f32]) -> f32 {
+            sum(x)
+        }
+    }
 
     /// Distance in units in the last place between two finite f32 of the same sign.
     fn ulps(a: f32, b: f32) -> u32 {
@@ -355,6 +415,65 @@ mod tests {
         }
         assert_eq!(max_fast(&[f32::NAN, -3.0, f32::NAN]), -3.0);
         assert_eq!(sum_fast(&[]), 0.0);
+    }
+
+    #[test]
+    fn branch_free_bf16_rounding_is_the_bf16_types_rounding() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut bits: Vec<u32> = (0..200_000)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u32
+            })
+            .collect();
+        // Ties both ways, the carry into the exponent, infinities, NaNs of both signs.
+        bits.extend([
+            0x3F80_8000,
+            0x3F81_8000,
+            0x3F7F_FFFF,
+            0x7F7F_FFFF,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+            0xFF80_0001,
+            0x7F80_0001,
+            0,
+            0x8000_0000,
+            0x0000_8000,
+        ]);
+        for b in bits {
+            let x = f32::from_bits(b);
+            let want = simpler_core::Bf16::from_f32(x).to_f32();
+            assert_eq!(round_bf16(x).to_bits(), want.to_bits(), "{b:#010x}");
+        }
+    }
+
+    #[test]
+    fn tile_wise_softmax_gives_the_row_wise_bits() {
+        // Rows with masked tails holding values exp would overflow on, NaN included: they must
+        // come out 0 and leave the live columns alone.
+        let (rows, bs) = (7, 16);
+        let mut s0: Vec<f32> = (0..rows * bs)
+            .map(|i| ((i * 53) % 31) as f32 * 0.7 - 9.0)
+            .collect();
+        s0[rows * bs - 1] = f32::NAN;
+        s0[bs + 15] = 200.0;
+        for (valid, round) in [(16, true), (16, false), (11, true), (3, false), (0, true)] {
+            let (mut s_r, mut m_r, mut l_r) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
+            simpler_aicore::tile_ops::softmax_rows(
+                &Bodies, &mut s_r, &mut m_r, &mut l_r, bs, valid, round,
+            );
+            for unit in units() {
+                let (mut s, mut m, mut l) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
+                softmax_rows_on(unit, &mut s, &mut m, &mut l, bs, valid, round);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&s), bits(&s_r), "{unit:?} valid {valid}: values");
+                assert_eq!(bits(&m), bits(&m_r), "{unit:?} valid {valid}: maxima");
+                assert_eq!(bits(&l), bits(&l_r), "{unit:?} valid {valid}: sums");
+            }
+        }
     }
 
     #[test]

@@ -70,10 +70,13 @@ std::thread_local! {
 fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f32) {
     let mut copy = TRANSPOSED.take().unwrap_or_else(|| Box::new([0.0; MAX_BT]));
     let bt = &mut copy[..n * k];
-    match n {
-        8 => transpose::<8>(b, bt, k),
-        16 => transpose::<16>(b, bt, k),
-        32 => transpose::<32>(b, bt, k),
+    match (n, k) {
+        (8, 8) => transpose_square::<8, 64>(b, bt),
+        (16, 16) => transpose_square::<16, 256>(b, bt),
+        (32, 32) => transpose_square::<32, 1024>(b, bt),
+        (8, _) => transpose::<8>(b, bt, k),
+        (16, _) => transpose::<16>(b, bt, k),
+        (32, _) => transpose::<32>(b, bt, k),
         _ => {
             for (j, b_row) in b.chunks_exact(k).take(n).enumerate() {
                 for (v, t) in b_row.iter().zip(bt[j..].iter_mut().step_by(n)) {
@@ -88,6 +91,22 @@ fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f3
     let written = (c.len() / n).min(a.len() / k) * n;
     for v in c.iter_mut().take(written) {
         *v *= scale;
+    }
+}
+
+/// `bt = bᵀ` for a square `b` of `N × N` (`NN = N · N` elements): with every bound known at
+/// compile time the compiler moves it in shuffled registers, where [`transpose`]'s gathers
+/// cost a few times more on CPUs whose gather is microcoded. A `b` or `bt` shorter than
+/// `NN` moves nothing (`fits_bt` keeps the callers' long enough).
+#[inline(always)]
+fn transpose_square<const N: usize, const NN: usize>(b: &[f32], bt: &mut [f32]) {
+    let (Some(b), Some(bt)) = (b.first_chunk::<NN>(), bt.first_chunk_mut::<NN>()) else {
+        return;
+    };
+    for j in 0..N {
+        for p in 0..N {
+            bt[p * N + j] = b[j * N + p];
+        }
     }
 }
 
@@ -142,7 +161,9 @@ mod tests {
         for (m, k, n) in [
             (16, 16, 16),
             (16, 16, 8),
+            (8, 8, 8),
             (4, 32, 32),
+            (2, 32, 16),
             (7, 5, 3),
             (1, 1, 1),
             (3, 9, 16),
