@@ -140,7 +140,7 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
     let elem = moved_elem(dtype)?;
     // The staging buffer of the runs that are not one f32 access, zeroed on first use only:
     // a call that needs none (a dense f32 view) does not pay for clearing it.
-    let mut staging: Option<[u8; RUN * 4]> = None;
+    let mut staging: Option<[u32; RUN]> = None;
     for_each_run(t, |addr, first, len, stride| {
         if dtype == DataType::Float32 && stride == 4 {
             let out = dst.get_mut(first..first + len).ok_or(UNSUPPORTED)?;
@@ -153,10 +153,11 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
             }
             return Ok(());
         }
-        let bytes = staging.get_or_insert([0u8; RUN * 4]);
+        let words = staging.get_or_insert([0u32; RUN]);
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words[..]);
             if stride == elem as u64 {
                 let run = bytes.get_mut(..chunk * elem).ok_or(UNSUPPORTED)?;
                 gm.read(addr.wrapping_add((done * elem) as u64), run)?;
@@ -170,17 +171,15 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
             let out = dst
                 .get_mut(first + done..first + done + chunk)
                 .ok_or(UNSUPPORTED)?;
+            // Widened from whole words and halves, not byte pairs, so the loops vectorise.
             if dtype == DataType::Float32 {
-                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                    if let &[b0, b1, b2, b3] = b {
-                        *o = f32::from_le_bytes([b0, b1, b2, b3]);
-                    }
+                for (o, &w) in out.iter_mut().zip(words.iter()) {
+                    *o = f32::from_bits(u32::from_le(w));
                 }
             } else {
-                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                    if let &[b0, b1] = b {
-                        *o = Bf16(u16::from_le_bytes([b0, b1])).to_f32();
-                    }
+                let halves: &[u16] = bytemuck::cast_slice(&words[..]);
+                for (o, &h) in out.iter_mut().zip(halves) {
+                    *o = Bf16(u16::from_le(h)).to_f32();
                 }
             }
             done += chunk;
@@ -196,29 +195,32 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
     let dtype = t.dtype();
     let elem = moved_elem(dtype)?;
     // As in `load`: zeroed only when a run needs it.
-    let mut staging: Option<[u8; RUN * 4]> = None;
+    let mut staging: Option<[u32; RUN]> = None;
     for_each_run(t, |addr, first, len, stride| {
         let values = src.get(first..first + len).ok_or(UNSUPPORTED)?;
         if dtype == DataType::Float32 && stride == 4 && cfg!(target_endian = "little") {
             let raw = bytemuck::try_cast_slice(values).map_err(|_| UNSUPPORTED)?;
             return Ok(gm.write(addr, raw)?);
         }
-        let bytes = staging.get_or_insert([0u8; RUN * 4]);
+        let words = staging.get_or_insert([0u32; RUN]);
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
             let values = src
                 .get(first + done..first + done + chunk)
                 .ok_or(UNSUPPORTED)?;
+            // Narrowed into whole words and halves, not byte pairs, so the loops vectorise.
             if dtype == DataType::Float32 {
-                for (b, v) in bytes.chunks_exact_mut(4).zip(values) {
-                    b.copy_from_slice(&v.to_le_bytes());
+                for (w, v) in words.iter_mut().zip(values) {
+                    *w = v.to_bits().to_le();
                 }
             } else {
-                for (b, v) in bytes.chunks_exact_mut(2).zip(values) {
-                    b.copy_from_slice(&Bf16::from_f32(*v).0.to_le_bytes());
+                let halves: &mut [u16] = bytemuck::cast_slice_mut(&mut words[..]);
+                for (h, v) in halves.iter_mut().zip(values) {
+                    *h = Bf16::from_f32(*v).0.to_le();
                 }
             }
+            let bytes: &[u8] = bytemuck::cast_slice(&words[..]);
             if stride == elem as u64 {
                 let run = bytes.get(..chunk * elem).ok_or(UNSUPPORTED)?;
                 gm.write(addr.wrapping_add((done * elem) as u64), run)?;

@@ -13,13 +13,12 @@ impl Bf16 {
     #[inline]
     pub fn from_f32(x: f32) -> Self {
         let bits = x.to_bits();
-        if x.is_nan() {
-            // Keep the sign and force a quiet NaN whatever mantissa bits are dropped.
-            return Self(((bits >> 16) as u16) | 0x0040);
-        }
         // Add half an ulp of the result, plus one if the kept part is odd (ties to even).
-        let round = 0x7FFF + ((bits >> 16) & 1);
-        Self((bits.wrapping_add(round) >> 16) as u16)
+        let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
+        // A NaN keeps its sign and becomes quiet whatever mantissa bits are dropped. A select,
+        // not a branch, so that a loop of conversions vectorises.
+        let kept = if x.is_nan() { bits | 0x0040_0000 } else { rounded };
+        Self((kept >> 16) as u16)
     }
 
     /// The exact `f32` value.
@@ -84,9 +83,40 @@ mod tests {
     #[test]
     fn nan_stays_nan() {
         assert!(Bf16::from_f32(f32::NAN).to_f32().is_nan());
-        // A NaN whose payload lives only in the dropped bits must not become infinity.
-        assert!(Bf16::from_f32(f32::from_bits(0x7F80_0001))
-            .to_f32()
-            .is_nan());
+        // A NaN whose payload lives only in the dropped bits must not become infinity, and
+        // keeps its sign.
+        for bits in [0x7F80_0001u32, 0xFF80_0001, 0x7FFF_FFFF, 0xFFC0_0000] {
+            let b = Bf16::from_f32(f32::from_bits(bits));
+            assert!(b.to_f32().is_nan(), "{bits:#010x}");
+            assert_eq!(b.0 & 0x8000, (bits >> 16) as u16 & 0x8000, "{bits:#010x}");
+        }
+    }
+
+    #[test]
+    fn every_finite_value_goes_to_the_nearer_neighbour() {
+        // Of the two bf16 values around x, the nearer in f64; on a tie, the even one.
+        let nearest = |x: f32| -> u16 {
+            let lo = (x.to_bits() >> 16) as u16;
+            let hi = lo.wrapping_add(1);
+            let v = |h: u16| f32::from_bits((h as u32) << 16) as f64;
+            let (dl, dh) = ((x as f64 - v(lo)).abs(), (v(hi) - x as f64).abs());
+            if dl < dh || (dl == dh && lo & 1 == 0) {
+                lo
+            } else {
+                hi
+            }
+        };
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..100_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let x = f32::from_bits(seed as u32);
+            // Beyond the largest finite bf16, the neighbour above is infinity (no f64 value).
+            if !x.is_finite() || x.abs() >= f32::from_bits(0x7F7F_8000) {
+                continue;
+            }
+            assert_eq!(Bf16::from_f32(x).0, nearest(x), "{:#010x}", x.to_bits());
+        }
     }
 }
