@@ -17,7 +17,11 @@ impl Bf16 {
         let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
         // A NaN keeps its sign and becomes quiet whatever mantissa bits are dropped. A select,
         // not a branch, so that a loop of conversions vectorises.
-        let kept = if x.is_nan() { bits | 0x0040_0000 } else { rounded };
+        let kept = if x.is_nan() {
+            bits | 0x0040_0000
+        } else {
+            rounded
+        };
         Self((kept >> 16) as u16)
     }
 

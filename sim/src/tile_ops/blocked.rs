@@ -1,38 +1,86 @@
-//! Products of whole 8x32 blocks (bgemm's 128x128 and 64x64 tiles), register-blocked, with
-//! the thread's queued prefetches ([`super::ahead`]) issued from the inner loop.
+//! Products of whole register blocks (bgemm's 128x128 and 64x64 tiles), with the thread's
+//! queued prefetches ([`super::ahead`]) issued from the inner loop.
 //!
-//! Each 8x32 block of `c` is held in 16 AVX-512 registers while `k` rows of a 32-wide panel
-//! of `b` (16 KiB for `k = 128`, so it stays in the first-level cache across the row blocks)
-//! meet 8 rows of `a`, one broadcast each. Without AVX-512F, `gemm` takes these products. Neither operand is
-//! packed: bgemm's operands are read once, from memory no other task reads, so a packed copy
-//! would be one more pass over them. Every fourth step of the depth loop issues one queued
-//! prefetch, 2,048 lines (128 KiB, the next slice's `a` and `b`) over a 128x128x128 product.
+//! On AVX-512F each 8x32 block of `c` is held in 16 registers, on AVX2 with FMA each 4x16 block
+//! in 8 (of 16: the rest hold `b`'s row and the broadcast), while `k` rows of a panel of `b` as
+//! wide as the block (16 KiB or 8 KiB for `k = 128`, so it stays in the first-level cache
+//! across the row blocks) meet the block's rows of `a`, one broadcast each. On neither unit,
+//! `gemm` takes these products. Neither operand is packed: bgemm's operands are read once, from
+//! memory no other task reads, so a packed copy would be one more pass over them. The depth
+//! loop issues one queued prefetch every [`Block::steps_per_line`] steps, so either block
+//! drains one line per 1,024 multiply-adds: 2,048 lines (128 KiB, the next slice's `a` and `b`)
+//! over a 128x128x128 product.
 //!
 //! Results: each output is one fused multiply-add chain over `p = 0, 1, ..., k - 1` from
-//! zero (checked bit for bit against a scalar chain); the portable loop rounds each product
-//! before its add, so it may differ from these by that rounding (the bound in [`super`]'s
-//! tests).
+//! zero on either unit (checked bit for bit against a scalar chain); the portable loop rounds
+//! each product before its add, so it may differ from these by that rounding (the bound in
+//! [`super`]'s tests).
 
 use super::ahead::{self, Ahead};
+use super::lanes::Unit;
 
-/// Rows of a block.
-pub const MR: usize = 8;
-/// Columns of a block.
-pub const NR: usize = 32;
-/// Depth steps per queued prefetch.
-const STEPS_PER_LINE: usize = 4;
+/// The shape of a register block on one vector unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Rows of the block.
+    pub mr: usize,
+    /// Columns of the block.
+    pub nr: usize,
+    /// Depth steps per queued prefetch: `mr · nr · steps_per_line` multiply-adds per line.
+    pub steps_per_line: usize,
+}
+
+/// AVX-512F's block: two registers of 16 per row.
+pub const AVX512: Block = Block {
+    mr: 8,
+    nr: 32,
+    steps_per_line: 4,
+};
+
+/// AVX2's block: two registers of 8 per row.
+pub const AVX2: Block = Block {
+    mr: 4,
+    nr: 16,
+    steps_per_line: 16,
+};
+
+/// The block of the widest unit this CPU has, `None` when it has neither.
+#[inline(always)]
+pub fn block() -> Option<Block> {
+    match Unit::detect() {
+        Unit::Avx512 => Some(AVX512),
+        Unit::Avx2 => Some(AVX2),
+        Unit::Baseline => None,
+    }
+}
 
 /// The rows of the product `c = a · b` taken here: `m`, as many whole rows as `a` and `c`
-/// both have, when it is a non-zero multiple of [`MR`], `n` one of [`NR`], `b` holds `k × n`
-/// and the CPU has AVX-512F; else `None` (`gemm` takes the product).
+/// both have, when it is a non-zero multiple of the [`block`]'s rows, `n` one of its columns,
+/// `b` holds `k × n` and the CPU has one of the units; else `None` (`gemm` takes the product).
 #[inline(always)]
 pub fn fits(a: &[f32], b: &[f32], c: &[f32], k: usize, n: usize) -> Option<usize> {
-    if k == 0 || n == 0 || !n.is_multiple_of(NR) || b.len() < k * n {
+    let blk = block()?;
+    if k == 0 || n == 0 || !n.is_multiple_of(blk.nr) || b.len() < k * n {
         return None;
     }
     let m = (c.len() / n).min(a.len() / k);
-    (m > 0 && m.is_multiple_of(MR) && super::lanes::Unit::detect() == super::lanes::Unit::Avx512)
-        .then_some(m)
+    (m > 0 && m.is_multiple_of(blk.mr)).then_some(m)
+}
+
+/// Whether `(k, n, m)` is a whole number of `blk`'s blocks over operands this long.
+#[inline(always)]
+fn whole_blocks(
+    blk: Block,
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    (k, n, m): (usize, usize, usize),
+) -> bool {
+    m.is_multiple_of(blk.mr)
+        && n.is_multiple_of(blk.nr)
+        && a.len() >= m * k
+        && b.len() >= k * n
+        && c.len() >= m * n
 }
 
 /// `c (m × n) = a (m × k) · b (k × n)` within [`fits`]' `m`, one 8x32 block at a time, on
@@ -53,13 +101,10 @@ fn product_avx512<const K: usize, const N: usize>(
 ) -> bool {
     use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps};
     use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
+    const MR: usize = AVX512.mr;
+    const NR: usize = AVX512.nr;
     let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
-    if !m.is_multiple_of(MR)
-        || !n.is_multiple_of(NR)
-        || a.len() < m * k
-        || b.len() < k * n
-        || c.len() < m * n
-    {
+    if !whole_blocks(AVX512, a, b, c, (k, n, m)) {
         return false;
     }
     for j0 in (0..n).step_by(NR) {
@@ -67,7 +112,7 @@ fn product_avx512<const K: usize, const N: usize>(
             let mut acc = [_mm512_setzero_ps(); 2 * MR];
             let (a_rows, b_panel) = (a[i0 * k..].as_ptr(), b[j0..].as_ptr());
             for p in 0..k {
-                if p.is_multiple_of(STEPS_PER_LINE) {
+                if p.is_multiple_of(AVX512.steps_per_line) {
                     q.step();
                 }
                 // SAFETY: `p < k` and `j0 + NR <= n`, so elements `p * n + j0 .. + NR` of `b`
@@ -98,29 +143,121 @@ fn product_avx512<const K: usize, const N: usize>(
     true
 }
 
-/// `c (m × n) = a · b` within [`fits`]' `m`, 8x32 blocks on AVX-512F, issuing this thread's
-/// queued prefetches as it goes: true when it ran (the CPU has AVX-512F, and the shape is
-/// within [`fits`]).
-#[allow(unsafe_code)] // calling the `#[target_feature]` build: see the SAFETY comment
+/// [`product_avx512`] on AVX2 with FMA, one 4x16 block at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(unsafe_code)] // unaligned vector loads and stores: see the SAFETY comments
+fn product_avx2<const K: usize, const N: usize>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    (k, n, m): (usize, usize, usize),
+    q: &mut Ahead,
+) -> bool {
+    use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps};
+    use std::arch::x86_64::{_mm256_setzero_ps, _mm256_storeu_ps};
+    const MR: usize = AVX2.mr;
+    const NR: usize = AVX2.nr;
+    let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
+    if !whole_blocks(AVX2, a, b, c, (k, n, m)) {
+        return false;
+    }
+    for j0 in (0..n).step_by(NR) {
+        for i0 in (0..m).step_by(MR) {
+            let mut acc = [_mm256_setzero_ps(); 2 * MR];
+            let (a_rows, b_panel) = (a[i0 * k..].as_ptr(), b[j0..].as_ptr());
+            for p in 0..k {
+                if p.is_multiple_of(AVX2.steps_per_line) {
+                    q.step();
+                }
+                // SAFETY: `p < k` and `j0 + NR <= n`, so elements `p * n + j0 .. + NR` of `b`
+                // are below `k * n <= b.len()` (checked above); `b_panel` is `b` from `j0`.
+                let (lo, hi) = unsafe {
+                    let row = b_panel.add(p * n);
+                    (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)))
+                };
+                for r in 0..MR {
+                    // SAFETY: `(i0 + r) * k + p < m * k <= a.len()` (`i0 + r < m`, `p < k`);
+                    // `a_rows` is `a` from `i0 * k`.
+                    let x = _mm256_set1_ps(unsafe { *a_rows.add(r * k + p) });
+                    acc[2 * r] = _mm256_fmadd_ps(x, lo, acc[2 * r]);
+                    acc[2 * r + 1] = _mm256_fmadd_ps(x, hi, acc[2 * r + 1]);
+                }
+            }
+            for r in 0..MR {
+                let out = c[(i0 + r) * n + j0..][..NR].as_mut_ptr();
+                // SAFETY: `out` starts `NR` elements of `c` (the slice just taken), and
+                // `c` is a unique borrow, so these two stores of 8 touch only those.
+                unsafe {
+                    _mm256_storeu_ps(out, acc[2 * r]);
+                    _mm256_storeu_ps(out.add(8), acc[2 * r + 1]);
+                }
+            }
+        }
+    }
+    true
+}
+
+/// `c (m × n) = a · b` within [`fits`]' `m`, in the [`block`]s of the widest unit, issuing this
+/// thread's queued prefetches as it goes: true when it ran (the CPU has AVX-512F, or AVX2 and
+/// FMA, and the shape is within [`fits`]).
+#[inline]
 pub fn matmul_fast(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, m: usize) -> bool {
+    matmul_on(Unit::detect(), a, b, c, k, n, m)
+}
+
+/// [`matmul_fast`] in `unit`'s blocks, which must be a unit this CPU has (on any other, or
+/// the baseline, it does nothing and returns false).
+#[allow(unsafe_code)] // calling the `#[target_feature]` builds: see the SAFETY comments
+pub fn matmul_on(
+    unit: Unit,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    k: usize,
+    n: usize,
+    m: usize,
+) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        let mut q = ahead::take();
+    {
         let shape = (k, n, m);
-        // SAFETY: the CPU reports AVX-512F (checked just above), the only feature these
-        // builds assume beyond the baseline.
-        let ran = unsafe {
-            match (k, n) {
-                (128, 128) => product_avx512::<128, 128>(a, b, c, shape, &mut q),
-                (64, 64) => product_avx512::<64, 64>(a, b, c, shape, &mut q),
-                _ => product_avx512::<0, 0>(a, b, c, shape, &mut q),
+        let avx512 = unit == Unit::Avx512 && std::arch::is_x86_feature_detected!("avx512f");
+        let avx2 = unit == Unit::Avx2
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        if !avx512 && !avx2 {
+            return false;
+        }
+        let mut q = ahead::take();
+        let ran = if avx512 {
+            // SAFETY: the CPU reports AVX-512F (checked above), the only feature this build
+            // assumes beyond the baseline.
+            unsafe {
+                match (k, n) {
+                    (128, 128) => product_avx512::<128, 128>(a, b, c, shape, &mut q),
+                    (64, 64) => product_avx512::<64, 64>(a, b, c, shape, &mut q),
+                    _ => product_avx512::<0, 0>(a, b, c, shape, &mut q),
+                }
+            }
+        } else {
+            // SAFETY: the CPU reports AVX2 and FMA (checked above), the only features this
+            // build assumes beyond the baseline.
+            unsafe {
+                match (k, n) {
+                    (128, 128) => product_avx2::<128, 128>(a, b, c, shape, &mut q),
+                    (64, 64) => product_avx2::<64, 64>(a, b, c, shape, &mut q),
+                    _ => product_avx2::<0, 0>(a, b, c, shape, &mut q),
+                }
             }
         };
         ahead::put(q);
-        return ran;
+        ran
     }
-    let _ = (a, b, c, k, n, m);
-    false
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (unit, a, b, c, k, n, m);
+        false
+    }
 }
 
 #[cfg(test)]
@@ -128,8 +265,21 @@ mod tests {
     use super::*;
     use crate::tile_ops::test_values as values;
 
-    fn avx512() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
+    /// The units this CPU has blocks for, with their blocks.
+    fn units() -> Vec<(Unit, Block)> {
+        let mut u = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                u.push((Unit::Avx2, AVX2));
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                u.push((Unit::Avx512, AVX512));
+            }
+        }
+        u
     }
 
     /// Each output a scalar fused chain over `p` from zero.
@@ -158,35 +308,56 @@ mod tests {
         ] {
             let a = values(m * k, 5 + m as u64);
             let b = values(k * n, 9 + k as u64);
-            // One spare row of `c`, which `m` leaves alone.
-            let mut c = vec![f32::NAN; (m + 1) * n];
-            let ran = matmul_fast(&a, &b, &mut c, k, n, m);
-            assert_eq!(ran, avx512(), "{m}x{k}x{n}");
-            assert_eq!(fits(&a, &b, &c, k, n), ran.then_some(m));
-            if ran {
-                let got: Vec<u32> = c[..m * n].iter().map(|v| v.to_bits()).collect();
-                assert!(got == chained(&a, &b, m, k, n), "{m}x{k}x{n}");
-                assert!(c[m * n..].iter().all(|v| v.is_nan()), "{m}x{k}x{n}: past m");
+            let want = chained(&a, &b, m, k, n);
+            let c = vec![f32::NAN; (m + 1) * n];
+            let widest = block().filter(|blk| m % blk.mr == 0 && n % blk.nr == 0);
+            assert_eq!(fits(&a, &b, &c, k, n), widest.map(|_| m), "{m}x{k}x{n}");
+            for (unit, blk) in units() {
+                // One spare row of `c`, which `m` leaves alone.
+                let mut c = vec![f32::NAN; (m + 1) * n];
+                let ran = matmul_on(unit, &a, &b, &mut c, k, n, m);
+                assert_eq!(
+                    ran,
+                    m % blk.mr == 0 && n % blk.nr == 0,
+                    "{unit:?} {m}x{k}x{n}"
+                );
+                if ran {
+                    let got: Vec<u32> = c[..m * n].iter().map(|v| v.to_bits()).collect();
+                    assert!(got == want, "{unit:?} {m}x{k}x{n}");
+                    assert!(c[m * n..].iter().all(|v| v.is_nan()), "{m}x{k}x{n}: past m");
+                }
             }
         }
+        // The baseline has no blocks.
+        let mut c = vec![0.0; 64 * 64];
+        assert!(!matmul_on(
+            Unit::Baseline,
+            &c.clone(),
+            &c.clone(),
+            &mut c,
+            64,
+            64,
+            64
+        ));
     }
 
     #[test]
-    fn blocks_drain_one_queued_line_every_four_depth_steps() {
+    fn blocks_drain_one_queued_line_per_1024_multiply_adds() {
         let (m, k, n) = (16, 128, 64);
         let (a, b) = (values(m * k, 1), values(k * n, 2));
-        let mut c = vec![0.0; m * n];
         let spare = vec![0u8; 1 << 20];
-        ahead::clear();
-        ahead::queue(spare.as_ptr(), spare.len());
-        let before = ahead::queued_lines();
-        let drained = if matmul_fast(&a, &b, &mut c, k, n, m) {
-            (m / MR) * (n / NR) * k / STEPS_PER_LINE
-        } else {
-            0
-        };
-        assert_eq!(before - ahead::queued_lines(), drained);
-        ahead::clear();
+        for (unit, blk) in units() {
+            let mut c = vec![0.0; m * n];
+            ahead::clear();
+            ahead::queue(spare.as_ptr(), spare.len());
+            let before = ahead::queued_lines();
+            assert!(matmul_on(unit, &a, &b, &mut c, k, n, m), "{unit:?}");
+            let drained = (m / blk.mr) * (n / blk.nr) * k / blk.steps_per_line;
+            assert_eq!(before - ahead::queued_lines(), drained, "{unit:?}");
+            // Either block drains a line per 1,024 multiply-adds.
+            assert_eq!(drained, m * n * k / 1024, "{unit:?}");
+            ahead::clear();
+        }
     }
 
     #[test]
@@ -196,9 +367,9 @@ mod tests {
             vec![0.0; 128 * 128],
             vec![0.0; 128 * 128],
         );
-        assert_eq!(fits(&a, &b, &c, 128, 128).is_some(), avx512());
+        assert_eq!(fits(&a, &b, &c, 128, 128).is_some(), block().is_some());
         assert_eq!(fits(&a, &b, &c[..7 * 128], 128, 128), None, "7 rows");
-        assert_eq!(fits(&a, &b, &c, 128, 48), None, "48 columns");
+        assert_eq!(fits(&a, &b, &c, 128, 40), None, "40 columns");
         assert_eq!(fits(&a, &b[..128 * 127], &c, 128, 128), None, "b short");
         assert_eq!(fits(&a, &b, &c, 0, 128), None, "k = 0");
         // Called off its shapes anyway, it does nothing and says so.

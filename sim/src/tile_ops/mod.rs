@@ -1,7 +1,8 @@
 //! The simulator's compute units: [`TileOps`] on the host's vector units.
 //!
-//! Matrix products of whole 8x32 blocks (bgemm's 128x128 and 64x64 tiles) run on AVX-512
-//! register blocks of this crate ([`blocked`]), which also issue the prefetches a kernel
+//! Matrix products of whole register blocks (bgemm's 128x128 and 64x64 tiles: 8x32 on
+//! AVX-512F, 4x16 on AVX2 with FMA) run on this crate's blocks ([`blocked`]), which also issue
+//! the prefetches a kernel
 //! queued for its next slice ([`ahead`]), so the next operands stream in while this product
 //! computes. Small products (paged attention's 16x16 tiles) run the portable loop compiled for
 //! the vector units ([`small`]). The rest go to the `gemm` crate, which picks its micro-kernel
