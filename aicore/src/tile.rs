@@ -157,7 +157,10 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
         let mut done = 0;
         while done < len {
             let chunk = (len - done).min(RUN);
-            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words[..]);
+            // Words to bytes or halves never fails; the checked casts keep the core loop free of
+            // panic paths.
+            let bytes: &mut [u8] =
+                bytemuck::try_cast_slice_mut(&mut words[..]).map_err(|_| UNSUPPORTED)?;
             if stride == elem as u64 {
                 let run = bytes.get_mut(..chunk * elem).ok_or(UNSUPPORTED)?;
                 gm.read(addr.wrapping_add((done * elem) as u64), run)?;
@@ -177,7 +180,8 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
                     *o = f32::from_bits(u32::from_le(w));
                 }
             } else {
-                let halves: &[u16] = bytemuck::cast_slice(&words[..]);
+                let halves: &[u16] =
+                    bytemuck::try_cast_slice(&words[..]).map_err(|_| UNSUPPORTED)?;
                 for (o, &h) in out.iter_mut().zip(halves) {
                     *o = Bf16(u16::from_le(h)).to_f32();
                 }
@@ -215,12 +219,14 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
                     *w = v.to_bits().to_le();
                 }
             } else {
-                let halves: &mut [u16] = bytemuck::cast_slice_mut(&mut words[..]);
+                // As in `load`: the checked casts have no panic path.
+                let halves: &mut [u16] =
+                    bytemuck::try_cast_slice_mut(&mut words[..]).map_err(|_| UNSUPPORTED)?;
                 for (h, v) in halves.iter_mut().zip(values) {
                     *h = Bf16::from_f32(*v).0.to_le();
                 }
             }
-            let bytes: &[u8] = bytemuck::cast_slice(&words[..]);
+            let bytes: &[u8] = bytemuck::try_cast_slice(&words[..]).map_err(|_| UNSUPPORTED)?;
             if stride == elem as u64 {
                 let run = bytes.get(..chunk * elem).ok_or(UNSUPPORTED)?;
                 gm.write(addr.wrapping_add((done * elem) as u64), run)?;
