@@ -36,7 +36,7 @@ pub const AVX512: Block = Block { mr: 8, nr: 32 };
 pub const AVX2: Block = Block { mr: 4, nr: 16 };
 
 /// Multiply-adds per queued prefetch, on either unit.
-const MACS_PER_LINE: usize = 1024;
+pub const MACS_PER_LINE: usize = 1024;
 
 /// AVX-512's depth steps per queued prefetch: an 8x32 block's step is 256 multiply-adds.
 const AVX512_STEPS_PER_LINE: usize = MACS_PER_LINE / (AVX512.mr * AVX512.nr);
