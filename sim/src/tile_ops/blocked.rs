@@ -41,14 +41,22 @@ pub const MACS_PER_LINE: usize = 1024;
 /// AVX-512's depth steps per queued prefetch: an 8x32 block's step is 256 multiply-adds.
 const AVX512_STEPS_PER_LINE: usize = MACS_PER_LINE / (AVX512.mr * AVX512.nr);
 
+impl Block {
+    /// `unit`'s block, `None` for the baseline (which has none).
+    #[inline(always)]
+    pub const fn of(unit: Unit) -> Option<Self> {
+        match unit {
+            Unit::Avx512 => Some(AVX512),
+            Unit::Avx2 => Some(AVX2),
+            Unit::Baseline => None,
+        }
+    }
+}
+
 /// The block of the widest unit this CPU has, `None` when it has neither.
 #[inline(always)]
 pub fn block() -> Option<Block> {
-    match Unit::detect() {
-        Unit::Avx512 => Some(AVX512),
-        Unit::Avx2 => Some(AVX2),
-        Unit::Baseline => None,
-    }
+    Block::of(Unit::detect())
 }
 
 /// The rows of the product `c = a · b` taken here: `m`, as many whole rows as `a` and `c`
@@ -296,19 +304,10 @@ mod tests {
 
     /// The units this CPU has blocks for, with their blocks.
     fn units() -> Vec<(Unit, Block)> {
-        let mut u = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                u.push((Unit::Avx2, AVX2));
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                u.push((Unit::Avx512, AVX512));
-            }
-        }
-        u
+        Unit::available()
+            .into_iter()
+            .filter_map(|u| Block::of(u).map(|b| (u, b)))
+            .collect()
     }
 
     /// Each output a scalar fused chain over `p` from zero.

@@ -140,6 +140,24 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// Every unit this CPU has, the baseline first (for the tests, which run each).
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Self> {
+        let mut u = vec![Self::Baseline];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                u.push(Self::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                u.push(Self::Avx512);
+            }
+        }
+        u
+    }
+
     /// The widest unit this CPU has.
     #[inline(always)]
     pub fn detect() -> Self {
@@ -208,13 +226,13 @@ macro_rules! dispatched {
 
 pub(crate) use dispatched;
 
-/// [`simpler_aicore::TileOps::softmax_rows`] by passes over the whole tile instead of row by row: a row is a
-/// register or two, so one row's `exp` is a single chain of dependent steps with nothing to
-/// overlap it, while over the tile the vector unit keeps many chains in flight. Every element
-/// goes through the same operations as in the row-wise order (subtract its row's maximum,
-/// [`exp`], round, sum in [`LANES`] lanes), so the bits are those of the row-wise order
-/// over the same bodies; the masked columns' `exp` is computed and thrown away, which costs less than
-/// skipping it.
+/// [`simpler_aicore::TileOps::softmax_rows`] by passes over the whole tile instead of row by
+/// row: a row is a register or two, so one row's `exp` is a single chain of dependent steps
+/// with nothing to overlap it, while over the tile the vector unit keeps many chains in
+/// flight. Every element goes through the same operations as in the row-wise order (subtract
+/// its row's maximum, [`exp`], round, sum in [`LANES`] lanes), so the bits are those of the
+/// row-wise order over the same bodies; the masked columns' `exp` is computed and thrown
+/// away, which costs less than skipping it.
 #[inline(always)]
 fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) {
     if bs == 0 {
@@ -260,8 +278,9 @@ dispatched!(
     max_fast, max_on, (x: &[f32]) -> f32, max
 );
 dispatched!(
-    /// Softmax's rows ([`simpler_aicore::TileOps::softmax_rows`]) fused on the widest vector unit: [`max`],
-    /// [`exp_sub`] and [`sum`] of each row in one piece, with the bf16 rounding between.
+    /// Softmax's rows ([`simpler_aicore::TileOps::softmax_rows`]) fused on the widest vector
+    /// unit: [`max`], [`exp`] and [`sum`] by passes over the tile, with the bf16 rounding
+    /// between, in one piece.
     softmax_rows_fast, softmax_rows_on,
     (s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) -> (),
     softmax_rows
@@ -296,23 +315,6 @@ mod tests {
     /// Distance in units in the last place between two finite f32 of the same sign.
     fn ulps(a: f32, b: f32) -> u32 {
         (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
-    }
-
-    /// Every unit this CPU has, the baseline included.
-    fn units() -> Vec<Unit> {
-        let mut u = vec![Unit::Baseline];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                u.push(Unit::Avx2);
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                u.push(Unit::Avx512);
-            }
-        }
-        u
     }
 
     #[test]
@@ -365,7 +367,7 @@ mod tests {
             .collect();
         x.extend([f32::NAN, f32::NEG_INFINITY, 100.0, -100.0, 0.0]);
         let want_exp: Vec<u32> = x.iter().map(|&v| exp(v - 1.5).to_bits()).collect();
-        for unit in units() {
+        for unit in Unit::available() {
             for len in [0, 1, 15, 16, 17, 33, x.len()] {
                 let mut y = x[..len].to_vec();
                 exp_sub_on(unit, &mut y, 1.5);
@@ -417,7 +419,7 @@ mod tests {
             simpler_aicore::tile_ops::softmax_rows(
                 &Bodies, &mut s_r, &mut m_r, &mut l_r, bs, valid, round,
             );
-            for unit in units() {
+            for unit in Unit::available() {
                 let (mut s, mut m, mut l) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
                 softmax_rows_on(unit, &mut s, &mut m, &mut l, bs, valid, round);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -439,7 +441,7 @@ mod tests {
             let (mut s_p, mut m_p, mut l_p) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
             Portable.softmax_rows(&mut s_p, &mut m_p, &mut l_p, bs, valid, round);
             let mut first: Option<Vec<u32>> = None;
-            for unit in units() {
+            for unit in Unit::available() {
                 let (mut s, mut m, mut l) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
                 softmax_rows_on(unit, &mut s, &mut m, &mut l, bs, valid, round);
                 assert_eq!(m, m_p, "the maxima are exact");

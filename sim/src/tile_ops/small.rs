@@ -100,6 +100,7 @@ fn product_bt(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize, scale: f3
 /// `NN` moves nothing (`fits_bt` keeps the callers' long enough).
 #[inline(always)]
 fn transpose_square<const N: usize, const NN: usize>(b: &[f32], bt: &mut [f32]) {
+    const { assert!(NN == N * N, "NN is N squared") };
     let (Some(b), Some(bt)) = (b.first_chunk::<NN>(), bt.first_chunk_mut::<NN>()) else {
         return;
     };
