@@ -104,15 +104,19 @@ fn fold_lanes(x: &[f32], init: f32, op: impl Fn(f32, f32) -> f32) -> f32 {
     for (a, &v) in acc.iter_mut().zip(rest) {
         *a = op(*a, v);
     }
-    let mut width = LANES;
-    while width > 1 {
-        width /= 2;
-        let (lo, hi) = acc.split_at_mut(width);
-        for (a, &b) in lo.iter_mut().zip(hi.iter()) {
-            *a = op(*a, b);
-        }
-    }
-    acc[0]
+    halve(acc, op)
+}
+
+const _: () = assert!(LANES == 16, "`halve` folds sixteen lanes");
+
+/// Folds the [`LANES`] lanes into one by halving: lane `i` with lane `i + width`, for
+/// `width` 8, 4, 2 and 1, each step over arrays of fixed length.
+#[inline(always)]
+fn halve(acc: [f32; LANES], op: impl Fn(f32, f32) -> f32) -> f32 {
+    let h8: [f32; 8] = core::array::from_fn(|i| op(acc[i], acc[i + 8]));
+    let h4: [f32; 4] = core::array::from_fn(|i| op(h8[i], h8[i + 4]));
+    let h2: [f32; 2] = core::array::from_fn(|i| op(h4[i], h4[i + 2]));
+    op(h2[0], h2[1])
 }
 
 /// The sum of `x` in [`LANES`] partial sums (see the module docs for the order).
@@ -241,6 +245,9 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
     let valid = valid.min(bs);
     let rows = (s.len() / bs).min(m.len()).min(l.len());
     let s = &mut s[..rows * bs];
+    if bs.is_multiple_of(LANES) {
+        return softmax_lane_rows(s, m, l, bs, valid, round);
+    }
     for (row, row_max) in s.chunks_exact_mut(bs).zip(m.iter_mut()) {
         let live = &mut row[..valid];
         let top = max(live);
@@ -249,6 +256,18 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
         }
         *row_max = top;
     }
+    exp_tile(s, round);
+    for (row, row_sum) in s.chunks_exact_mut(bs).zip(l.iter_mut()) {
+        let (live, masked) = row.split_at_mut(valid);
+        masked.fill(0.0);
+        *row_sum = sum(live);
+    }
+}
+
+/// Softmax's middle pass: [`exp`] of every element of the tile, rounded to bf16 and back when
+/// `round`.
+#[inline(always)]
+fn exp_tile(s: &mut [f32], round: bool) {
     if round {
         for v in s.iter_mut() {
             *v = simpler_core::Bf16::from_f32(exp(*v)).to_f32();
@@ -258,10 +277,73 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
             *v = exp(*v);
         }
     }
+}
+
+/// [`softmax_rows`] for rows of whole [`LANES`]-element chunks (`bs % LANES == 0`, `s` whole
+/// rows, `valid <= bs`): the live columns' whole chunks are arrays of fixed length, so the
+/// row passes are whole vector operations with no remainder loops, and the one chunk `valid`
+/// splits (if any) goes element by element. The same operations on the same elements in the
+/// same order as [`fold_lanes`] over the live columns (chunk `c`'s element `i` into lane `i`,
+/// then [`halve`]), so the same bits.
+#[inline(always)]
+fn softmax_lane_rows(
+    s: &mut [f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    bs: usize,
+    valid: usize,
+    round: bool,
+) {
+    let bs = bs.max(LANES);
+    let (full, part) = (valid / LANES, valid % LANES);
+    for (row, row_max) in s.chunks_exact_mut(bs).zip(m.iter_mut()) {
+        let (chunks, _) = row.as_chunks_mut::<LANES>();
+        let (whole, rest) = chunks.split_at_mut(full.min(chunks.len()));
+        let mut acc = [f32::NEG_INFINITY; LANES];
+        for chunk in whole.iter() {
+            for (a, &v) in acc.iter_mut().zip(chunk) {
+                *a = a.max(v);
+            }
+        }
+        if let Some(chunk) = rest.first() {
+            for (a, &v) in acc.iter_mut().zip(chunk).take(part) {
+                *a = a.max(v);
+            }
+        }
+        let top = halve(acc, f32::max);
+        for chunk in whole.iter_mut() {
+            for v in chunk.iter_mut() {
+                *v -= top;
+            }
+        }
+        if let Some(chunk) = rest.first_mut() {
+            for v in chunk.iter_mut().take(part) {
+                *v -= top;
+            }
+        }
+        *row_max = top;
+    }
+    exp_tile(s, round);
     for (row, row_sum) in s.chunks_exact_mut(bs).zip(l.iter_mut()) {
-        let (live, masked) = row.split_at_mut(valid);
-        masked.fill(0.0);
-        *row_sum = sum(live);
+        let (chunks, _) = row.as_chunks_mut::<LANES>();
+        let (whole, rest) = chunks.split_at_mut(full.min(chunks.len()));
+        let mut acc = [0.0f32; LANES];
+        for chunk in whole.iter() {
+            for (a, &v) in acc.iter_mut().zip(chunk) {
+                *a += v;
+            }
+        }
+        if let Some((chunk, masked)) = rest.split_first_mut() {
+            for (i, (a, v)) in acc.iter_mut().zip(chunk.iter_mut()).enumerate() {
+                if i < part {
+                    *a += *v;
+                } else {
+                    *v = 0.0;
+                }
+            }
+            masked.as_flattened_mut().fill(0.0);
+        }
+        *row_sum = halve(acc, |a, b| a + b);
     }
 }
 
@@ -407,25 +489,42 @@ mod tests {
     #[test]
     fn tile_wise_softmax_gives_the_row_wise_bits() {
         // Rows with masked tails holding values exp would overflow on, NaN included: they must
-        // come out 0 and leave the live columns alone.
-        let (rows, bs) = (7, 16);
-        let mut s0: Vec<f32> = (0..rows * bs)
-            .map(|i| ((i * 53) % 31) as f32 * 0.7 - 9.0)
-            .collect();
-        s0[rows * bs - 1] = f32::NAN;
-        s0[bs + 15] = 200.0;
-        for (valid, round) in [(16, true), (16, false), (11, true), (3, false), (0, true)] {
-            let (mut s_r, mut m_r, mut l_r) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
-            simpler_aicore::tile_ops::softmax_rows(
-                &Bodies, &mut s_r, &mut m_r, &mut l_r, bs, valid, round,
-            );
-            for unit in Unit::available() {
-                let (mut s, mut m, mut l) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
-                softmax_rows_on(unit, &mut s, &mut m, &mut l, bs, valid, round);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&s), bits(&s_r), "{unit:?} valid {valid}: values");
-                assert_eq!(bits(&m), bits(&m_r), "{unit:?} valid {valid}: maxima");
-                assert_eq!(bits(&l), bits(&l_r), "{unit:?} valid {valid}: sums");
+        // come out 0 and leave the live columns alone. Rows of one and of two whole chunks of
+        // lanes (the chunked passes) and of a width that is not (the sliced ones).
+        let rows = 7;
+        let cases = [
+            (
+                16,
+                [(16, true), (16, false), (11, true), (3, false), (0, true)],
+            ),
+            (
+                32,
+                [(32, true), (17, false), (16, true), (5, true), (0, false)],
+            ),
+            (
+                12,
+                [(12, true), (12, false), (7, true), (1, false), (0, true)],
+            ),
+        ];
+        for (bs, valids) in cases {
+            let mut s0: Vec<f32> = (0..rows * bs)
+                .map(|i| ((i * 53) % 31) as f32 * 0.7 - 9.0)
+                .collect();
+            s0[rows * bs - 1] = f32::NAN;
+            s0[bs + 11] = 200.0;
+            for (valid, round) in valids {
+                let (mut s_r, mut m_r, mut l_r) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
+                simpler_aicore::tile_ops::softmax_rows(
+                    &Bodies, &mut s_r, &mut m_r, &mut l_r, bs, valid, round,
+                );
+                for unit in Unit::available() {
+                    let (mut s, mut m, mut l) = (s0.clone(), vec![0.0; rows], vec![0.0; rows]);
+                    softmax_rows_on(unit, &mut s, &mut m, &mut l, bs, valid, round);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&s), bits(&s_r), "{unit:?} {bs} valid {valid}: values");
+                    assert_eq!(bits(&m), bits(&m_r), "{unit:?} {bs} valid {valid}: maxima");
+                    assert_eq!(bits(&l), bits(&l_r), "{unit:?} {bs} valid {valid}: sums");
+                }
             }
         }
     }

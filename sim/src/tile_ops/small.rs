@@ -27,6 +27,33 @@ fn rows<const N: usize>(a: &[f32], b: &[f32], c: &mut [f32], k: usize) {
     }
 }
 
+/// [`rows`] with the depth `K` known at compile time too: `a`'s row and `b` are arrays of
+/// fixed length, so the loop over `p` unrolls and `b`'s rows are read at fixed offsets.
+/// `NK = N · K`. The same terms in the same order.
+#[inline(always)]
+fn rows_fixed<const N: usize, const K: usize, const NK: usize>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+) {
+    const { assert!(NK == N * K, "NK is N times K") };
+    let Some(b) = b.first_chunk::<NK>() else {
+        return rows::<N>(a, b, c, K);
+    };
+    let (b_rows, _) = b.as_chunks::<N>();
+    let (a_rows, _) = a.as_chunks::<K>();
+    let (c_rows, _) = c.as_chunks_mut::<N>();
+    for (c_row, a_row) in c_rows.iter_mut().zip(a_rows) {
+        let mut acc = [0.0f32; N];
+        for (&x, b_row) in a_row.iter().zip(b_rows) {
+            for (y, &z) in acc.iter_mut().zip(b_row) {
+                *y += x * z;
+            }
+        }
+        *c_row = acc;
+    }
+}
+
 /// The same for any width `n`, accumulating in `c`'s row.
 #[inline(always)]
 fn rows_any(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
@@ -43,6 +70,15 @@ fn rows_any(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
 /// [`rows`] for the widths with a register-held row, else [`rows_any`]; `k, n > 0`.
 #[inline(always)]
 fn product(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
+    match (n, k) {
+        (16, 16) => rows_fixed::<16, 16, 256>(a, b, c),
+        _ => product_any(a, b, c, k, n),
+    }
+}
+
+/// [`product`] for the widths without a fixed depth.
+#[inline(always)]
+fn product_any(a: &[f32], b: &[f32], c: &mut [f32], k: usize, n: usize) {
     match n {
         8 => rows::<8>(a, b, c, k),
         16 => rows::<16>(a, b, c, k),
