@@ -448,6 +448,33 @@ fn accumulate_adds_a_product_into_a_batch_view() {
 // Matmul
 
 #[test]
+fn bf16_tiles_load_every_length_and_leave_the_rest_of_the_buffer() {
+    // Dense runs of every length around the widening's groups of sixteen (odd ones take the
+    // staged path), longer than one staging chunk, and a column view (strided).
+    let mut rng = Rng(41);
+    for len in (1..=40).chain([255, 256, 258, 600]) {
+        let mut scene = Scene::new(1 << 16);
+        let values = rng.bf16_values(len);
+        let t = scene.tensor(&[len as u32], BF16, &values);
+        let mut dst = vec![f32::NAN; len + 8];
+        let n = simpler_aicore::tile::load(&scene.gm, &t, &mut dst).unwrap();
+        assert_eq!(n, len);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&dst[..len]), bits(&values), "{len} values");
+        assert!(dst[len..].iter().all(|v| v.is_nan()), "{len}: past the tile");
+    }
+    let mut scene = Scene::new(1 << 16);
+    let values = rng.bf16_values(24 * 6);
+    let whole = scene.tensor(&[24, 6], BF16, &values);
+    let column = TaskTensor::new(whole.buffer(), 4, &[24], &[6], BF16, AddressSpace::Device)
+        .unwrap();
+    let mut dst = vec![0.0; 24];
+    simpler_aicore::tile::load(&scene.gm, &column, &mut dst).unwrap();
+    let want: Vec<f32> = (0..24).map(|r| values[r * 6 + 4]).collect();
+    assert_eq!(dst, want, "column 4");
+}
+
+#[test]
 fn matmul_matches_the_reference() {
     let mut rng = Rng(17);
     let mut scene = Scene::new(1 << 20);
