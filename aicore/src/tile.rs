@@ -39,7 +39,9 @@ fn for_each_run(
         return Err(UNSUPPORTED);
     };
     let elem = t.dtype().elem_size() as u64;
-    if is_dense(t.shapes(), t.strides()) {
+    // Dense row-major (every stride the product of the inner shapes, a size-1 dimension's
+    // stride aside): the tensor's cached answer, kept by every constructor and view.
+    if t.is_contiguous() {
         let numel: usize = t.shapes().iter().map(|&s| s as usize).product();
         return run(t.buffer().addr + t.start_offset() * elem, 0, numel, elem);
     }
@@ -81,24 +83,10 @@ fn moved_elem(dtype: DataType) -> Result<usize, KernelFailure> {
     }
 }
 
-/// Whether a view's elements are contiguous in row-major order: every stride is the product
-/// of the inner shapes (a size-1 dimension's stride does not matter).
-fn is_dense(shapes: &[u32], strides: &[u32]) -> bool {
-    let mut step = 1u64;
-    for (&shape, &stride) in shapes.iter().zip(strides).rev() {
-        if shape != 1 && stride as u64 != step {
-            return false;
-        }
-        step = step.saturating_mul(shape as u64);
-    }
-    true
-}
-
 /// The GM range of a dense f32 view: its first byte and element count; `None` for any other
 /// view (strided, or of another dtype).
 pub fn dense_f32(t: &TaskTensor) -> Option<(u64, usize)> {
-    if t.dtype() != DataType::Float32 || t.shapes().is_empty() || !is_dense(t.shapes(), t.strides())
-    {
+    if t.dtype() != DataType::Float32 || t.shapes().is_empty() || !t.is_contiguous() {
         return None;
     }
     let numel = usize::try_from(t.numel()).ok()?;
