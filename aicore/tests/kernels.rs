@@ -461,13 +461,16 @@ fn bf16_tiles_load_every_length_and_leave_the_rest_of_the_buffer() {
         assert_eq!(n, len);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&dst[..len]), bits(&values), "{len} values");
-        assert!(dst[len..].iter().all(|v| v.is_nan()), "{len}: past the tile");
+        assert!(
+            dst[len..].iter().all(|v| v.is_nan()),
+            "{len}: past the tile"
+        );
     }
     let mut scene = Scene::new(1 << 16);
     let values = rng.bf16_values(24 * 6);
     let whole = scene.tensor(&[24, 6], BF16, &values);
-    let column = TaskTensor::new(whole.buffer(), 4, &[24], &[6], BF16, AddressSpace::Device)
-        .unwrap();
+    let column =
+        TaskTensor::new(whole.buffer(), 4, &[24], &[6], BF16, AddressSpace::Device).unwrap();
     let mut dst = vec![0.0; 24];
     simpler_aicore::tile::load(&scene.gm, &column, &mut dst).unwrap();
     let want: Vec<f32> = (0..24).map(|r| values[r * 6 + 4]).collect();

@@ -16,6 +16,13 @@
 //! loop with its ledger entry); nanoseconds per move over a batch of 4,096 moves of the same
 //! warm tile, so the figures leave out cache misses. The four kinds alternate batch by batch.
 //!
+//! The local buffers start on a cache line, as the simulator's cores' do (GM's tiles always
+//! do): glibc's copy of a few KiB or more (`rep movsb`) ran at a third of its speed on this
+//! project's AMD machine when its two sides sat 8 to 24 bytes apart modulo 4 KiB (a probe put
+//! a plain `Vec`'s buffer at each offset: 0.23-0.31 of memcpy at 8, 16, 24 and -16 bytes,
+//! 0.63-0.81 at 0, 32, 48, 64, -32 and 2 KiB), which a buffer from the allocator's 16-byte
+//! alignment can land on by chance.
+//!
 //! Not shown: moves of strided views (a row or an element at a time), the ledger's cost when other threads are registering at the
 //! same time, and several cores moving at once (they share the memory bandwidth the
 //! one-thread figures measure). Kernels that lend GM in place (`matmul`, `accumulate`) do not
@@ -49,6 +56,11 @@ fn tile_at(addr: u64) -> TaskTensor {
     )
     .expect("a tile view")
 }
+
+/// One cache line of a local buffer (module docs).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([f32; 16]);
 
 /// A dense 16x16 view at `addr`.
 fn small_tile(addr: u64, dtype: DataType) -> TaskTensor {
@@ -115,10 +127,6 @@ fn small_moves() {
 
 fn main() {
     stream();
-    // Each section in its own function: with the small moves' code in `main` ahead of the
-    // stream's, the stream read a third of its figure (0.21-0.29 of memcpy); as two
-    // functions, running the small moves first or not gives the same (0.72-0.77), so it was
-    // the bench's code generation, not state the moves leave behind.
     small_moves();
 }
 
@@ -131,14 +139,15 @@ fn stream() {
     let fill: Vec<u8> = (0..bytes).map(|i| (i * 31 % 251) as u8).collect();
     gm.write(BASE, &fill).unwrap();
     gm.write(BASE + bytes, &vec![0u8; bytes as usize]).unwrap();
-    let mut local = vec![0f32; (TILE * TILE) as usize];
+    let mut lines = vec![Line([0.0; 16]); (TILE * TILE) as usize / 16];
+    let local: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
     let mut host = CopyBuffers::new(bytes as usize);
     let (mut stream, mut copy) = (Vec::new(), Vec::new());
     for _ in 0..samples {
         let start = Instant::now();
         for at in (0..bytes).step_by(TILE_BYTES as usize) {
-            tile::load(&gm, &tile_at(BASE + at), &mut local).unwrap();
-            tile::store(&gm, &tile_at(BASE + bytes + at), &local).unwrap();
+            tile::load(&gm, &tile_at(BASE + at), local).unwrap();
+            tile::store(&gm, &tile_at(BASE + bytes + at), local).unwrap();
         }
         stream.push(bytes as f64 / start.elapsed().as_secs_f64() / 1e9);
         copy.push(host.gbps(1));

@@ -158,12 +158,43 @@ struct SchedThread {
     platform: SimCores,
     /// Each owned core's `aicore` loop state.
     loops: Vec<CoreLoop>,
-    /// Each owned core's local buffer.
-    locals: Vec<Vec<f32>>,
+    /// Each owned core's local buffer ([`LocalBuffer`]).
+    locals: Vec<LocalBuffer>,
     /// The AICPU scheduler over `owned`.
     sched: Scheduler,
     /// The thread's trace buffer.
     trace: TraceBuf,
+}
+
+/// A core's local buffer, starting on a cache line as GM's tiles do (every device allocation
+/// is a multiple of 64 bytes from GM's first word, which starts a line). A tile copied in bulk
+/// between the two is then aligned alike on both sides; glibc's copy of a few KiB or more
+/// (`rep movsb`) ran at a third of its speed on this project's AMD machine when the two sides
+/// sat a few bytes apart, not a multiple of 32, modulo 4 KiB (`bench gm`'s module docs).
+struct LocalBuffer {
+    lines: Vec<LocalLine>,
+    words: usize,
+}
+
+/// One cache line of a [`LocalBuffer`].
+#[repr(C, align(64))]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct LocalLine([f32; 16]);
+
+impl LocalBuffer {
+    /// `words` f32 words, zeroed.
+    fn new(words: usize) -> Self {
+        Self {
+            lines: vec![LocalLine([0.0; 16]); words.div_ceil(16)],
+            words,
+        }
+    }
+
+    /// The buffer's `words` words, as the core's kernels see them.
+    fn words(&mut self) -> &mut [f32] {
+        let all: &mut [f32] = bytemuck::cast_slice_mut(&mut self.lines);
+        &mut all[..self.words]
+    }
 }
 
 /// One run as a scheduler thread sees it: where its trace goes and the scheduler's counters
@@ -202,8 +233,8 @@ impl SchedThread {
             }
         }
         let loops = vec![CoreLoop::new(); blocks.len()];
-        let locals: Vec<Vec<f32>> = (0..blocks.len())
-            .map(|_| vec![0.0; config.local_words])
+        let locals: Vec<LocalBuffer> = (0..blocks.len())
+            .map(|_| LocalBuffer::new(config.local_words))
             .collect();
         let platform = SimCores {
             blocks,
@@ -312,7 +343,12 @@ impl SchedThread {
             self.prefetch_task(gm, i + 2);
             let t0 = now(epoch);
             let l = &mut self.loops[i];
-            let step = l.step(&self.platform.blocks[i], gm, kernels, &mut self.locals[i]);
+            let step = l.step(
+                &self.platform.blocks[i],
+                gm,
+                kernels,
+                self.locals[i].words(),
+            );
             if step != Step::Idle {
                 progress = true;
                 if let (Some(_), Step::Ran(token)) = (epoch, step) {
@@ -396,4 +432,20 @@ fn fail(state: &RunState, e: SchedError) {
 #[inline(always)]
 fn watermarks(shared: &SchedState<'_>) -> [u32; MAX_RINGS] {
     core::array::from_fn(|r| shared.flow(r).last_task_alive.load(Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LocalBuffer;
+
+    #[test]
+    fn a_local_buffer_has_its_words_and_starts_on_a_cache_line() {
+        for words in [1, 15, 16, 17, 1000, 64 * 1024] {
+            let mut local = LocalBuffer::new(words);
+            let w = local.words();
+            assert_eq!(w.len(), words);
+            assert_eq!(w.as_ptr() as usize % 64, 0, "{words} words");
+            assert!(w.iter().all(|&v| v == 0.0));
+        }
+    }
 }
