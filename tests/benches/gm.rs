@@ -16,12 +16,12 @@
 //! loop with its ledger entry); nanoseconds per move over a batch of 4,096 moves of the same
 //! warm tile, so the figures leave out cache misses. The four kinds alternate batch by batch.
 //!
-//! The local buffers start on a cache line, as the simulator's cores' do (GM's tiles always
-//! do): glibc's copy of a few KiB or more (`rep movsb`) ran at a third of its speed on this
-//! project's AMD machine when its two sides sat 8 to 24 bytes apart modulo 4 KiB (a probe put
-//! a plain `Vec`'s buffer at each offset: 0.23-0.31 of memcpy at 8, 16, 24 and -16 bytes,
-//! 0.63-0.81 at 0, 32, 48, 64, -32 and 2 KiB), which a buffer from the allocator's 16-byte
-//! alignment can land on by chance.
+//! The stream's local buffer is a core's (`simpler_sim::device::scheduler::LocalBuffer`),
+//! which starts on a cache line as GM's tiles always do: glibc's copy of a few KiB or more
+//! (`rep movsb`) ran at a third of its speed on this project's AMD machine when its two sides
+//! sat 8 to 24 bytes apart modulo 4 KiB (a probe put a plain `Vec`'s buffer at each offset:
+//! 0.23-0.31 of memcpy at 8, 16, 24 and -16 bytes, 0.63-0.81 at 0, 32, 48, 64, -32 and
+//! 2 KiB), which a buffer from the allocator's 16-byte alignment can land on by chance.
 //!
 //! Not shown: moves of strided views (a row or an element at a time), the ledger's cost when other threads are registering at the
 //! same time, and several cores moving at once (they share the memory bandwidth the
@@ -33,6 +33,7 @@
 use simpler_aicore::tile;
 use simpler_core::gm::Gm;
 use simpler_core::{AddressSpace, BufferHandle, DataType, TaskTensor};
+use simpler_sim::device::scheduler::LocalBuffer;
 use simpler_sim::gm::GmWords;
 use simpler_tests::measure::{report, report_summary, sized, summarize};
 use simpler_tests::peak::CopyBuffers;
@@ -56,11 +57,6 @@ fn tile_at(addr: u64) -> TaskTensor {
     )
     .expect("a tile view")
 }
-
-/// One cache line of a local buffer (module docs).
-#[repr(C, align(64))]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Line([f32; 16]);
 
 /// A dense 16x16 view at `addr`.
 fn small_tile(addr: u64, dtype: DataType) -> TaskTensor {
@@ -139,8 +135,8 @@ fn stream() {
     let fill: Vec<u8> = (0..bytes).map(|i| (i * 31 % 251) as u8).collect();
     gm.write(BASE, &fill).unwrap();
     gm.write(BASE + bytes, &vec![0u8; bytes as usize]).unwrap();
-    let mut lines = vec![Line([0.0; 16]); (TILE * TILE) as usize / 16];
-    let local: &mut [f32] = bytemuck::cast_slice_mut(&mut lines);
+    let mut buffer = LocalBuffer::new((TILE * TILE) as usize);
+    let local = buffer.words();
     let mut host = CopyBuffers::new(bytes as usize);
     let (mut stream, mut copy) = (Vec::new(), Vec::new());
     for _ in 0..samples {

@@ -171,7 +171,7 @@ struct SchedThread {
 /// between the two is then aligned alike on both sides; glibc's copy of a few KiB or more
 /// (`rep movsb`) ran at a third of its speed on this project's AMD machine when the two sides
 /// sat a few bytes apart, not a multiple of 32, modulo 4 KiB (`bench gm`'s module docs).
-struct LocalBuffer {
+pub struct LocalBuffer {
     lines: Vec<LocalLine>,
     words: usize,
 }
@@ -183,7 +183,7 @@ struct LocalLine([f32; 16]);
 
 impl LocalBuffer {
     /// `words` f32 words, zeroed.
-    fn new(words: usize) -> Self {
+    pub fn new(words: usize) -> Self {
         Self {
             lines: vec![LocalLine([0.0; 16]); words.div_ceil(16)],
             words,
@@ -191,7 +191,7 @@ impl LocalBuffer {
     }
 
     /// The buffer's `words` words, as the core's kernels see them.
-    fn words(&mut self) -> &mut [f32] {
+    pub fn words(&mut self) -> &mut [f32] {
         let all: &mut [f32] = bytemuck::cast_slice_mut(&mut self.lines);
         &mut all[..self.words]
     }

@@ -246,6 +246,11 @@ pub(crate) use dispatched;
 /// its row's maximum, [`exp`], round, sum in [`LANES`] lanes), so the bits are those of the
 /// row-wise order over the same bodies; the masked columns' `exp` is computed and thrown
 /// away, which costs less than skipping it.
+///
+/// Each row's live columns are taken as [`fold_lanes`] takes them, written out so that the
+/// whole chunks are arrays of fixed length: the row passes are whole vector operations, and
+/// only the live columns past the last whole chunk go element by element (chunk `c`'s element
+/// `i` into lane `i`, the rest into lanes `0..`, then [`halve`]).
 #[inline(always)]
 fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) {
     if bs == 0 {
@@ -254,29 +259,32 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
     let valid = valid.min(bs);
     let rows = (s.len() / bs).min(m.len()).min(l.len());
     let s = &mut s[..rows * bs];
-    if bs.is_multiple_of(LANES) {
-        return softmax_lane_rows(s, m, l, bs, valid, round);
-    }
+    // Live columns: `full` whole chunks of lanes, then `part` more.
+    let (full, part) = (valid / LANES, valid % LANES);
     for (row, row_max) in s.chunks_exact_mut(bs).zip(m.iter_mut()) {
-        let live = &mut row[..valid];
-        let top = max(live);
+        let (head, tail) = row.split_at_mut(full * LANES);
+        let (chunks, _) = head.as_chunks_mut::<LANES>();
+        let live = &mut tail[..part];
+        let mut acc = [f32::NEG_INFINITY; LANES];
+        for chunk in chunks.iter() {
+            for (a, &v) in acc.iter_mut().zip(chunk) {
+                *a = a.max(v);
+            }
+        }
+        for (a, &v) in acc.iter_mut().zip(live.iter()) {
+            *a = a.max(v);
+        }
+        let top = halve(acc, f32::max);
+        for chunk in chunks.iter_mut() {
+            for v in chunk.iter_mut() {
+                *v -= top;
+            }
+        }
         for v in live.iter_mut() {
             *v -= top;
         }
         *row_max = top;
     }
-    exp_tile(s, round);
-    for (row, row_sum) in s.chunks_exact_mut(bs).zip(l.iter_mut()) {
-        let (live, masked) = row.split_at_mut(valid);
-        masked.fill(0.0);
-        *row_sum = sum(live);
-    }
-}
-
-/// Softmax's middle pass: [`exp`] of every element of the tile, rounded to bf16 and back when
-/// `round`.
-#[inline(always)]
-fn exp_tile(s: &mut [f32], round: bool) {
     if round {
         for v in s.iter_mut() {
             *v = simpler_core::Bf16::from_f32(exp(*v)).to_f32();
@@ -286,71 +294,19 @@ fn exp_tile(s: &mut [f32], round: bool) {
             *v = exp(*v);
         }
     }
-}
-
-/// [`softmax_rows`] for rows of whole [`LANES`]-element chunks (`bs % LANES == 0`, `s` whole
-/// rows, `valid <= bs`): the live columns' whole chunks are arrays of fixed length, so the
-/// row passes are whole vector operations with no remainder loops, and the one chunk `valid`
-/// splits (if any) goes element by element. The same operations on the same elements in the
-/// same order as [`fold_lanes`] over the live columns (chunk `c`'s element `i` into lane `i`,
-/// then [`halve`]), so the same bits.
-#[inline(always)]
-fn softmax_lane_rows(
-    s: &mut [f32],
-    m: &mut [f32],
-    l: &mut [f32],
-    bs: usize,
-    valid: usize,
-    round: bool,
-) {
-    let bs = bs.max(LANES);
-    let (full, part) = (valid / LANES, valid % LANES);
-    for (row, row_max) in s.chunks_exact_mut(bs).zip(m.iter_mut()) {
-        let (chunks, _) = row.as_chunks_mut::<LANES>();
-        let (whole, rest) = chunks.split_at_mut(full.min(chunks.len()));
-        let mut acc = [f32::NEG_INFINITY; LANES];
-        for chunk in whole.iter() {
-            for (a, &v) in acc.iter_mut().zip(chunk) {
-                *a = a.max(v);
-            }
-        }
-        if let Some(chunk) = rest.first() {
-            for (a, &v) in acc.iter_mut().zip(chunk).take(part) {
-                *a = a.max(v);
-            }
-        }
-        let top = halve(acc, f32::max);
-        for chunk in whole.iter_mut() {
-            for v in chunk.iter_mut() {
-                *v -= top;
-            }
-        }
-        if let Some(chunk) = rest.first_mut() {
-            for v in chunk.iter_mut().take(part) {
-                *v -= top;
-            }
-        }
-        *row_max = top;
-    }
-    exp_tile(s, round);
     for (row, row_sum) in s.chunks_exact_mut(bs).zip(l.iter_mut()) {
-        let (chunks, _) = row.as_chunks_mut::<LANES>();
-        let (whole, rest) = chunks.split_at_mut(full.min(chunks.len()));
+        let (head, tail) = row.split_at_mut(full * LANES);
+        let (chunks, _) = head.as_chunks::<LANES>();
+        let (live, masked) = tail.split_at_mut(part);
+        masked.fill(0.0);
         let mut acc = [0.0f32; LANES];
-        for chunk in whole.iter() {
+        for chunk in chunks.iter() {
             for (a, &v) in acc.iter_mut().zip(chunk) {
                 *a += v;
             }
         }
-        if let Some((chunk, masked)) = rest.split_first_mut() {
-            for (i, (a, v)) in acc.iter_mut().zip(chunk.iter_mut()).enumerate() {
-                if i < part {
-                    *a += *v;
-                } else {
-                    *v = 0.0;
-                }
-            }
-            masked.as_flattened_mut().fill(0.0);
+        for (a, &v) in acc.iter_mut().zip(live.iter()) {
+            *a += v;
         }
         *row_sum = halve(acc, |a, b| a + b);
     }

@@ -3,8 +3,8 @@
 //! Matrix products of whole register blocks (bgemm's 128x128 and 64x64 tiles: 8x32 on
 //! AVX-512F, 6x16 and 4x16 on AVX2 with FMA) run on this crate's blocks ([`blocked`]), which
 //! also issue the prefetches a kernel queued for its next slice ([`ahead`]), so the next
-//! operands stream in while this product computes. Small products (paged attention's 16x16 tiles) run the portable loop compiled for
-//! the vector units ([`small`]). The rest go to the `gemm` crate, which picks its micro-kernel
+//! operands stream in while this product computes. Small products (paged attention's 16x16
+//! tiles) run the portable loop compiled for the vector units ([`small`]). The rest go to the `gemm` crate, which picks its micro-kernel
 //! for the widest vector unit the CPU reports when first called (AVX-512F with the `x86-v4`
 //! feature, else AVX2 with FMA, else SSE or a portable loop) and blocks the product for the
 //! caches. Every product runs on the calling thread (`Parallelism::None` for `gemm`): a
