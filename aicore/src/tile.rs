@@ -7,9 +7,10 @@
 //! run moves through a stack buffer in chunks, widened or rounded on the way.
 
 use crate::kernel::KernelFailure;
+use crate::tile_ops::{Portable, TileOps};
 use simpler_core::gm::{Gm, GmMut, GmRef};
 use simpler_core::limits::MAX_TENSOR_DIMS;
-use simpler_core::{Bf16, DataType, TaskTensor};
+use simpler_core::{DataType, TaskTensor};
 
 /// Largest innermost run moved in one access (elements).
 const RUN: usize = 256;
@@ -122,7 +123,20 @@ pub fn lend_mut<'g>(gm: &'g dyn Gm, t: &TaskTensor) -> Option<Result<GmMut<'g>, 
 }
 
 /// Loads every element of `t` into `dst[..numel]` as f32. Returns the element count.
+///
+/// A bf16 view is widened by the portable loop; a kernel with a [`KernelCtx`](crate::KernelCtx)
+/// calls [`load_on`] with its `ops`, which widens on the platform's vector unit.
 pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, KernelFailure> {
+    load_on(&Portable, gm, t, dst)
+}
+
+/// [`load`], widening bf16 with `ops` ([`TileOps::widen_bf16`]); the same values.
+pub fn load_on(
+    ops: &dyn TileOps,
+    gm: &dyn Gm,
+    t: &TaskTensor,
+    dst: &mut [f32],
+) -> Result<usize, KernelFailure> {
     let n = elems(t, dst.len())?;
     let dtype = t.dtype();
     let elem = moved_elem(dtype)?;
@@ -168,11 +182,16 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
                     *o = f32::from_bits(u32::from_le(w));
                 }
             } else {
-                let halves: &[u16] =
-                    bytemuck::try_cast_slice(&words[..]).map_err(|_| UNSUPPORTED)?;
-                for (o, &h) in out.iter_mut().zip(halves) {
-                    *o = Bf16(u16::from_le(h)).to_f32();
+                let halves: &mut [u16] =
+                    bytemuck::try_cast_slice_mut(&mut words[..]).map_err(|_| UNSUPPORTED)?;
+                let halves = halves.get_mut(..chunk).ok_or(UNSUPPORTED)?;
+                // GM holds little-endian halves: nothing to do on little-endian hosts.
+                if cfg!(target_endian = "big") {
+                    for h in halves.iter_mut() {
+                        *h = u16::from_le(*h);
+                    }
                 }
+                ops.widen_bf16(halves, out);
             }
             done += chunk;
         }
@@ -182,7 +201,19 @@ pub fn load(gm: &dyn Gm, t: &TaskTensor, dst: &mut [f32]) -> Result<usize, Kerne
 }
 
 /// Stores `src[..numel]` into every element of `t`, converting to its dtype.
+///
+/// A bf16 view is rounded by the portable loop; [`store_on`] rounds with a kernel's `ops`.
 pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailure> {
+    store_on(&Portable, gm, t, src)
+}
+
+/// [`store`], rounding to bf16 with `ops` ([`TileOps::narrow_bf16`]); the same bits.
+pub fn store_on(
+    ops: &dyn TileOps,
+    gm: &dyn Gm,
+    t: &TaskTensor,
+    src: &[f32],
+) -> Result<(), KernelFailure> {
     elems(t, src.len())?;
     let dtype = t.dtype();
     let elem = moved_elem(dtype)?;
@@ -210,8 +241,12 @@ pub fn store(gm: &dyn Gm, t: &TaskTensor, src: &[f32]) -> Result<(), KernelFailu
                 // As in `load`: the checked casts have no panic path.
                 let halves: &mut [u16] =
                     bytemuck::try_cast_slice_mut(&mut words[..]).map_err(|_| UNSUPPORTED)?;
-                for (h, v) in halves.iter_mut().zip(values) {
-                    *h = Bf16::from_f32(*v).0.to_le();
+                let halves = halves.get_mut(..chunk).ok_or(UNSUPPORTED)?;
+                ops.narrow_bf16(values, halves);
+                if cfg!(target_endian = "big") {
+                    for h in halves.iter_mut() {
+                        *h = h.to_le();
+                    }
                 }
             }
             let bytes: &[u8] = bytemuck::try_cast_slice(&words[..]).map_err(|_| UNSUPPORTED)?;

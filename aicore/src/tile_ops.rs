@@ -82,6 +82,19 @@ pub trait TileOps: Sync {
         x.iter().sum()
     }
 
+    /// `dst[i] = src[i]` widened from bf16 (exact), over the shorter of the two: a tile load's
+    /// conversion.
+    fn widen_bf16(&self, src: &[u16], dst: &mut [f32]) {
+        widen_bf16(src, dst);
+    }
+
+    /// `dst[i] = src[i]` rounded to bf16 ([`Bf16::from_f32`](simpler_core::Bf16::from_f32):
+    /// to nearest, ties to even, NaN kept quiet), over the shorter of the two: a tile store's
+    /// conversion. Every implementation gives these bits.
+    fn narrow_bf16(&self, src: &[f32], dst: &mut [u16]) {
+        narrow_bf16(src, dst);
+    }
+
     /// Softmax numerators of a block of rows, in place: each row of `s` (`bs` wide) becomes
     /// `exp(x - max)` over its first `valid` columns (rounded to bf16 when `round`) and 0 past
     /// them; `m` and `l` get each row's max and the sum of its stored numerators. `valid` is
@@ -129,6 +142,24 @@ pub fn softmax_rows<T: TileOps + ?Sized>(
         masked.fill(0.0);
         *row_max = max;
         *row_sum = ops.sum(live);
+    }
+}
+
+/// [`TileOps::widen_bf16`] in portable code: a shift per element, which a vector unit does
+/// many at a time.
+#[inline(always)]
+pub fn widen_bf16(src: &[u16], dst: &mut [f32]) {
+    for (d, &h) in dst.iter_mut().zip(src) {
+        *d = simpler_core::Bf16(h).to_f32();
+    }
+}
+
+/// [`TileOps::narrow_bf16`] in portable code: [`Bf16::from_f32`](simpler_core::Bf16::from_f32)
+/// per element, branch-free.
+#[inline(always)]
+pub fn narrow_bf16(src: &[f32], dst: &mut [u16]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = simpler_core::Bf16::from_f32(x).0;
     }
 }
 

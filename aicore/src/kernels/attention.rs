@@ -37,10 +37,10 @@ pub fn pa_qk(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     operand_of(s, 2, product(h, bs, 2)?)?;
     let scale = scalar_f32(args, 0)?;
     let [q_buf, k_buf, s_buf] = carve(ctx.local, [h * d, bs * d, h * bs])?;
-    tile::load(ctx.gm, q, q_buf)?;
-    tile::load(ctx.gm, k, k_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, q, q_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, k, k_buf)?;
     ctx.ops.matmul_bt(q_buf, k_buf, s_buf, d, bs, scale);
-    tile::store(ctx.gm, s, s_buf)
+    tile::store_on(ctx.ops, ctx.gm, s, s_buf)
 }
 
 /// Row softmax numerators of one block. Tensors: `[s (H, Bs), p OUT (H·Bs), m OUT (H),
@@ -63,11 +63,11 @@ pub fn pa_softmax(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     let valid = valid as usize;
     let round = p.dtype() == DataType::Bfloat16;
     let [s_buf, m_buf, l_buf] = carve(ctx.local, [h * bs, h, h])?;
-    tile::load(ctx.gm, s, s_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, s, s_buf)?;
     ctx.ops.softmax_rows(s_buf, m_buf, l_buf, bs, valid, round);
-    tile::store(ctx.gm, p, s_buf)?;
-    tile::store(ctx.gm, m, m_buf)?;
-    tile::store(ctx.gm, l, l_buf)
+    tile::store_on(ctx.ops, ctx.gm, p, s_buf)?;
+    tile::store_on(ctx.ops, ctx.gm, m, m_buf)?;
+    tile::store_on(ctx.ops, ctx.gm, l, l_buf)
 }
 
 /// `o = p · v`. Tensors: `[p (H, Bs), v (Bs, D), o OUT (H·D)]`.
@@ -81,10 +81,10 @@ pub fn pa_pv(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     }
     operand_of(o, 2, product(h, d, 2)?)?;
     let [p_buf, v_buf, o_buf] = carve(ctx.local, [h * bs, bs * d, h * d])?;
-    tile::load(ctx.gm, p, p_buf)?;
-    tile::load(ctx.gm, v, v_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, p, p_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, v, v_buf)?;
     ctx.ops.matmul(p_buf, v_buf, o_buf, bs, d);
-    tile::store(ctx.gm, o, o_buf)
+    tile::store_on(ctx.ops, ctx.gm, o, o_buf)
 }
 
 /// The running triple `(mi, li, oi)` and one block's `(mij, lij, otmp)`, on local buffers:
@@ -206,13 +206,13 @@ pub fn pa_update(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
     }
     let [mij_buf, lij_buf, otmp_buf, mi_buf, li_buf, oi_buf] =
         carve(ctx.local, [h, h, hd, h, h, hd])?;
-    tile::load(ctx.gm, mij, mij_buf)?;
-    tile::load(ctx.gm, lij, lij_buf)?;
-    tile::load(ctx.gm, otmp, otmp_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, mij, mij_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, lij, lij_buf)?;
+    tile::load_on(ctx.ops, ctx.gm, otmp, otmp_buf)?;
     if !is_first {
-        tile::load(ctx.gm, mi, mi_buf)?;
-        tile::load(ctx.gm, li, li_buf)?;
-        tile::load(ctx.gm, oi, oi_buf)?;
+        tile::load_on(ctx.ops, ctx.gm, mi, mi_buf)?;
+        tile::load_on(ctx.ops, ctx.gm, li, li_buf)?;
+        tile::load_on(ctx.ops, ctx.gm, oi, oi_buf)?;
     }
     Fold {
         mi: mi_buf,
@@ -224,12 +224,12 @@ pub fn pa_update(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
         d,
     }
     .run(ctx.ops, is_first);
-    tile::store(ctx.gm, mi, mi_buf)?;
-    tile::store(ctx.gm, li, li_buf)?;
-    tile::store(ctx.gm, oi, oi_buf)?;
+    tile::store_on(ctx.ops, ctx.gm, mi, mi_buf)?;
+    tile::store_on(ctx.ops, ctx.gm, li, li_buf)?;
+    tile::store_on(ctx.ops, ctx.gm, oi, oi_buf)?;
     if let Some(out) = out {
         normalise(oi_buf, li_buf, d);
-        tile::store(ctx.gm, out, oi_buf)?;
+        tile::store_on(ctx.ops, ctx.gm, out, oi_buf)?;
     }
     Ok(())
 }

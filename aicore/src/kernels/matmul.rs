@@ -59,10 +59,10 @@ pub fn matmul(ctx: &mut KernelCtx<'_>) -> Result<(), KernelFailure> {
         if in_place(ctx.gm, ctx.ops, [&a_s, &b_s, &c_s], k, n)? {
             continue;
         }
-        tile::load(ctx.gm, &a_s, a_buf)?;
-        tile::load(ctx.gm, &b_s, b_buf)?;
+        tile::load_on(ctx.ops, ctx.gm, &a_s, a_buf)?;
+        tile::load_on(ctx.ops, ctx.gm, &b_s, b_buf)?;
         ctx.ops.matmul(a_buf, b_buf, c_buf, k, n);
-        tile::store(ctx.gm, &c_s, c_buf)?;
+        tile::store_on(ctx.ops, ctx.gm, &c_s, c_buf)?;
     }
     Ok(())
 }

@@ -313,6 +313,17 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
 }
 
 dispatched!(
+    /// [`simpler_aicore::tile_ops::widen_bf16`] on the widest vector unit (exact everywhere).
+    widen_bf16_fast, widen_bf16_on, (src: &[u16], dst: &mut [f32]) -> (),
+    simpler_aicore::tile_ops::widen_bf16
+);
+dispatched!(
+    /// [`simpler_aicore::tile_ops::narrow_bf16`] on the widest vector unit (the same bits as
+    /// the portable loop: integer steps and one select).
+    narrow_bf16_fast, narrow_bf16_on, (src: &[f32], dst: &mut [u16]) -> (),
+    simpler_aicore::tile_ops::narrow_bf16
+);
+dispatched!(
     /// [`exp_sub`] on the widest vector unit.
     exp_sub_fast, exp_sub_on, (x: &mut [f32], m: f32) -> (), exp_sub
 );
@@ -428,6 +439,53 @@ mod tests {
                 );
                 assert_eq!(max_on(unit, &x[..len]).to_bits(), max(&x[..len]).to_bits());
             }
+        }
+    }
+
+    #[test]
+    fn bf16_conversions_on_every_unit_are_exact_and_round_to_nearest_even() {
+        // Widening is the shift into the upper half, for every one of the 65,536 patterns.
+        let halves: Vec<u16> = (0..=u16::MAX).collect();
+        for unit in Unit::available() {
+            let mut wide = vec![0.0f32; halves.len()];
+            widen_bf16_on(unit, &halves, &mut wide);
+            for (&h, w) in halves.iter().zip(&wide) {
+                assert_eq!(w.to_bits(), (h as u32) << 16, "{unit:?} {h:#06x}");
+            }
+        }
+        // Rounding, worked by hand: exact, below, at and above the half-way point with an
+        // even and an odd kept part, a carry into the exponent, overflow to infinity, the
+        // infinities, and NaNs made quiet with their sign kept.
+        let cases: [(u32, u16); 12] = [
+            (0x3F80_0000, 0x3F80),
+            (0x3F80_7FFF, 0x3F80),
+            (0x3F80_8000, 0x3F80),
+            (0x3F80_8001, 0x3F81),
+            (0x3F81_8000, 0x3F82),
+            (0xBF81_7FFF, 0xBF81),
+            (0x3FFF_FFFF, 0x4000),
+            (0x7F7F_FFFF, 0x7F80),
+            (0x7F80_0000, 0x7F80),
+            (0xFF80_0000, 0xFF80),
+            (0x7F80_0001, 0x7FC0),
+            (0xFFC0_1234, 0xFFC0),
+        ];
+        // And a sweep of patterns, which every unit must round as the portable loop does.
+        let sweep: Vec<f32> = (0..200_000u32)
+            .map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761)))
+            .collect();
+        let mut want = vec![0u16; sweep.len()];
+        simpler_aicore::tile_ops::narrow_bf16(&sweep, &mut want);
+        for unit in Unit::available() {
+            let src: Vec<f32> = cases.iter().map(|&(b, _)| f32::from_bits(b)).collect();
+            let mut out = vec![0u16; src.len()];
+            narrow_bf16_on(unit, &src, &mut out);
+            for (&(bits, half), &got) in cases.iter().zip(&out) {
+                assert_eq!(got, half, "{unit:?} {bits:#010x}");
+            }
+            let mut got = vec![0u16; sweep.len()];
+            narrow_bf16_on(unit, &sweep, &mut got);
+            assert_eq!(got, want, "{unit:?} sweep");
         }
     }
 

@@ -16,7 +16,9 @@
 //!
 //! `exp`, row maxima and row sums ([`lanes`]) are plain Rust over 16 lanes, compiled for
 //! AVX-512F and for AVX2 and chosen at run time: softmax's `exp` is most of paged attention's
-//! arithmetic, and libm's scalar `expf` cost about 7 ns an element. The other elementwise
+//! arithmetic, and libm's scalar `expf` cost about 7 ns an element. The tile moves' bf16
+//! widening and rounding are the portable loops compiled the same way (on the baseline target
+//! the rounding's pack does not vectorise). The other elementwise
 //! operations run the portable loops ([`TileOps`]' provided methods), which the compiler
 //! vectorises for the baseline target already.
 //!
@@ -122,6 +124,14 @@ impl TileOps for HostTileOps {
 
     fn exp_sub(&self, x: &mut [f32], m: f32) {
         lanes::exp_sub_fast(x, m);
+    }
+
+    fn widen_bf16(&self, src: &[u16], dst: &mut [f32]) {
+        lanes::widen_bf16_fast(src, dst);
+    }
+
+    fn narrow_bf16(&self, src: &[f32], dst: &mut [u16]) {
+        lanes::narrow_bf16_fast(src, dst);
     }
 
     fn max(&self, x: &[f32]) -> f32 {
