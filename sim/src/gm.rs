@@ -187,7 +187,7 @@ struct Registered<'a> {
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
-            self.ledger.release(held);
+            self.ledger.release_own(held);
         }
     }
 }

@@ -59,7 +59,8 @@ fn access(w: &Words, home: usize, range: (u64, u64), access: Access) -> bool {
             w.word.load(Ordering::Relaxed);
         }
     }
-    w.ledger.release(held);
+    // As the arena's copies free theirs.
+    w.ledger.release_own(held);
     true
 }
 

@@ -11,8 +11,8 @@
 //! measures first-touch page clearing.
 //!
 //! `small_<move>_ns`: paged attention's tile moves, a 16x16 tile (256 elements) at a time
-//! between GM and a local buffer: `bf16_load` and `bf16_store` (widened and rounded on the
-//! way) and `f32_load` and `f32_store` (1 KiB, below the bulk copy's 4 KiB: the atomic word
+//! between GM and a local buffer as the kernels move them (`tile::load_on` with the simulator's
+//! `HostTileOps`): `bf16_load` and `bf16_store` (widened and rounded on the vector unit) and `f32_load` and `f32_store` (1 KiB, below the bulk copy's 4 KiB: the atomic word
 //! loop with its ledger entry); nanoseconds per move over a batch of 4,096 moves of the same
 //! warm tile, so the figures leave out cache misses. The four kinds alternate batch by batch.
 //!
@@ -35,6 +35,7 @@ use simpler_core::gm::Gm;
 use simpler_core::{AddressSpace, BufferHandle, DataType, TaskTensor};
 use simpler_sim::device::scheduler::LocalBuffer;
 use simpler_sim::gm::GmWords;
+use simpler_sim::tile_ops::HostTileOps;
 use simpler_tests::measure::{report, report_summary, sized, summarize};
 use simpler_tests::peak::CopyBuffers;
 use std::time::Instant;
@@ -97,9 +98,9 @@ fn small_moves() {
             let start = Instant::now();
             for _ in 0..MOVES {
                 if *store {
-                    tile::store(&gm, std::hint::black_box(t), &local).unwrap();
+                    tile::store_on(&HostTileOps, &gm, std::hint::black_box(t), &local).unwrap();
                 } else {
-                    tile::load(&gm, std::hint::black_box(t), &mut local).unwrap();
+                    tile::load_on(&HostTileOps, &gm, std::hint::black_box(t), &mut local).unwrap();
                 }
             }
             ns.push(start.elapsed().as_nanos() as f64 / MOVES as f64);
