@@ -259,6 +259,9 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
     let valid = valid.min(bs);
     let rows = (s.len() / bs).min(m.len()).min(l.len());
     let s = &mut s[..rows * bs];
+    if bs == LANES && valid == LANES {
+        return softmax_full_rows(s, &mut m[..rows], &mut l[..rows], round);
+    }
     // Live columns: `full` whole chunks of lanes, then `part` more.
     let (full, part) = (valid / LANES, valid % LANES);
     for (row, row_max) in s.chunks_exact_mut(bs).zip(m.iter_mut()) {
@@ -308,6 +311,36 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
         for (a, &v) in acc.iter_mut().zip(live.iter()) {
             *a += v;
         }
+        *row_sum = halve(acc, |a, b| a + b);
+    }
+}
+
+/// [`softmax_rows`] for rows of exactly [`LANES`] columns, all live (paged attention's 16-token
+/// blocks but a sequence's last): every row is one array of lanes, so the passes are whole
+/// vector operations with no partial chunk or masked tail to test for. The same operations on
+/// every element as the general passes, so the same bits.
+#[inline(always)]
+fn softmax_full_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], round: bool) {
+    let (rows, _) = s.as_chunks_mut::<LANES>();
+    for (row, row_max) in rows.iter_mut().zip(m.iter_mut()) {
+        let acc: [f32; LANES] = core::array::from_fn(|i| f32::NEG_INFINITY.max(row[i]));
+        let top = halve(acc, f32::max);
+        for v in row.iter_mut() {
+            *v -= top;
+        }
+        *row_max = top;
+    }
+    for row in rows.iter_mut() {
+        for v in row.iter_mut() {
+            *v = if round {
+                simpler_core::Bf16::from_f32(exp(*v)).to_f32()
+            } else {
+                exp(*v)
+            };
+        }
+    }
+    for (row, row_sum) in rows.iter().zip(l.iter_mut()) {
+        let acc: [f32; LANES] = core::array::from_fn(|i| 0.0 + row[i]);
         *row_sum = halve(acc, |a, b| a + b);
     }
 }
