@@ -73,6 +73,13 @@ fn for_each_run(
     Ok(())
 }
 
+/// The GM address of a dense view's first element, as [`for_each_run`] computes it for its
+/// one run.
+#[inline(always)]
+fn dense_addr(t: &TaskTensor) -> u64 {
+    t.buffer().addr + t.start_offset() * t.dtype().elem_size() as u64
+}
+
 /// What a view of another dtype, or an index the checks above rule out, reports.
 const UNSUPPORTED: KernelFailure = KernelFailure::BadArguments { index: u32::MAX };
 
@@ -139,6 +146,18 @@ pub fn load_on(
 ) -> Result<usize, KernelFailure> {
     let n = elems(t, dst.len())?;
     let dtype = t.dtype();
+    // A dense f32 view (most of the tiles kernels move) is one access straight into `dst`.
+    if dtype == DataType::Float32 && t.is_contiguous() && !t.shapes().is_empty() {
+        let out = dst.get_mut(..n).ok_or(UNSUPPORTED)?;
+        let raw = bytemuck::try_cast_slice_mut(out).map_err(|_| UNSUPPORTED)?;
+        gm.read(dense_addr(t), raw)?;
+        if cfg!(target_endian = "big") {
+            for v in out.iter_mut() {
+                *v = f32::from_bits(u32::from_le(v.to_bits()));
+            }
+        }
+        return Ok(n);
+    }
     let elem = moved_elem(dtype)?;
     // The staging buffer of the runs that are not one f32 access, zeroed on first use only:
     // a call that needs none (a dense f32 view) does not pay for clearing it.
@@ -214,8 +233,18 @@ pub fn store_on(
     t: &TaskTensor,
     src: &[f32],
 ) -> Result<(), KernelFailure> {
-    elems(t, src.len())?;
+    let n = elems(t, src.len())?;
     let dtype = t.dtype();
+    // As in `load_on`: a dense f32 view is one access straight from `src`.
+    if dtype == DataType::Float32
+        && t.is_contiguous()
+        && !t.shapes().is_empty()
+        && cfg!(target_endian = "little")
+    {
+        let values = src.get(..n).ok_or(UNSUPPORTED)?;
+        let raw = bytemuck::try_cast_slice(values).map_err(|_| UNSUPPORTED)?;
+        return Ok(gm.write(dense_addr(t), raw)?);
+    }
     let elem = moved_elem(dtype)?;
     // As in `load`: zeroed only when a run needs it.
     let mut staging: Option<[u32; RUN]> = None;
