@@ -73,11 +73,24 @@ fn for_each_run(
     Ok(())
 }
 
-/// The GM address of a dense view's first element, as [`for_each_run`] computes it for its
-/// one run.
+/// Reads the f32 values at `addr` into `out`, one GM access.
 #[inline(always)]
-fn dense_addr(t: &TaskTensor) -> u64 {
-    t.buffer().addr + t.start_offset() * t.dtype().elem_size() as u64
+fn read_f32(gm: &dyn Gm, addr: u64, out: &mut [f32]) -> Result<(), KernelFailure> {
+    // f32 to bytes never fails; the checked cast keeps the core loop free of panic paths.
+    let raw = bytemuck::try_cast_slice_mut(out).map_err(|_| UNSUPPORTED)?;
+    gm.read(addr, raw)?;
+    // GM holds little-endian words: a no-op on little-endian hosts and devices.
+    for v in out.iter_mut() {
+        *v = f32::from_bits(u32::from_le(v.to_bits()));
+    }
+    Ok(())
+}
+
+/// Writes `values` to `addr`, one GM access; little-endian targets only (GM's byte order).
+#[inline(always)]
+fn write_f32(gm: &dyn Gm, addr: u64, values: &[f32]) -> Result<(), KernelFailure> {
+    let raw = bytemuck::try_cast_slice(values).map_err(|_| UNSUPPORTED)?;
+    Ok(gm.write(addr, raw)?)
 }
 
 /// What a view of another dtype, or an index the checks above rule out, reports.
@@ -147,15 +160,8 @@ pub fn load_on(
     let n = elems(t, dst.len())?;
     let dtype = t.dtype();
     // A dense f32 view (most of the tiles kernels move) is one access straight into `dst`.
-    if dtype == DataType::Float32 && t.is_contiguous() && !t.shapes().is_empty() {
-        let out = dst.get_mut(..n).ok_or(UNSUPPORTED)?;
-        let raw = bytemuck::try_cast_slice_mut(out).map_err(|_| UNSUPPORTED)?;
-        gm.read(dense_addr(t), raw)?;
-        if cfg!(target_endian = "big") {
-            for v in out.iter_mut() {
-                *v = f32::from_bits(u32::from_le(v.to_bits()));
-            }
-        }
+    if let Some((addr, _)) = dense_f32(t) {
+        read_f32(gm, addr, dst.get_mut(..n).ok_or(UNSUPPORTED)?)?;
         return Ok(n);
     }
     let elem = moved_elem(dtype)?;
@@ -164,15 +170,11 @@ pub fn load_on(
     let mut staging: Option<[u32; RUN]> = None;
     for_each_run(t, |addr, first, len, stride| {
         if dtype == DataType::Float32 && stride == 4 {
-            let out = dst.get_mut(first..first + len).ok_or(UNSUPPORTED)?;
-            // f32 to bytes never fails; the checked cast keeps the core loop free of panic paths.
-            let raw = bytemuck::try_cast_slice_mut(out).map_err(|_| UNSUPPORTED)?;
-            gm.read(addr, raw)?;
-            // GM holds little-endian words: a no-op on little-endian hosts and devices.
-            for v in out.iter_mut() {
-                *v = f32::from_bits(u32::from_le(v.to_bits()));
-            }
-            return Ok(());
+            return read_f32(
+                gm,
+                addr,
+                dst.get_mut(first..first + len).ok_or(UNSUPPORTED)?,
+            );
         }
         let words = staging.get_or_insert([0u32; RUN]);
         let mut done = 0;
@@ -236,14 +238,8 @@ pub fn store_on(
     let n = elems(t, src.len())?;
     let dtype = t.dtype();
     // As in `load_on`: a dense f32 view is one access straight from `src`.
-    if dtype == DataType::Float32
-        && t.is_contiguous()
-        && !t.shapes().is_empty()
-        && cfg!(target_endian = "little")
-    {
-        let values = src.get(..n).ok_or(UNSUPPORTED)?;
-        let raw = bytemuck::try_cast_slice(values).map_err(|_| UNSUPPORTED)?;
-        return Ok(gm.write(dense_addr(t), raw)?);
+    if let Some((addr, _)) = dense_f32(t).filter(|_| cfg!(target_endian = "little")) {
+        return write_f32(gm, addr, src.get(..n).ok_or(UNSUPPORTED)?);
     }
     let elem = moved_elem(dtype)?;
     // As in `load`: zeroed only when a run needs it.
@@ -251,8 +247,7 @@ pub fn store_on(
     for_each_run(t, |addr, first, len, stride| {
         let values = src.get(first..first + len).ok_or(UNSUPPORTED)?;
         if dtype == DataType::Float32 && stride == 4 && cfg!(target_endian = "little") {
-            let raw = bytemuck::try_cast_slice(values).map_err(|_| UNSUPPORTED)?;
-            return Ok(gm.write(addr, raw)?);
+            return write_f32(gm, addr, values);
         }
         let words = staging.get_or_insert([0u32; RUN]);
         let mut done = 0;
