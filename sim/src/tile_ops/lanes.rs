@@ -193,6 +193,12 @@ impl Unit {
 /// [`Unit::detect`] finds, plus `$name` on an explicit unit for the tests.
 macro_rules! dispatched {
     ($(#[$doc:meta])* $name:ident, $on:ident, ($($arg:ident: $ty:ty),*) -> $ret:ty, $body:path) => {
+        $crate::tile_ops::lanes::dispatched!(
+            $(#[$doc])* $name, $on, ($($arg: $ty),*) -> $ret, $body, avx512: $body
+        );
+    };
+    ($(#[$doc:meta])* $name:ident, $on:ident, ($($arg:ident: $ty:ty),*) -> $ret:ty, $body:path,
+     avx512: $body512:path) => {
         $(#[$doc])*
         #[inline]
         pub fn $name($($arg: $ty),*) -> $ret {
@@ -208,7 +214,7 @@ macro_rules! dispatched {
             {
                 #[target_feature(enable = "avx512f")]
                 fn avx512($($arg: $ty),*) -> $ret {
-                    $body($($arg),*)
+                    $body512($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
                 fn avx2($($arg: $ty),*) -> $ret {
@@ -253,6 +259,21 @@ pub(crate) use dispatched;
 /// `i` into lane `i`, the rest into lanes `0..`, then [`halve`]).
 #[inline(always)]
 fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) {
+    softmax_rows_with(s, m, l, bs, valid, round, softmax_block);
+}
+
+/// [`softmax_rows`] with the blocks of full rows done by `block` ([`softmax_block`] or a
+/// unit's own, with the same bits).
+#[inline(always)]
+fn softmax_rows_with(
+    s: &mut [f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    bs: usize,
+    valid: usize,
+    round: bool,
+    block: BlockFn,
+) {
     if bs == 0 {
         return;
     }
@@ -260,7 +281,7 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
     let rows = (s.len() / bs).min(m.len()).min(l.len());
     let s = &mut s[..rows * bs];
     if bs == LANES && valid == LANES {
-        return softmax_full_rows(s, &mut m[..rows], &mut l[..rows], round);
+        return softmax_full_rows(s, &mut m[..rows], &mut l[..rows], round, block);
     }
     // Live columns: `full` whole chunks of lanes, then `part` more.
     let (full, part) = (valid / LANES, valid % LANES);
@@ -324,7 +345,13 @@ fn softmax_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: u
 /// times the whole-row operations. The same operations on every element as the general
 /// passes, so the same bits.
 #[inline(always)]
-fn softmax_full_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], round: bool) {
+fn softmax_full_rows(
+    s: &mut [f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    round: bool,
+    softmax_block: BlockFn,
+) {
     let (rows, _) = s.as_chunks_mut::<LANES>();
     let mut m = m.chunks_mut(LANES);
     let mut l = l.chunks_mut(LANES);
@@ -348,10 +375,18 @@ fn softmax_full_rows(s: &mut [f32], m: &mut [f32], l: &mut [f32], round: bool) {
     }
 }
 
+/// A block of [`LANES`] full rows.
+type Block = [[f32; LANES]; LANES];
+
+/// What does a block of full rows: [`softmax_block`] or a unit's own. A function item, not a
+/// closure, so that it is inlined into each unit's build (a closure's body was compiled once,
+/// for the baseline, with `mul_add` a call to libm).
+type BlockFn = fn(&mut Block, &mut [f32], &mut [f32], bool);
+
 /// [`softmax_full_rows`] on one block of [`LANES`] rows; `m` and `l` take as many of the
 /// block's maxima and sums as they have room for.
 #[inline(always)]
-fn softmax_block(b: &mut [[f32; LANES]; LANES], m: &mut [f32], l: &mut [f32], round: bool) {
+fn softmax_block(b: &mut Block, m: &mut [f32], l: &mut [f32], round: bool) {
     let mut top = [0.0f32; LANES];
     each_row(|r| {
         let row = &mut b[r];
@@ -362,15 +397,7 @@ fn softmax_block(b: &mut [[f32; LANES]; LANES], m: &mut [f32], l: &mut [f32], ro
         }
         top[r] = t;
     });
-    for row in b.iter_mut() {
-        for v in row.iter_mut() {
-            *v = if round {
-                simpler_core::Bf16::from_f32(exp(*v)).to_f32()
-            } else {
-                exp(*v)
-            };
-        }
-    }
+    exp_block(b, round);
     let mut sums = [0.0f32; LANES];
     each_row(|r| {
         let row = &b[r];
@@ -381,6 +408,20 @@ fn softmax_block(b: &mut [[f32; LANES]; LANES], m: &mut [f32], l: &mut [f32], ro
     m[..n].copy_from_slice(&top[..n]);
     let n = l.len().min(LANES);
     l[..n].copy_from_slice(&sums[..n]);
+}
+
+/// `e^x` of every element of a block, rounded to bf16 when `round`.
+#[inline(always)]
+fn exp_block(b: &mut Block, round: bool) {
+    for row in b.iter_mut() {
+        for v in row.iter_mut() {
+            *v = if round {
+                simpler_core::Bf16::from_f32(exp(*v)).to_f32()
+            } else {
+                exp(*v)
+            };
+        }
+    }
 }
 
 /// `f(r)` for each row `r` of a block, written out: straight-line code, no loop for the
@@ -404,6 +445,116 @@ fn each_row(mut f: impl FnMut(usize)) {
     f(13);
     f(14);
     f(15);
+}
+
+/// [`softmax_rows`] on AVX-512, with [`avx512::softmax_block`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn softmax_rows_avx512(
+    s: &mut [f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    bs: usize,
+    valid: usize,
+    round: bool,
+) {
+    softmax_rows_with(s, m, l, bs, valid, round, |b, m, l, round| {
+        avx512::softmax_block(b, m, l, round)
+    });
+}
+
+/// A block's reductions in AVX-512 registers, where the compiler's own vectorisation of
+/// [`softmax_block`] spends most of its time moving each row's partial results through the
+/// stack.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{exp_block, Block, LANES};
+    use std::arch::x86_64::*;
+
+    /// Row `r` of `b` as a register.
+    #[target_feature(enable = "avx512f")]
+    #[allow(unsafe_code)] // an unaligned load: see its SAFETY comment
+    fn load(row: &[f32; LANES]) -> __m512 {
+        // SAFETY: `row` is 16 f32 (64 bytes), readable for the borrow; the load has no
+        // alignment requirement.
+        unsafe { _mm512_loadu_ps(row.as_ptr()) }
+    }
+
+    /// `v` into `row`.
+    #[target_feature(enable = "avx512f")]
+    #[allow(unsafe_code)] // an unaligned store: see its SAFETY comment
+    fn store(row: &mut [f32; LANES], v: __m512) {
+        // SAFETY: `row` is 16 f32 (64 bytes), writable and not aliased for the borrow; the
+        // store has no alignment requirement.
+        unsafe { _mm512_storeu_ps(row.as_mut_ptr(), v) }
+    }
+
+    /// [`super::halve`] of each of the 16 rows `r` at once, row `r`'s result in lane `r`:
+    /// at each step two registers of partial results become one, the pairs (lane `i` with
+    /// lane `i + 8`, then `i` with `i + 4`, `i + 2`, `i + 1`) and their order as in
+    /// [`super::halve`]: two rows' eight partials per register, then four rows' four, eight
+    /// rows' two (rows `k` and `k + 4` in block `k`), sixteen rows' one (rows `k`, `k + 4`,
+    /// `k + 8`, `k + 12` in block `k`), and a last permutation into row order.
+    #[target_feature(enable = "avx512f")]
+    fn halve_rows(r: &[__m512; LANES], op: impl Fn(__m512, __m512) -> __m512) -> __m512 {
+        let v1: [__m512; 8] = core::array::from_fn(|j| {
+            let (a, b) = (r[2 * j], r[2 * j + 1]);
+            op(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            )
+        });
+        let v2: [__m512; 4] = core::array::from_fn(|j| {
+            let (a, b) = (v1[2 * j], v1[2 * j + 1]);
+            op(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+            )
+        });
+        let v3: [__m512; 2] = core::array::from_fn(|j| {
+            let (a, b) = (v2[2 * j], v2[2 * j + 1]);
+            op(
+                _mm512_shuffle_ps::<0x44>(a, b),
+                _mm512_shuffle_ps::<0xEE>(a, b),
+            )
+        });
+        let (a, b) = (v3[0], v3[1]);
+        let v4 = op(
+            _mm512_shuffle_ps::<0x88>(a, b),
+            _mm512_shuffle_ps::<0xDD>(a, b),
+        );
+        // Lane 4k + j holds row k + 4j.
+        let rows = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_permutexvar_ps(rows, v4)
+    }
+
+    /// [`super::softmax_block`] with the rows' maxima and sums from [`halve_rows`]: the same
+    /// operations on every element, so the same bits (a zero maximum's sign aside, which
+    /// `f32::max` leaves open too; either zero gives every other value the same bits).
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn softmax_block(b: &mut Block, m: &mut [f32], l: &mut [f32], round: bool) {
+        let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
+        // `f32::NEG_INFINITY.max(x)`: NaN becomes -inf, everything else stays.
+        let rows: [__m512; LANES] = core::array::from_fn(|r| {
+            let x = load(&b[r]);
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x), neg_inf, x)
+        });
+        let mut top = [0.0f32; LANES];
+        store(&mut top, halve_rows(&rows, |a, b| _mm512_max_ps(a, b)));
+        for (row, &t) in b.iter_mut().zip(&top) {
+            let v = _mm512_sub_ps(load(row), _mm512_set1_ps(t));
+            store(row, v);
+        }
+        exp_block(b, round);
+        let zero = _mm512_setzero_ps();
+        let rows: [__m512; LANES] = core::array::from_fn(|r| _mm512_add_ps(zero, load(&b[r])));
+        let mut sums = [0.0f32; LANES];
+        store(&mut sums, halve_rows(&rows, |a, b| _mm512_add_ps(a, b)));
+        let n = m.len().min(LANES);
+        m[..n].copy_from_slice(&top[..n]);
+        let n = l.len().min(LANES);
+        l[..n].copy_from_slice(&sums[..n]);
+    }
 }
 
 dispatched!(
@@ -435,7 +586,7 @@ dispatched!(
     /// between, in one piece.
     softmax_rows_fast, softmax_rows_on,
     (s: &mut [f32], m: &mut [f32], l: &mut [f32], bs: usize, valid: usize, round: bool) -> (),
-    softmax_rows
+    softmax_rows, avx512: softmax_rows_avx512
 );
 
 #[cfg(test)]
