@@ -306,7 +306,8 @@ impl GmArena<'_> {
     }
 
     /// Hints that bytes `addr..addr + len` will be accessed soon: on x86-64, a prefetch of
-    /// each of their cache lines into the first-level cache. Nothing is read or written and
+    /// each of their cache lines into the second-level cache
+    /// ([`prefetch_line_l2`](crate::tile_ops::ahead)). Nothing is read or written and
     /// no access is registered; a range outside GM, or longer than [`PREFETCH_MAX`], is
     /// ignored (queue it with [`Gm::prefetch`]). Elsewhere, nothing.
     pub fn prefetch_now(&self, addr: u64, len: usize) {
@@ -316,12 +317,12 @@ impl GmArena<'_> {
         if len == 0 || len > PREFETCH_MAX {
             return;
         }
-        use crate::tile_ops::ahead::{prefetch_line, LINE};
+        use crate::tile_ops::ahead::{prefetch_line_l2, LINE};
         // The pointers stay inside `self.words`: `offset` checked the range, and `first`
         // rounds down within it.
         let first = off / LINE * LINE;
         for line in (first..off + len).step_by(LINE) {
-            prefetch_line(self.byte_ptr(line));
+            prefetch_line_l2(self.byte_ptr(line));
         }
     }
 

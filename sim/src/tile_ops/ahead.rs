@@ -80,16 +80,37 @@ impl Ahead {
 /// One prefetch of the line at `line` into the first-level cache; elsewhere than x86-64,
 /// nothing. Any address will do: nothing is read.
 #[inline(always)]
-#[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
 pub(crate) fn prefetch_line(line: *const u8) {
+    prefetch::<false>(line);
+}
+
+/// One prefetch of the line at `line` into the second-level cache only. A burst of
+/// first-level prefetches (a task's every tensor at once) fills the core's few first-level
+/// miss buffers and stalls it until memory answers; this one leaves them to the loads of the
+/// work at hand, and the line is a second-level hit when its kernel reads it.
+#[inline(always)]
+pub(crate) fn prefetch_line_l2(line: *const u8) {
+    prefetch::<true>(line);
+}
+
+/// The prefetch instruction, into the second level only with `L2`.
+#[inline(always)]
+#[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
+fn prefetch<const L2: bool>(line: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
         // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 CPU has (it is in the target's
         // baseline). The instruction is a hint: it never faults, even where nothing is mapped
         // (a range queued by a run that has since ended), reads into no register and writes
         // nothing, so it is no access in the language's sense and cannot race with any.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>()) };
+        unsafe {
+            if L2 {
+                _mm_prefetch::<_MM_HINT_T1>(line.cast::<i8>());
+            } else {
+                _mm_prefetch::<_MM_HINT_T0>(line.cast::<i8>());
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = line;
