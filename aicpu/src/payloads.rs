@@ -233,6 +233,18 @@ impl<'a> TaskPayloads<'a> {
         heads.get(slot * HEAD_WORDS..(slot + 1) * HEAD_WORDS)
     }
 
+    /// Hands `hint` the words of `task`'s record (its head, then its body) ahead of its
+    /// dispatch: the orchestrator's thread wrote them, so on another core they are misses
+    /// that a prefetch can overlap with the rest of a scheduler pass.
+    pub fn hint_record(&self, task: TaskId, mut hint: impl FnMut(&[AtomicU64])) {
+        if let Some(head) = self.head(task) {
+            hint(head);
+        }
+        if let Some(rec) = self.record(task) {
+            hint(rec.body);
+        }
+    }
+
     /// `task`'s record, if its head names a body inside the arena.
     fn record(&self, task: TaskId) -> Option<PayloadRecord<'_>> {
         let head = self.head(task)?;

@@ -1,6 +1,7 @@
 //! The AICPU's view of the hardware. The device implements it over memory-mapped registers;
 //! the simulator over its register blocks. Scheduler code names only this trait.
 
+use core::sync::atomic::AtomicU64;
 use simpler_core::handshake::DispatchPayload;
 
 /// Register access, payload buffers and time for the cores one scheduler thread owns.
@@ -22,4 +23,10 @@ pub trait Platform {
 
     /// A monotonic cycle counter.
     fn cycles(&self) -> u64;
+
+    /// Hints that `words` will be read soon (a cache prefetch where the platform has one);
+    /// reads and changes nothing. By default, nothing.
+    fn hint_read(&self, words: &[AtomicU64]) {
+        let _ = words;
+    }
 }

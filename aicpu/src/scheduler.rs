@@ -284,6 +284,11 @@ impl Scheduler {
         let timed = self.timed;
         let start = if timed { platform.cycles() } else { 0 };
         let mut progress = self.poll_completions(platform, shared, gm)?;
+        // The tasks the completions kept are dispatched below: their records' misses overlap
+        // the rest of the pass.
+        for task in self.kept.tasks() {
+            payloads.hint_record(task, |words| platform.hint_read(words));
+        }
         let completed = if timed { platform.cycles() } else { 0 };
         self.loops += 1;
         for _ in 0..8 {

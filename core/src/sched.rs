@@ -61,6 +61,11 @@ impl Kept {
         self.entry(shape)?.take()
     }
 
+    /// The tasks kept.
+    pub fn tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.tasks.iter().flatten().copied()
+    }
+
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.tasks.iter().all(Option::is_none)

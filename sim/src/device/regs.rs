@@ -9,12 +9,13 @@
 //! acquire on each read of one) are what make a payload written before dispatch, and a
 //! kernel's GM writes before FIN, visible to the other side.
 
+use crate::tile_ops::ahead::{prefetch_line, LINE};
 use crate::tile_ops::HostTileOps;
 use simpler_aicore::core_loop::CorePort;
 use simpler_aicore::TileOps;
 use simpler_aicpu::Platform;
 use simpler_core::handshake::{DispatchPayload, AICORE_IDLE, AICPU_IDLE};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 /// The registers and payload buffers of one core, owned by its scheduler thread.
@@ -100,5 +101,14 @@ impl Platform for SimCores {
     }
     fn cycles(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+    fn hint_read(&self, words: &[AtomicU64]) {
+        let bytes = words.as_ptr_range();
+        let (first, end) = (bytes.start.cast::<u8>(), bytes.end.cast::<u8>());
+        let mut line = first.wrapping_sub(first as usize % LINE);
+        while (line as usize) < end as usize {
+            prefetch_line(line);
+            line = line.wrapping_add(LINE);
+        }
     }
 }
