@@ -18,6 +18,9 @@
 //!   operations with the next slice queued for prefetch before each product
 //!   (`simpler_sim::tile_ops::ahead`, what the `matmul` kernel's hint does), without it, and
 //!   on `gemm` (`simpler_sim::tile_ops::matmul_on_gemm`), which packs each operand first.
+//! - `tile_softmax_ns_{baseline,avx2,avx512}`: one 16x16 softmax of rows with bf16 rounding
+//!   (paged attention's `pa_softmax` tile, `simpler_sim::tile_ops::lanes::softmax_rows_on`),
+//!   nanoseconds a call, on each vector unit the CPU has (the others are not printed).
 //! - `isa`: which vector unit the FMA figures used (0 portable, 256 AVX2+FMA, 512 AVX-512F).
 //!
 //! Each figure is the median and the maximum of repeated samples (the maximum is the least
@@ -31,6 +34,7 @@
 //! Run: `cargo bench -p simpler-tests --bench peak` (`SIMPLER_BENCH_SMOKE=1`: one short sample).
 
 use simpler_aicore::{Portable, TileOps};
+use simpler_sim::tile_ops::lanes::{softmax_rows_on, Unit};
 use simpler_sim::tile_ops::{ahead, matmul_on_gemm, HostTileOps};
 use simpler_tests::measure::{report, sized};
 use simpler_tests::peak;
@@ -48,6 +52,47 @@ fn tile_matmul(ops: &dyn TileOps, reps: usize) -> f64 {
     }
     std::hint::black_box(&c);
     (2 * T * T * T * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// The vector units this CPU has, with their figures' names.
+fn units() -> Vec<(Unit, &'static str)> {
+    let mut units = vec![(Unit::Baseline, "baseline")];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            units.push((Unit::Avx2, "avx2"));
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            units.push((Unit::Avx512, "avx512"));
+        }
+    }
+    units
+}
+
+/// Nanoseconds a call of `reps` 16x16 softmaxes (bf16 rounding, every column live) on `unit`,
+/// each on a fresh copy of the same scores.
+fn tile_softmax(unit: Unit, reps: usize) -> f64 {
+    const T: usize = 16;
+    let s0: Vec<f32> = (0..T * T)
+        .map(|i| ((i * 53) % 31) as f32 * 0.7 - 9.0)
+        .collect();
+    let (mut s, mut m, mut l) = (s0.clone(), vec![0f32; T], vec![0f32; T]);
+    let start = Instant::now();
+    for _ in 0..reps {
+        s.copy_from_slice(&s0);
+        softmax_rows_on(
+            unit,
+            std::hint::black_box(&mut s),
+            &mut m,
+            &mut l,
+            T,
+            T,
+            true,
+        );
+    }
+    std::hint::black_box((&s, &m, &l));
+    start.elapsed().as_nanos() as f64 / reps as f64
 }
 
 /// Distinct 128x128 operand slices, read once each per sample as bgemm's are.
@@ -121,6 +166,8 @@ fn main() {
     let mut bufs = peak::CopyBuffers::new(sized(64 << 20, 1 << 20));
     let mut slices = Slices::new(sized(128 << 20, 1 << 20));
     let mut streamed = [Vec::new(), Vec::new(), Vec::new()];
+    let units = units();
+    let mut softmax: Vec<Vec<f64>> = vec![Vec::new(); units.len()];
     // Interleaved: a drift of the machine's load moves every figure alike.
     for _ in 0..samples {
         one.push(peak::fma_gflops(1, sized(0.2, 0.01)));
@@ -128,6 +175,9 @@ fn main() {
         copy.push(bufs.gbps(sized(8, 1)));
         host.push(tile_matmul(&HostTileOps, sized(2000, 2)));
         portable.push(tile_matmul(&Portable, sized(100, 1)));
+        for (xs, &(unit, _)) in softmax.iter_mut().zip(&units) {
+            xs.push(tile_softmax(unit, sized(20_000, 10)));
+        }
         for (xs, how) in
             streamed
                 .iter_mut()
@@ -167,6 +217,18 @@ fn main() {
         report("peak", &format!("{figure}_median"), s.median, unit);
         report("peak", &format!("{figure}_max"), *xs.last().unwrap(), unit);
         assert!(s.median > 0.0, "{figure}: {}", s.median);
+    }
+    for (mut xs, &(_, name)) in softmax.into_iter().zip(&units) {
+        let s = simpler_tests::measure::summarize(&mut xs).expect("samples");
+        report(
+            "peak",
+            &format!("tile_softmax_ns_{name}_median"),
+            s.median,
+            "ns",
+        );
+        // The least disturbed sample of a time is its smallest.
+        report("peak", &format!("tile_softmax_ns_{name}_min"), xs[0], "ns");
+        assert!(s.median > 0.0, "softmax {name}: {}", s.median);
     }
     report("peak", "cpus", peak::cpus() as f64, "cpus");
 }
