@@ -1,7 +1,7 @@
 //! The AICPU's view of the hardware. The device implements it over memory-mapped registers;
 //! the simulator over its register blocks. Scheduler code names only this trait.
 
-use core::sync::atomic::AtomicU64;
+use simpler_core::sync::AtomicU64;
 use simpler_core::handshake::DispatchPayload;
 
 /// Register access, payload buffers and time for the cores one scheduler thread owns.

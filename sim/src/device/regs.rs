@@ -15,7 +15,8 @@ use simpler_aicore::core_loop::CorePort;
 use simpler_aicore::TileOps;
 use simpler_aicpu::Platform;
 use simpler_core::handshake::{DispatchPayload, AICORE_IDLE, AICPU_IDLE};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use simpler_core::sync::AtomicU64;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 /// The registers and payload buffers of one core, owned by its scheduler thread.
