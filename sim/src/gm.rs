@@ -25,6 +25,7 @@
 //! accesses of different threads, from the ledger (its module docs).
 
 use crate::ledger::{Access, Held, Ledger, Refusal, LINES, MAX_WORDS};
+use crate::pages::Pages;
 use simpler_core::gm::{Gm, GmFault, GmMut, GmRef, Lease};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -63,9 +64,16 @@ pub struct GmWords {
 }
 
 impl GmWords {
-    /// `words` zeroed words, no page of them touched.
+    /// `words` zeroed words, no page of them touched, on base pages.
     pub fn zeroed(words: usize) -> Self {
+        Self::zeroed_on(words, Pages::Base)
+    }
+
+    /// `words` zeroed words, no page of them touched, backed as `pages` says (the device's
+    /// GM asks for huge pages: [`crate::pages`]).
+    pub fn zeroed_on(words: usize, pages: Pages) -> Self {
         let all: Box<[AtomicU64]> = bytemuck::zeroed_slice_box(words + LINE_WORDS);
+        pages.apply(&all);
         // Words to skip to the next 64-byte boundary (the allocation is 8-byte aligned).
         let first = (64 - all.as_ptr() as usize % 64) % 64 / 8;
         let ledger = ((words as u64) < MAX_WORDS).then(|| Box::new(Ledger::new()));

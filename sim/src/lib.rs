@@ -13,6 +13,7 @@
 //! - [`device`]: the device: its threads, registers, runs and host requests.
 //! - [`gm`]: GM as an arena of atomic words.
 //! - [`ledger`]: the GM accesses in progress, which keep bulk copies and leases race-free.
+//! - [`pages`]: how the large arenas are backed (transparent huge pages by default).
 //! - [`tile_ops`]: the cores' tile math on the host's vector units.
 //! - [`wake`]: the wakeup primitive idle threads block on.
 
@@ -20,6 +21,7 @@
 pub mod device;
 pub mod gm;
 pub mod ledger;
+pub mod pages;
 pub mod tile_ops;
 pub mod wake;
 
@@ -30,6 +32,7 @@ pub use device::{
     Device, DeviceConfig, DeviceError, DeviceLayouts, Job, OrchFn, Pending, Prebuilt, SharedHook,
     Topology, TraceSink,
 };
+pub use pages::Pages;
 pub use simpler_aicore as aicore;
 pub use simpler_aicpu as aicpu;
 pub use simpler_aicpu::{RunError, RunOutcome};

@@ -45,15 +45,22 @@ pub fn process_minor_faults() -> u64 {
 /// The process's peak resident memory in bytes (`VmHWM` in `/proc/self/status`), 0 where
 /// unreadable: a high-water mark, so it only grows over a process's life.
 pub fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
+    status_kb("VmHWM:").map_or(0, |kb| kb * 1024)
+}
+
+/// The process's resident memory in bytes now (`VmRSS` in `/proc/self/status`), 0 where
+/// unreadable.
+pub fn rss_bytes() -> u64 {
+    status_kb("VmRSS:").map_or(0, |kb| kb * 1024)
+}
+
+/// The kB figure of `field` in `/proc/self/status`.
+fn status_kb(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
 }
 
 /// Minor page faults the live threads of this process whose name starts with `prefix` have

@@ -12,6 +12,7 @@ use simpler_core::orchestrator::{OrchestratorConfig, OrchestratorLayout};
 use simpler_core::ring::{RingConfig, MAX_RINGS};
 use simpler_core::sched::SchedConfig;
 use std::time::Duration;
+use crate::pages::Pages;
 
 /// Device address of the first ring's heap. The four heaps sit back to back from here, and
 /// host allocations start where the last one ends.
@@ -83,6 +84,10 @@ pub struct DeviceConfig {
     /// scheduler keeps its own cores, queues and pass, whichever thread runs it). 0 picks one
     /// per scheduler, or one per host CPU when the host has fewer.
     pub sched_threads: usize,
+    /// How GM, the runtime's state and the payload records are backed: transparent huge
+    /// pages by default ([`crate::pages`]), committed 2 MiB at a time as runs touch them;
+    /// [`Pages::Base`] for the finest grain of resident memory.
+    pub pages: Pages,
 }
 
 impl DeviceConfig {
@@ -103,6 +108,7 @@ impl DeviceConfig {
             watchdog: Duration::from_secs(10),
             local_words: simpler_aicore::LOCAL_BUFFER_WORDS,
             sched_threads: 0,
+            pages: Pages::Huge,
         }
     }
 

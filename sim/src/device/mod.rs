@@ -189,7 +189,7 @@ impl Device {
         let words = Layout::new()
             .array::<AtomicU64>(((heaps + config.gm_bytes) / 8) as usize)?
             .len();
-        let gm_words = Arc::new(GmWords::zeroed(words));
+        let gm_words = Arc::new(GmWords::zeroed_on(words, config.pages));
         let (tx, rx) = channel();
         let (ready_tx, ready_rx) = channel();
         let device_gm = gm_words.clone();
