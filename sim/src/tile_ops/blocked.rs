@@ -4,10 +4,18 @@
 //! On AVX-512F each 8x32 block of `c` is held in 16 registers; on AVX2 with FMA each 6x16
 //! block in 12 (of 16: the rest hold `b`'s row and the broadcast), with 4x16 blocks for the
 //! rows left over. Meanwhile `k` rows of a panel of `b` as wide as the block (16 KiB or 8 KiB
-//! for `k = 128`, so it stays in the first-level cache across the row blocks) meet the block's
-//! rows of `a`, one broadcast each. On neither unit, `gemm` takes these products. Neither
-//! operand is packed: bgemm's operands are read once, from memory no other task reads, so a
-//! packed copy would be one more pass over them. The depth loop issues one queued prefetch
+//! for `k = 128`) meet the block's rows of `a`, one broadcast each. On neither unit, `gemm`
+//! takes these products.
+//!
+//! On AVX-512F the panel is first copied into a per-thread buffer, its rows side by side. In
+//! `b` its rows are `n` floats apart, so for bgemm's `n = 128` they fall in a sixteenth of
+//! the first-level cache's sets, more lines than those sets hold: each row block after the
+//! first found them evicted. Packed, the panel stays in the first-level cache across the 16
+//! row blocks, for one copy of 16 KiB (`peak`'s warm 128³ product went from about two thirds
+//! of the one-core FMA peak to 0.85 on the Intel machine of `tests/benches/README.md`). `a`
+//! is not packed: each of its rows is read in order, and bgemm reads each slice of it for
+//! one product only. The AVX2 blocks read their panel in place (not measured on an
+//! AVX2-only CPU since). The depth loop issues one queued prefetch
 //! per [`MACS_PER_LINE`] multiply-adds on either unit: 2,048 lines (128 KiB, the next slice's
 //! `a` and `b`) over a 128x128x128 product.
 //!
@@ -89,15 +97,26 @@ fn whole_blocks(
         && c.len() >= m * n
 }
 
+/// Rows of `b` a packed panel holds: products deeper than this read their panels in place.
+const PANEL_ROWS: usize = 256;
+
+/// One panel of `b` packed for [`product_avx512`]: `PANEL_ROWS` rows of its 32 columns, on a
+/// cache line (32 KiB, on the stack).
+#[repr(C, align(64))]
+struct Panel([f32; PANEL_ROWS * AVX512.nr]);
+
+std::thread_local! {
+    /// This thread's panel: zeroed once, not on every product.
+    static PANEL: std::cell::RefCell<Panel> =
+        const { std::cell::RefCell::new(Panel([0.0; PANEL_ROWS * AVX512.nr])) };
+}
+
 /// `c (m × n) = a (m × k) · b (k × n)` within [`fits`]' `m`, one 8x32 block at a time, on
 /// AVX-512F; `K` and `N`, when not 0, are `k` and `n` known at compile time (the scenes'
-/// shapes), so the strides are constants.
-///
-/// Written with the unit's intrinsics rather than as lanes for the compiler to vectorise:
-/// left to itself, it vectorised the depth loop with gathers in one build and not in another.
+/// shapes), so the strides are constants. Each 32-column panel of `b` is first packed into
+/// the thread's [`Panel`] (when `k` fits it), where the row blocks after the first find it.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(unsafe_code)] // unaligned vector loads and stores: see the SAFETY comments
 fn product_avx512<const K: usize, const N: usize>(
     a: &[f32],
     b: &[f32],
@@ -105,26 +124,64 @@ fn product_avx512<const K: usize, const N: usize>(
     (k, n, m): (usize, usize, usize),
     q: &mut Ahead,
 ) -> bool {
+    let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
+    if !whole_blocks(AVX512, a, b, c, (k, n, m)) {
+        return false;
+    }
+    if k > PANEL_ROWS {
+        return blocks_avx512::<K, N>(a, b, c, (k, n, m), q, None);
+    }
+    PANEL.with_borrow_mut(|panel| blocks_avx512::<K, N>(a, b, c, (k, n, m), q, Some(panel)))
+}
+
+/// [`product_avx512`]'s blocks over a shape it checked, each panel of `b` packed into `panel`
+/// first when one is given.
+///
+/// Written with the unit's intrinsics rather than as lanes for the compiler to vectorise:
+/// left to itself, it vectorised the depth loop with gathers in one build and not in another.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(unsafe_code)] // unaligned vector loads and stores: see the SAFETY comments
+fn blocks_avx512<const K: usize, const N: usize>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    (k, n, m): (usize, usize, usize),
+    q: &mut Ahead,
+    mut panel: Option<&mut Panel>,
+) -> bool {
     use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps};
     use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
     const MR: usize = AVX512.mr;
     const NR: usize = AVX512.nr;
     let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
-    if !whole_blocks(AVX512, a, b, c, (k, n, m)) {
-        return false;
-    }
+    let packed = panel.is_some() && k <= PANEL_ROWS;
     for j0 in (0..n).step_by(NR) {
+        // The panel's rows side by side: in `b` they are `n` apart, so with `n` a multiple of
+        // 128 they share a sixteenth of the first-level cache's sets and evict one another
+        // before the next row block reads them again.
+        let (b_panel, stride) = match panel.as_deref_mut() {
+            Some(panel) if packed => {
+                for (p, row) in panel.0.chunks_exact_mut(NR).take(k).enumerate() {
+                    row.copy_from_slice(&b[p * n + j0..][..NR]);
+                }
+                (panel.0.as_ptr(), NR)
+            }
+            _ => (b[j0..].as_ptr(), n),
+        };
         for i0 in (0..m).step_by(MR) {
             let mut acc = [_mm512_setzero_ps(); 2 * MR];
-            let (a_rows, b_panel) = (a[i0 * k..].as_ptr(), b[j0..].as_ptr());
+            let a_rows = a[i0 * k..].as_ptr();
             for p in 0..k {
                 if p.is_multiple_of(AVX512_STEPS_PER_LINE) {
                     q.step();
                 }
                 // SAFETY: `p < k` and `j0 + NR <= n`, so elements `p * n + j0 .. + NR` of `b`
-                // are below `k * n <= b.len()` (checked above); `b_panel` is `b` from `j0`.
+                // are below `k * n <= b.len()` (checked above), and when packed, elements
+                // `p * NR .. + NR` of the panel are below `k * NR <= PANEL_ROWS * NR`;
+                // `b_panel` is `b` from `j0`, or the panel.
                 let (lo, hi) = unsafe {
-                    let row = b_panel.add(p * n);
+                    let row = b_panel.add(p * stride);
                     (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)))
                 };
                 for r in 0..MR {
@@ -333,6 +390,8 @@ mod tests {
             (8, 1, 32),
             (16, 7, 96),
             (24, 130, 32),
+            // Deeper than a packed panel holds: read in place.
+            (8, PANEL_ROWS + 44, 64),
         ] {
             let a = values(m * k, 5 + m as u64);
             let b = values(k * n, 9 + k as u64);
