@@ -13,7 +13,7 @@
 //! - [`device`]: the device: its threads, registers, runs and host requests.
 //! - [`gm`]: GM as an arena of atomic words.
 //! - [`ledger`]: the GM accesses in progress, which keep bulk copies and leases race-free.
-//! - [`pages`]: how the large arenas are backed (transparent huge pages by default).
+//! - [`pages`]: how GM is backed (transparent huge pages by default).
 //! - [`tile_ops`]: the cores' tile math on the host's vector units.
 //! - [`wake`]: the wakeup primitive idle threads block on.
 

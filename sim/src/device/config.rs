@@ -84,9 +84,9 @@ pub struct DeviceConfig {
     /// scheduler keeps its own cores, queues and pass, whichever thread runs it). 0 picks one
     /// per scheduler, or one per host CPU when the host has fewer.
     pub sched_threads: usize,
-    /// How GM, the runtime's state and the payload records are backed: transparent huge
-    /// pages by default ([`crate::pages`]), committed 2 MiB at a time as runs touch them;
-    /// [`Pages::Base`] for the finest grain of resident memory.
+    /// How GM is backed: transparent huge pages by default ([`crate::pages`]), committed
+    /// 2 MiB at a time as runs touch them; [`Pages::Base`] for the finest grain of resident
+    /// memory.
     pub pages: Pages,
 }
 

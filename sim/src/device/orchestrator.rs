@@ -14,7 +14,6 @@ use super::state::{watchdog_main, RunState, ABORT_ORCH, ABORT_SCHED, ABORT_TIMEO
 use super::trace::{TraceBuf, TracingHook};
 use super::Msg;
 use crate::gm::{GmArena, GmWords};
-use crate::pages::Pages;
 use crate::wake::Wakeup;
 use simpler_aicpu::payloads::PayloadsLayout;
 use simpler_aicpu::{Rt, RunError, RunOutcome, TaskPayloads};
@@ -43,10 +42,9 @@ struct Region {
 }
 
 impl Region {
-    fn new(bytes: usize, pages: Pages) -> Self {
+    fn new(bytes: usize) -> Self {
         let words = bytes.div_ceil(size_of::<Line>()) * (size_of::<Line>() / 8);
         let all: Box<[u64]> = bytemuck::zeroed_slice_box(words + size_of::<Line>() / 8);
-        pages.apply(&all);
         let align = align_of::<Line>();
         let first = (align - all.as_ptr() as usize % align) % align / 8;
         Self { all, first, words }
@@ -61,8 +59,8 @@ impl Region {
 /// Pauses [`OrchWaiter`] spins before it blocks.
 const SPINS: u32 = 32;
 
-fn region(bytes: usize, pages: Pages) -> Region {
-    Region::new(bytes, pages)
+fn region(bytes: usize) -> Region {
+    Region::new(bytes)
 }
 
 /// The orchestrator's waiting policy: spin briefly, then block on the wakeup; give up when the
@@ -162,9 +160,9 @@ pub(super) fn device_main(
             return;
         }
     };
-    let mut sched_mem = region(orch_layout.sched().size(), config.pages);
-    let mut orch_mem = region(orch_layout.size(), config.pages);
-    let mut payload_mem = region(payloads_layout.size(), config.pages);
+    let mut sched_mem = region(orch_layout.sched().size());
+    let mut orch_mem = region(orch_layout.size());
+    let mut payload_mem = region(payloads_layout.size());
     let shared = match SchedState::init(sched_mem.bytes_mut(), orch_layout.sched()) {
         Ok(s) => s,
         Err(e) => {
