@@ -140,6 +140,40 @@ pub fn max(x: &[f32]) -> f32 {
     fold_lanes(x, f32::NEG_INFINITY, f32::max)
 }
 
+/// `x += y`, elementwise over the shorter of the two. The elementwise bodies round each
+/// result once, as the portable loops of [`simpler_aicore::TileOps`] do, so every unit gives
+/// their bits.
+#[inline(always)]
+pub fn add(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// `x *= y`, elementwise over the shorter of the two.
+#[inline(always)]
+pub fn mul(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a *= b;
+    }
+}
+
+/// `x += s` for every element.
+#[inline(always)]
+pub fn add_scalar(x: &mut [f32], s: f32) {
+    for a in x.iter_mut() {
+        *a += s;
+    }
+}
+
+/// `x *= s` for every element.
+#[inline(always)]
+pub fn scale(x: &mut [f32], s: f32) {
+    for a in x.iter_mut() {
+        *a *= s;
+    }
+}
+
 /// The vector unit the bodies run on, detected once per call (the standard library caches
 /// the CPU's answer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -573,6 +607,22 @@ dispatched!(
     exp_sub_fast, exp_sub_on, (x: &mut [f32], m: f32) -> (), exp_sub
 );
 dispatched!(
+    /// [`add`] on the widest vector unit.
+    add_fast, add_on, (x: &mut [f32], y: &[f32]) -> (), add
+);
+dispatched!(
+    /// [`mul`] on the widest vector unit.
+    mul_fast, mul_on, (x: &mut [f32], y: &[f32]) -> (), mul
+);
+dispatched!(
+    /// [`add_scalar`] on the widest vector unit.
+    add_scalar_fast, add_scalar_on, (x: &mut [f32], s: f32) -> (), add_scalar
+);
+dispatched!(
+    /// [`scale`] on the widest vector unit.
+    scale_fast, scale_on, (x: &mut [f32], s: f32) -> (), scale
+);
+dispatched!(
     /// [`sum`] on the widest vector unit.
     sum_fast, sum_on, (x: &[f32]) -> f32, sum
 );
@@ -612,6 +662,52 @@ mod tests {
         #[inline(always)]
         fn sum(&self, x: &[f32]) -> f32 {
             sum(x)
+        }
+    }
+
+    #[test]
+    fn elementwise_ops_on_every_unit_give_the_portable_bits() {
+        /// The firmware's loops: the trait's defaults.
+        struct Portable;
+        impl TileOps for Portable {}
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        // Lengths around the lanes' widths; values whose results are subnormal, overflow to
+        // infinity, or are NaN.
+        for len in [0, 1, 7, 15, 16, 17, 33, 1000] {
+            let x: Vec<f32> = (0..len)
+                .map(|i| match i % 5 {
+                    0 => 1.5e-38,
+                    1 => -3.0e38,
+                    2 => f32::NAN,
+                    _ => (i as f32).sin() * 1e3,
+                })
+                .collect();
+            // Longer than `x` (only `x`'s elements change) and shorter (its tail is kept).
+            let long: Vec<f32> = (0..len + 3).map(|i| (i as f32).cos() * 7.0 - 3.0e38).collect();
+            let short = &long[..len / 2];
+            for unit in Unit::available() {
+                let check = |name: &str, want: fn(&mut [f32]), got: &dyn Fn(&mut [f32])| {
+                    let (mut w, mut g) = (x.clone(), x.clone());
+                    want(&mut w);
+                    got(&mut g);
+                    assert_eq!(bits(&g), bits(&w), "{name} on {unit:?}, {len} elements");
+                };
+                check("add_scalar", |v| Portable.add_scalar(v, -1e-38), &|v| {
+                    add_scalar_on(unit, v, -1e-38)
+                });
+                check("scale", |v| Portable.scale(v, 3.0), &|v| scale_on(unit, v, 3.0));
+                for y in [&long[..], short] {
+                    let (mut w, mut g) = (x.clone(), x.clone());
+                    Portable.add(&mut w, y);
+                    add_on(unit, &mut g, y);
+                    assert_eq!(bits(&g), bits(&w), "add on {unit:?}, {len} and {}", y.len());
+                    let (mut w, mut g) = (x.clone(), x.clone());
+                    Portable.mul(&mut w, y);
+                    mul_on(unit, &mut g, y);
+                    assert_eq!(bits(&g), bits(&w), "mul on {unit:?}, {len} and {}", y.len());
+                    assert_eq!(bits(&g[y.len().min(len)..]), bits(&x[y.len().min(len)..]));
+                }
+            }
         }
     }
 

@@ -122,6 +122,22 @@ impl TileOps for HostTileOps {
         }
     }
 
+    fn add(&self, x: &mut [f32], y: &[f32]) {
+        lanes::add_fast(x, y);
+    }
+
+    fn mul(&self, x: &mut [f32], y: &[f32]) {
+        lanes::mul_fast(x, y);
+    }
+
+    fn add_scalar(&self, x: &mut [f32], s: f32) {
+        lanes::add_scalar_fast(x, s);
+    }
+
+    fn scale(&self, x: &mut [f32], s: f32) {
+        lanes::scale_fast(x, s);
+    }
+
     fn exp_sub(&self, x: &mut [f32], m: f32) {
         lanes::exp_sub_fast(x, m);
     }
