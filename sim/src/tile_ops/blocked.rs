@@ -7,15 +7,15 @@
 //! for `k = 128`) meet the block's rows of `a`, one broadcast each. On neither unit, `gemm`
 //! takes these products.
 //!
-//! On AVX-512F the panel is first copied into a per-thread buffer, its rows side by side. In
-//! `b` its rows are `n` floats apart, so for bgemm's `n = 128` they fall in a sixteenth of
-//! the first-level cache's sets, more lines than those sets hold: each row block after the
-//! first found them evicted. Packed, the panel stays in the first-level cache across the 16
-//! row blocks, for one copy of 16 KiB (`peak`'s warm 128³ product went from about two thirds
-//! of the one-core FMA peak to 0.85 on the Intel machine of `tests/benches/README.md`). `a`
-//! is not packed: each of its rows is read in order, and bgemm reads each slice of it for
-//! one product only. The AVX2 blocks read their panel in place (not measured on an
-//! AVX2-only CPU since). The depth loop issues one queued prefetch
+//! The panel is first copied into a per-thread buffer, its rows side by side. In `b` its rows
+//! are `n` floats apart, so for bgemm's `n = 128` they fall in a sixteenth (AVX2: an eighth)
+//! of the first-level cache's sets, more lines than those sets hold: each row block after
+//! the first found them evicted. Packed, the panel stays in the first-level cache across the
+//! row blocks, for one copy of 16 KiB (8 KiB on AVX2). On the Intel machine of
+//! `tests/benches/README.md` `peak`'s warm 128³ product went from about two thirds of the
+//! one-core FMA peak to 0.85, and the AVX2 blocks' from 93-108 to 101-113 GFLOP/s. `a` is not
+//! packed: each of its rows is read in order, and bgemm reads each slice of it for one
+//! product only. The depth loop issues one queued prefetch
 //! per [`MACS_PER_LINE`] multiply-adds on either unit: 2,048 lines (128 KiB, the next slice's
 //! `a` and `b`) over a 128x128x128 product.
 //!
@@ -100,8 +100,8 @@ fn whole_blocks(
 /// Rows of `b` a packed panel holds: products deeper than this read their panels in place.
 const PANEL_ROWS: usize = 256;
 
-/// One panel of `b` packed for [`product_avx512`]: `PANEL_ROWS` rows of its 32 columns, on a
-/// cache line (32 KiB, on the stack).
+/// One panel of `b` packed for the blocks: `PANEL_ROWS` rows of its 32 columns (AVX-512) or
+/// 16 (AVX2, the first half), on a cache line; one per thread.
 #[repr(C, align(64))]
 struct Panel([f32; PANEL_ROWS * AVX512.nr]);
 
@@ -223,30 +223,60 @@ fn product_avx2<const K: usize, const N: usize>(
     if !whole_blocks(AVX2, a, b, c, (k, n, m)) {
         return false;
     }
+    if k > PANEL_ROWS {
+        return blocks_avx2::<K, N>(a, b, c, (k, n, m), q, None);
+    }
+    PANEL.with_borrow_mut(|panel| blocks_avx2::<K, N>(a, b, c, (k, n, m), q, Some(panel)))
+}
+
+/// [`product_avx2`]'s blocks over a shape it checked, each 16-column panel of `b` packed into
+/// `panel` first when one is given.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn blocks_avx2<const K: usize, const N: usize>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    (k, n, m): (usize, usize, usize),
+    q: &mut Ahead,
+    mut panel: Option<&mut Panel>,
+) -> bool {
+    const NR: usize = AVX2.nr;
+    let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
     // The rows in blocks of 6: all but the `(m / 4) % 3` blocks of 4 that make up the rest.
     let tall = m - 4 * (m / 4 % 3);
     let mut credit = 0;
-    for j0 in (0..n).step_by(AVX2.nr) {
+    for j0 in (0..n).step_by(NR) {
+        let (rows, stride): (&[f32], usize) = match panel.as_deref_mut() {
+            Some(panel) if k <= PANEL_ROWS => {
+                for (p, row) in panel.0.chunks_exact_mut(NR).take(k).enumerate() {
+                    row.copy_from_slice(&b[p * n + j0..][..NR]);
+                }
+                (&panel.0[..k * NR], NR)
+            }
+            _ => (&b[j0..], n),
+        };
         for i0 in (0..tall).step_by(6) {
-            block_avx2::<6>(a, b, c, (k, n), (i0, j0), q, &mut credit);
+            block_avx2::<6>(a, (rows, stride), c, (k, n), (i0, j0), q, &mut credit);
         }
         for i0 in (tall..m).step_by(4) {
-            block_avx2::<4>(a, b, c, (k, n), (i0, j0), q, &mut credit);
+            block_avx2::<4>(a, (rows, stride), c, (k, n), (i0, j0), q, &mut credit);
         }
     }
     true
 }
 
 /// The `MR x 16` block of `c` at rows `i0..`, columns `j0..` (`MR <= 6`), inside the shapes
-/// [`product_avx2`] checked: `i0 + MR <= m`, `j0 + 16 <= n`, `a` of `m × k`, `b` of `k × n`,
-/// `c` of `m × n` at least. `credit` carries the multiply-adds since the last prefetch.
+/// [`product_avx2`] checked: `i0 + MR <= m`, `j0 + 16 <= n`, `a` of `m × k`, `c` of `m × n`
+/// at least; `panel` is `b`'s 16 columns from `j0`, row `p` at `p * stride` (in `b` itself,
+/// or packed). `credit` carries the multiply-adds since the last prefetch.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 #[allow(unsafe_code)] // unaligned vector loads and stores: see the SAFETY comments
 fn block_avx2<const MR: usize>(
     a: &[f32],
-    b: &[f32],
+    (panel, stride): (&[f32], usize),
     c: &mut [f32],
     (k, n): (usize, usize),
     (i0, j0): (usize, usize),
@@ -258,19 +288,19 @@ fn block_avx2<const MR: usize>(
     const NR: usize = AVX2.nr;
     // The last row's and column's elements exist (the caller's checks, restated so that an
     // out-of-range call panics here instead of reading past the slices below).
-    assert!(MR <= 6 && (i0 + MR) * k <= a.len() && (k - 1) * n + j0 + NR <= b.len());
+    assert!(MR <= 6 && (i0 + MR) * k <= a.len() && (k - 1) * stride + NR <= panel.len());
     let mut acc = [_mm256_setzero_ps(); 12];
-    let (a_rows, b_panel) = (a[i0 * k..].as_ptr(), b[j0..].as_ptr());
+    let (a_rows, b_panel) = (a[i0 * k..].as_ptr(), panel.as_ptr());
     for p in 0..k {
         *credit += MR * NR;
         if *credit >= MACS_PER_LINE {
             *credit -= MACS_PER_LINE;
             q.step();
         }
-        // SAFETY: `p < k`, so elements `p * n + j0 .. + NR` of `b` are within the length
-        // asserted above; `b_panel` is `b` from `j0`.
+        // SAFETY: `p < k`, so elements `p * stride .. + NR` of `panel` are within the
+        // length asserted above; `b_panel` is `panel`'s first element.
         let (lo, hi) = unsafe {
-            let row = b_panel.add(p * n);
+            let row = b_panel.add(p * stride);
             (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)))
         };
         for r in 0..MR {
