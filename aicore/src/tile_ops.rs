@@ -39,30 +39,22 @@ pub trait TileOps: Sync {
 
     /// `x += y`, elementwise over the shorter of the two.
     fn add(&self, x: &mut [f32], y: &[f32]) {
-        for (a, &b) in x.iter_mut().zip(y) {
-            *a += b;
-        }
+        add(x, y);
     }
 
     /// `x *= y`, elementwise over the shorter of the two.
     fn mul(&self, x: &mut [f32], y: &[f32]) {
-        for (a, &b) in x.iter_mut().zip(y) {
-            *a *= b;
-        }
+        mul(x, y);
     }
 
     /// `x += s` for every element.
     fn add_scalar(&self, x: &mut [f32], s: f32) {
-        for a in x.iter_mut() {
-            *a += s;
-        }
+        add_scalar(x, s);
     }
 
     /// `x *= s` for every element.
     fn scale(&self, x: &mut [f32], s: f32) {
-        for a in x.iter_mut() {
-            *a *= s;
-        }
+        scale(x, s);
     }
 
     /// `x = exp(x - m)` for every element.
@@ -142,6 +134,39 @@ pub fn softmax_rows<T: TileOps + ?Sized>(
         masked.fill(0.0);
         *row_max = max;
         *row_sum = ops.sum(live);
+    }
+}
+
+/// [`TileOps::add`] in portable code. The four elementwise bodies round each result once, so
+/// a vector unit's build of them gives the same bits.
+#[inline(always)]
+pub fn add(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// [`TileOps::mul`] in portable code.
+#[inline(always)]
+pub fn mul(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a *= b;
+    }
+}
+
+/// [`TileOps::add_scalar`] in portable code.
+#[inline(always)]
+pub fn add_scalar(x: &mut [f32], s: f32) {
+    for a in x.iter_mut() {
+        *a += s;
+    }
+}
+
+/// [`TileOps::scale`] in portable code.
+#[inline(always)]
+pub fn scale(x: &mut [f32], s: f32) {
+    for a in x.iter_mut() {
+        *a *= s;
     }
 }
 

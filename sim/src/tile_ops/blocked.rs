@@ -100,8 +100,8 @@ fn whole_blocks(
 /// Rows of `b` a packed panel holds: products deeper than this read their panels in place.
 const PANEL_ROWS: usize = 256;
 
-/// One panel of `b` packed for the blocks: `PANEL_ROWS` rows of its 32 columns (AVX-512) or
-/// 16 (AVX2, the first half), on a cache line; one per thread.
+/// One panel of `b` packed for the blocks ([`panel_rows`]): up to `PANEL_ROWS` rows of its 32
+/// columns (AVX-512) or 16 (AVX2) side by side, on a cache line; one per thread.
 #[repr(C, align(64))]
 struct Panel([f32; PANEL_ROWS * AVX512.nr]);
 
@@ -109,6 +109,38 @@ std::thread_local! {
     /// This thread's panel: zeroed once, not on every product.
     static PANEL: std::cell::RefCell<Panel> =
         const { std::cell::RefCell::new(Panel([0.0; PANEL_ROWS * AVX512.nr])) };
+}
+
+/// Runs `blocks` with this thread's panel when `k` rows fit it, else with none (the panels
+/// are then read in place).
+#[inline(always)]
+fn with_panel<R>(k: usize, blocks: impl FnOnce(Option<&mut Panel>) -> R) -> R {
+    if k > PANEL_ROWS {
+        return blocks(None);
+    }
+    PANEL.with_borrow_mut(|panel| blocks(Some(panel)))
+}
+
+/// The `nr` columns of `b` (`k × n`) from `j0`, as rows `stride` apart from the first element
+/// of the returned slice: packed side by side into `panel` when given (`k <= PANEL_ROWS`,
+/// `nr <= 32`), else `b` itself from `j0`. Row `p`'s elements are `p * stride .. + nr`.
+#[inline(always)]
+fn panel_rows<'s>(
+    panel: Option<&'s mut Panel>,
+    b: &'s [f32],
+    (k, n): (usize, usize),
+    j0: usize,
+    nr: usize,
+) -> (&'s [f32], usize) {
+    match panel {
+        Some(panel) => {
+            for (p, row) in panel.0.chunks_exact_mut(nr).take(k).enumerate() {
+                row.copy_from_slice(&b[p * n + j0..][..nr]);
+            }
+            (&panel.0[..k * nr], nr)
+        }
+        None => (&b[j0..], n),
+    }
 }
 
 /// `c (m × n) = a (m × k) · b (k × n)` within [`fits`]' `m`, one 8x32 block at a time, on
@@ -128,10 +160,7 @@ fn product_avx512<const K: usize, const N: usize>(
     if !whole_blocks(AVX512, a, b, c, (k, n, m)) {
         return false;
     }
-    if k > PANEL_ROWS {
-        return blocks_avx512::<K, N>(a, b, c, (k, n, m), q, None);
-    }
-    PANEL.with_borrow_mut(|panel| blocks_avx512::<K, N>(a, b, c, (k, n, m), q, Some(panel)))
+    with_panel(k, |panel| blocks_avx512::<K, N>(a, b, c, (k, n, m), q, panel))
 }
 
 /// [`product_avx512`]'s blocks over a shape it checked, each panel of `b` packed into `panel`
@@ -155,20 +184,9 @@ fn blocks_avx512<const K: usize, const N: usize>(
     const MR: usize = AVX512.mr;
     const NR: usize = AVX512.nr;
     let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
-    let packed = panel.is_some() && k <= PANEL_ROWS;
     for j0 in (0..n).step_by(NR) {
-        // The panel's rows side by side: in `b` they are `n` apart, so with `n` a multiple of
-        // 128 they share a sixteenth of the first-level cache's sets and evict one another
-        // before the next row block reads them again.
-        let (b_panel, stride) = match panel.as_deref_mut() {
-            Some(panel) if packed => {
-                for (p, row) in panel.0.chunks_exact_mut(NR).take(k).enumerate() {
-                    row.copy_from_slice(&b[p * n + j0..][..NR]);
-                }
-                (panel.0.as_ptr(), NR)
-            }
-            _ => (b[j0..].as_ptr(), n),
-        };
+        let (rows, stride) = panel_rows(panel.as_deref_mut(), b, (k, n), j0, NR);
+        let b_panel = rows.as_ptr();
         for i0 in (0..m).step_by(MR) {
             let mut acc = [_mm512_setzero_ps(); 2 * MR];
             let a_rows = a[i0 * k..].as_ptr();
@@ -176,10 +194,10 @@ fn blocks_avx512<const K: usize, const N: usize>(
                 if p.is_multiple_of(AVX512_STEPS_PER_LINE) {
                     q.step();
                 }
-                // SAFETY: `p < k` and `j0 + NR <= n`, so elements `p * n + j0 .. + NR` of `b`
-                // are below `k * n <= b.len()` (checked above), and when packed, elements
-                // `p * NR .. + NR` of the panel are below `k * NR <= PANEL_ROWS * NR`;
-                // `b_panel` is `b` from `j0`, or the panel.
+                // SAFETY: `b_panel` is `rows`' first element and `p < k`. Packed, elements
+                // `p * NR .. + NR` are below `k * NR`, `rows`' length; in place (`rows` is `b`
+                // from `j0`, `stride` is `n`), `j0 + NR <= n` puts them below `k * n - j0 <=
+                // b.len() - j0` (the shape was checked by `product_avx512`).
                 let (lo, hi) = unsafe {
                     let row = b_panel.add(p * stride);
                     (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)))
@@ -223,10 +241,7 @@ fn product_avx2<const K: usize, const N: usize>(
     if !whole_blocks(AVX2, a, b, c, (k, n, m)) {
         return false;
     }
-    if k > PANEL_ROWS {
-        return blocks_avx2::<K, N>(a, b, c, (k, n, m), q, None);
-    }
-    PANEL.with_borrow_mut(|panel| blocks_avx2::<K, N>(a, b, c, (k, n, m), q, Some(panel)))
+    with_panel(k, |panel| blocks_avx2::<K, N>(a, b, c, (k, n, m), q, panel))
 }
 
 /// [`product_avx2`]'s blocks over a shape it checked, each 16-column panel of `b` packed into
@@ -247,15 +262,7 @@ fn blocks_avx2<const K: usize, const N: usize>(
     let tall = m - 4 * (m / 4 % 3);
     let mut credit = 0;
     for j0 in (0..n).step_by(NR) {
-        let (rows, stride): (&[f32], usize) = match panel.as_deref_mut() {
-            Some(panel) if k <= PANEL_ROWS => {
-                for (p, row) in panel.0.chunks_exact_mut(NR).take(k).enumerate() {
-                    row.copy_from_slice(&b[p * n + j0..][..NR]);
-                }
-                (&panel.0[..k * NR], NR)
-            }
-            _ => (&b[j0..], n),
-        };
+        let (rows, stride) = panel_rows(panel.as_deref_mut(), b, (k, n), j0, NR);
         for i0 in (0..tall).step_by(6) {
             block_avx2::<6>(a, (rows, stride), c, (k, n), (i0, j0), q, &mut credit);
         }

@@ -140,40 +140,6 @@ pub fn max(x: &[f32]) -> f32 {
     fold_lanes(x, f32::NEG_INFINITY, f32::max)
 }
 
-/// `x += y`, elementwise over the shorter of the two. The elementwise bodies round each
-/// result once, as the portable loops of [`simpler_aicore::TileOps`] do, so every unit gives
-/// their bits.
-#[inline(always)]
-pub fn add(x: &mut [f32], y: &[f32]) {
-    for (a, &b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}
-
-/// `x *= y`, elementwise over the shorter of the two.
-#[inline(always)]
-pub fn mul(x: &mut [f32], y: &[f32]) {
-    for (a, &b) in x.iter_mut().zip(y) {
-        *a *= b;
-    }
-}
-
-/// `x += s` for every element.
-#[inline(always)]
-pub fn add_scalar(x: &mut [f32], s: f32) {
-    for a in x.iter_mut() {
-        *a += s;
-    }
-}
-
-/// `x *= s` for every element.
-#[inline(always)]
-pub fn scale(x: &mut [f32], s: f32) {
-    for a in x.iter_mut() {
-        *a *= s;
-    }
-}
-
 /// The vector unit the bodies run on, detected once per call (the standard library caches
 /// the CPU's answer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -607,20 +573,20 @@ dispatched!(
     exp_sub_fast, exp_sub_on, (x: &mut [f32], m: f32) -> (), exp_sub
 );
 dispatched!(
-    /// [`add`] on the widest vector unit.
-    add_fast, add_on, (x: &mut [f32], y: &[f32]) -> (), add
+    /// [`simpler_aicore::tile_ops::add`] on the widest vector unit (the same bits).
+    add_fast, add_on, (x: &mut [f32], y: &[f32]) -> (), simpler_aicore::tile_ops::add
 );
 dispatched!(
-    /// [`mul`] on the widest vector unit.
-    mul_fast, mul_on, (x: &mut [f32], y: &[f32]) -> (), mul
+    /// [`simpler_aicore::tile_ops::mul`] on the widest vector unit (the same bits).
+    mul_fast, mul_on, (x: &mut [f32], y: &[f32]) -> (), simpler_aicore::tile_ops::mul
 );
 dispatched!(
-    /// [`add_scalar`] on the widest vector unit.
-    add_scalar_fast, add_scalar_on, (x: &mut [f32], s: f32) -> (), add_scalar
+    /// [`simpler_aicore::tile_ops::add_scalar`] on the widest vector unit (the same bits).
+    add_scalar_fast, add_scalar_on, (x: &mut [f32], s: f32) -> (), simpler_aicore::tile_ops::add_scalar
 );
 dispatched!(
-    /// [`scale`] on the widest vector unit.
-    scale_fast, scale_on, (x: &mut [f32], s: f32) -> (), scale
+    /// [`simpler_aicore::tile_ops::scale`] on the widest vector unit (the same bits).
+    scale_fast, scale_on, (x: &mut [f32], s: f32) -> (), simpler_aicore::tile_ops::scale
 );
 dispatched!(
     /// [`sum`] on the widest vector unit.
