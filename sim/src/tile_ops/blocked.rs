@@ -11,13 +11,11 @@
 //! are `n` floats apart, so for bgemm's `n = 128` they fall in a sixteenth (AVX2: an eighth)
 //! of the first-level cache's sets, more lines than those sets hold: each row block after
 //! the first found them evicted. Packed, the panel stays in the first-level cache across the
-//! row blocks, for one copy of 16 KiB (8 KiB on AVX2). On the Intel machine of
-//! `tests/benches/README.md` `peak`'s warm 128³ product went from about two thirds of the
-//! one-core FMA peak to 0.85, and the AVX2 blocks' from 93-108 to 101-113 GFLOP/s. `a` is not
-//! packed: each of its rows is read in order, and bgemm reads each slice of it for one
-//! product only. The depth loop issues one queued prefetch
-//! per [`MACS_PER_LINE`] multiply-adds on either unit: 2,048 lines (128 KiB, the next slice's
-//! `a` and `b`) over a 128x128x128 product.
+//! row blocks, for one copy of 16 KiB (8 KiB on AVX2); `peak`'s warm 128³ product measures it
+//! (`tests/benches/README.md`). `a` is not packed: each of its rows is read in order, and
+//! bgemm reads each slice of it for one product only. The depth loop issues one queued
+//! prefetch per [`MACS_PER_LINE`] multiply-adds on either unit: 2,048 lines (128 KiB, the next
+//! slice's `a` and `b`) over a 128x128x128 product.
 //!
 //! Results: each output is one fused multiply-add chain over `p = 0, 1, ..., k - 1` from
 //! zero on either unit (checked bit for bit against a scalar chain); the portable loop rounds
