@@ -10,9 +10,9 @@
 //! as touched, 2 MiB at a time instead of 4 KiB.
 //!
 //! The runtime's own regions (the scheduler state, the orchestrator's, the payload records)
-//! stay on base pages: advised too, the payload records took another 2% off a paged-attention
-//! round but committed 10 MiB more for a five-task run, whose records touch the start of each
-//! ring's stretch of a 53 MB region.
+//! stay on base pages: a small run touches the start of each ring's stretch of the payload
+//! records, so huge pages there commit several MiB it never uses, for little speed
+//! (`tests/benches/README.md`).
 //!
 //! The advice is a hint: a kernel without transparent huge pages, or with them turned off
 //! (`/sys/kernel/mm/transparent_hugepage/enabled` set to `never`), refuses or ignores it and
