@@ -7,11 +7,12 @@
 //! for `k = 128`) meet the block's rows of `a`, one broadcast each. On neither unit, `gemm`
 //! takes these products.
 //!
-//! The panel is first copied into a per-thread buffer, its rows side by side. In `b` its rows
-//! are `n` floats apart, so for bgemm's `n = 128` they fall in a sixteenth (AVX2: an eighth)
-//! of the first-level cache's sets, more lines than those sets hold: each row block after
-//! the first found them evicted. Packed, the panel stays in the first-level cache across the
-//! row blocks, for one copy of 16 KiB (8 KiB on AVX2); `peak`'s warm 128³ product measures it
+//! The panel is packed into a per-thread buffer, its rows side by side. In `b` its rows are
+//! `n` floats apart, so for bgemm's `n = 128` they fall in a sixteenth (AVX2: an eighth) of
+//! the first-level cache's sets, more lines than those sets hold: each row block after the
+//! first found them evicted. Packed, the panel stays in the first-level cache across the row
+//! blocks. On AVX-512 the panel's first row block packs it, storing each row of `b` it loads;
+//! on AVX2 a copy of 8 KiB goes first. `peak`'s warm 128³ product measures the widest unit
 //! (`tests/benches/README.md`). `a` is not packed: each of its rows is read in order, and
 //! bgemm reads each slice of it for one product only. The depth loop issues one queued
 //! prefetch per [`MACS_PER_LINE`] multiply-adds on either unit: 2,048 lines (128 KiB, the next
@@ -143,8 +144,8 @@ fn panel_rows<'s>(
 
 /// `c (m × n) = a (m × k) · b (k × n)` within [`fits`]' `m`, one 8x32 block at a time, on
 /// AVX-512F; `K` and `N`, when not 0, are `k` and `n` known at compile time (the scenes'
-/// shapes), so the strides are constants. Each 32-column panel of `b` is first packed into
-/// the thread's [`Panel`] (when `k` fits it), where the row blocks after the first find it.
+/// shapes), so the strides are constants. Each 32-column panel of `b` is packed into the
+/// thread's [`Panel`] (when `k` fits it) by its first row block, for the others to read.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn product_avx512<const K: usize, const N: usize>(
@@ -161,14 +162,15 @@ fn product_avx512<const K: usize, const N: usize>(
     with_panel(k, |panel| blocks_avx512::<K, N>(a, b, c, (k, n, m), q, panel))
 }
 
-/// [`product_avx512`]'s blocks over a shape it checked, each panel of `b` packed into `panel`
-/// first when one is given.
+/// [`product_avx512`]'s blocks over a shape it checked. With a `panel`, each 32-column panel
+/// of `b` is packed into it by the panel's first row block, which reads `b` in place and
+/// stores each row it loads: the copy rides on loads the product makes anyway, where a
+/// separate copy pass cost about a tenth of a warm 128³ product.
 ///
 /// Written with the unit's intrinsics rather than as lanes for the compiler to vectorise:
 /// left to itself, it vectorised the depth loop with gathers in one build and not in another.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(unsafe_code)] // unaligned vector loads and stores: see the SAFETY comments
 fn blocks_avx512<const K: usize, const N: usize>(
     a: &[f32],
     b: &[f32],
@@ -177,49 +179,114 @@ fn blocks_avx512<const K: usize, const N: usize>(
     q: &mut Ahead,
     mut panel: Option<&mut Panel>,
 ) -> bool {
-    use std::arch::x86_64::{_mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps};
-    use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
     const MR: usize = AVX512.mr;
     const NR: usize = AVX512.nr;
     let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
     for j0 in (0..n).step_by(NR) {
-        let (rows, stride) = panel_rows(panel.as_deref_mut(), b, (k, n), j0, NR);
-        let b_panel = rows.as_ptr();
-        for i0 in (0..m).step_by(MR) {
-            let mut acc = [_mm512_setzero_ps(); 2 * MR];
-            let a_rows = a[i0 * k..].as_ptr();
-            for p in 0..k {
-                if p.is_multiple_of(AVX512_STEPS_PER_LINE) {
-                    q.step();
-                }
-                // SAFETY: `b_panel` is `rows`' first element and `p < k`. Packed, elements
-                // `p * NR .. + NR` are below `k * NR`, `rows`' length; in place (`rows` is `b`
-                // from `j0`, `stride` is `n`), `j0 + NR <= n` puts them below `k * n - j0 <=
-                // b.len() - j0` (the shape was checked by `product_avx512`).
-                let (lo, hi) = unsafe {
-                    let row = b_panel.add(p * stride);
-                    (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)))
-                };
-                for r in 0..MR {
-                    // SAFETY: `(i0 + r) * k + p < m * k <= a.len()` (`i0 + r < m`, `p < k`);
-                    // `a_rows` is `a` from `i0 * k`.
-                    let x = _mm512_set1_ps(unsafe { *a_rows.add(r * k + p) });
-                    acc[2 * r] = _mm512_fmadd_ps(x, lo, acc[2 * r]);
-                    acc[2 * r + 1] = _mm512_fmadd_ps(x, hi, acc[2 * r + 1]);
+        let in_b = Rows { first: &b[j0..], stride: n };
+        match panel.as_deref_mut() {
+            Some(panel) => {
+                let packed = &mut panel.0[..k * NR];
+                block_avx512::<K, true>(a, in_b, Some(&mut *packed), c, (k, n), (0, j0), q);
+                let in_panel = Rows { first: packed, stride: NR };
+                for i0 in (MR..m).step_by(MR) {
+                    block_avx512::<K, false>(a, in_panel, None, c, (k, n), (i0, j0), q);
                 }
             }
-            for r in 0..MR {
-                let out = c[(i0 + r) * n + j0..][..NR].as_mut_ptr();
-                // SAFETY: `out` starts `NR` elements of `c` (the slice just taken), and
-                // `c` is a unique borrow, so these two stores of 16 touch only those.
-                unsafe {
-                    _mm512_storeu_ps(out, acc[2 * r]);
-                    _mm512_storeu_ps(out.add(16), acc[2 * r + 1]);
+            None => {
+                for i0 in (0..m).step_by(MR) {
+                    block_avx512::<K, false>(a, in_b, None, c, (k, n), (i0, j0), q);
                 }
             }
         }
     }
     true
+}
+
+/// The rows of a 32-column panel of `b`: row `p`'s elements are `first[p * stride ..][..32]`.
+#[derive(Clone, Copy)]
+struct Rows<'s> {
+    first: &'s [f32],
+    stride: usize,
+}
+
+/// The 8x32 block of `c` at rows `i0..`, columns `j0..`, over the panel `rows` (in `b`, or
+/// packed); with `PACK`, each row of the panel is also stored into `pack` (`k` rows of 32
+/// side by side) as it is loaded. One queued prefetch per [`AVX512_STEPS_PER_LINE`] depth
+/// steps.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(unsafe_code)] // unaligned vector loads and stores: see the SAFETY comments
+fn block_avx512<const K: usize, const PACK: bool>(
+    a: &[f32],
+    rows: Rows<'_>,
+    pack: Option<&mut [f32]>,
+    c: &mut [f32],
+    (k, n): (usize, usize),
+    (i0, j0): (usize, usize),
+    q: &mut Ahead,
+) {
+    use std::arch::x86_64::{__m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps};
+    use std::arch::x86_64::{_mm512_setzero_ps, _mm512_storeu_ps};
+    const MR: usize = AVX512.mr;
+    const NR: usize = AVX512.nr;
+    let k = if K == 0 { k } else { K };
+    // The last row of `a`, of the panel and of the pack exist (the caller's checks, restated
+    // so that an out-of-range call panics here instead of touching memory past the slices).
+    assert!((i0 + MR) * k <= a.len() && (k - 1) * rows.stride + NR <= rows.first.len());
+    let pack = pack.map(|p| &mut p[..k * NR]);
+    assert_eq!(pack.is_some(), PACK);
+    let pack = pack.map_or(core::ptr::null_mut(), |p| p.as_mut_ptr());
+    let (a_rows, b_rows) = (a[i0 * k..].as_ptr(), rows.first.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 2 * MR];
+    // One multiply-add step of the block at depth `p < k`.
+    let step = |p: usize, acc: &mut [__m512; 2 * MR]| {
+        // SAFETY: `p < k`, so elements `p * stride .. + NR` of the panel are within the
+        // length asserted above; `b_rows` is its first element.
+        let (lo, hi) = unsafe {
+            let row = b_rows.add(p * rows.stride);
+            (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)))
+        };
+        if PACK {
+            // SAFETY: with `PACK`, `pack` is the first of `k * NR` elements of a unique
+            // borrow (asserted above), and `p * NR + NR <= k * NR`.
+            unsafe {
+                _mm512_storeu_ps(pack.add(p * NR), lo);
+                _mm512_storeu_ps(pack.add(p * NR + 16), hi);
+            }
+        }
+        for r in 0..MR {
+            // SAFETY: `(i0 + r) * k + p < (i0 + MR) * k <= a.len()` (asserted above);
+            // `a_rows` is `a` from `i0 * k`.
+            let x = _mm512_set1_ps(unsafe { *a_rows.add(r * k + p) });
+            acc[2 * r] = _mm512_fmadd_ps(x, lo, acc[2 * r]);
+            acc[2 * r + 1] = _mm512_fmadd_ps(x, hi, acc[2 * r + 1]);
+        }
+    };
+    // Whole groups of steps, one queued prefetch each, then the rest with one more.
+    let whole = k - k % AVX512_STEPS_PER_LINE;
+    for p0 in (0..whole).step_by(AVX512_STEPS_PER_LINE) {
+        q.step();
+        for p in p0..p0 + AVX512_STEPS_PER_LINE {
+            step(p, &mut acc);
+        }
+    }
+    if whole < k {
+        q.step();
+        for p in whole..k {
+            step(p, &mut acc);
+        }
+    }
+    for r in 0..MR {
+        let out = c[(i0 + r) * n + j0..][..NR].as_mut_ptr();
+        // SAFETY: `out` starts `NR` elements of `c` (the slice just taken), and `c` is a
+        // unique borrow, so these two stores of 16 touch only those.
+        unsafe {
+            _mm512_storeu_ps(out, acc[2 * r]);
+            _mm512_storeu_ps(out.add(16), acc[2 * r + 1]);
+        }
+    }
 }
 
 /// [`product_avx512`] on AVX2 with FMA: each 16-wide panel in blocks of 6 rows (12
