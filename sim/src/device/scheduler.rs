@@ -12,13 +12,12 @@ use super::config::DeviceConfig;
 use super::regs::{CoreBlock, SimCores};
 use super::state::{RunState, ABORT_SCHED};
 use super::trace::{TraceBuf, TraceSink};
-use crate::gm::{GmArena, PREFETCH_MAX};
+use crate::gm::GmArena;
 use crate::tile_ops::ahead;
 use simpler_aicore::core_loop::{CoreLoop, Step};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::scheduler::CoreSlot;
 use simpler_aicpu::{EventKind, OwnedCore, SchedError, Scheduler, TaskPayloads, TraceEvent};
-use simpler_core::gm::Gm;
 use simpler_core::handshake::AICPU_IDLE;
 use simpler_core::ring::MAX_RINGS;
 use simpler_core::sched::SchedState;
@@ -147,10 +146,6 @@ fn wait_for_run(state: &RunState, seen_generation: &mut u64) -> Option<Arc<[Kern
     Some(kernels.unwrap_or_else(|| Arc::from(Vec::new())))
 }
 
-/// Bytes of a long tensor a waiting task's hint queues ([`SchedThread::prefetch_task`]): a
-/// 128x128 f32 slice, what a tile kernel reads of an operand first.
-const QUEUED_HEAD: usize = 64 << 10;
-
 /// What one scheduler thread owns and keeps from run to run: its cores (registers, loop
 /// state, local buffers), its scheduler and its trace buffer.
 struct SchedThread {
@@ -165,9 +160,6 @@ struct SchedThread {
     loops: Vec<CoreLoop>,
     /// Each owned core's local buffer ([`LocalBuffer`]).
     locals: Vec<LocalBuffer>,
-    /// Each owned core's last task token whose tensors were hinted ([`Self::prefetch_task`]),
-    /// so that a task waiting through several passes is hinted once.
-    hinted: Vec<Option<u32>>,
     /// The AICPU scheduler over `owned`.
     sched: Scheduler,
     /// The thread's trace buffer.
@@ -253,7 +245,6 @@ impl SchedThread {
             index,
             owned,
             platform,
-            hinted: vec![None; loops.len()],
             loops,
             locals,
             sched,
@@ -269,7 +260,6 @@ impl SchedThread {
             b.task.store(AICPU_IDLE, Ordering::Release);
             l.reset();
         }
-        self.hinted.fill(None);
         let dispatched = self.sched.dispatched;
         let counters = (self.sched.loops, self.sched.pops, self.sched.pop_hits);
         let tracing = if cfg!(feature = "trace") {
@@ -378,31 +368,18 @@ impl SchedThread {
         progress
     }
 
-    /// Hints the tensors of the task waiting on owned core `i` (if any, and not hinted
-    /// already) into the cache: a small tensor's whole range at once
-    /// ([`GmArena::prefetch_now`]); of a longer one, its first [`QUEUED_HEAD`] bytes onto this
-    /// thread's prefetch queue, which the tile operations running meanwhile drain. Each range
-    /// starts at the view's first addressed byte; the first tensor's drains first.
+    /// Hints the tensors of the task waiting on owned core `i` (if any) into the cache
+    /// ([`GmArena::prefetch_now`]): each view's range from its first addressed byte.
     #[inline(always)]
-    fn prefetch_task(&mut self, gm: &GmArena<'_>, i: usize) {
+    fn prefetch_task(&self, gm: &GmArena<'_>, i: usize) {
         let (Some(l), Some(block)) = (self.loops.get(i), self.platform.blocks.get(i)) else {
             return;
         };
         let Some(token) = l.pending(block) else {
             return;
         };
-        if self.hinted[i] == Some(token) {
-            return;
-        }
-        self.hinted[i] = Some(token);
-        // The queue drains its newest range first: the last tensor goes on first.
-        for t in block.payloads[(token & 1) as usize].args.tensors().iter().rev() {
-            let len = t.extent_bytes() as usize;
-            if len <= PREFETCH_MAX {
-                gm.prefetch_now(t.data_addr(), len);
-            } else {
-                gm.prefetch(t.data_addr(), len.min(QUEUED_HEAD));
-            }
+        for t in block.payloads[(token & 1) as usize].args.tensors() {
+            gm.prefetch_now(t.data_addr(), t.extent_bytes() as usize);
         }
     }
 
