@@ -1,8 +1,8 @@
 //! The AICPU's view of the hardware. The device implements it over memory-mapped registers;
 //! the simulator over its register blocks. Scheduler code names only this trait.
 
-use simpler_core::sync::AtomicU64;
 use simpler_core::handshake::DispatchPayload;
+use simpler_core::sync::AtomicU64;
 
 /// Register access, payload buffers and time for the cores one scheduler thread owns.
 /// Cores are named by their index in the chip's core table.

@@ -18,6 +18,9 @@
 //!   operations with the next slice queued for prefetch before each product
 //!   (`simpler_sim::tile_ops::ahead`, what the `matmul` kernel's hint does), without it, and
 //!   on `gemm` (`simpler_sim::tile_ops::matmul_on_gemm`), which packs each operand first.
+//! - `tile_matmul_gflops_{avx2,avx512}`: the same warm product in each unit's register blocks
+//!   the CPU has (`simpler_sim::tile_ops::blocked::matmul_on`), so that the AVX2 blocks are
+//!   timed on an AVX-512 CPU too.
 //! - `tile_softmax_ns_{baseline,avx2,avx512}`: one 16x16 softmax of rows with bf16 rounding
 //!   (paged attention's `pa_softmax` tile, `simpler_sim::tile_ops::lanes::softmax_rows_on`),
 //!   nanoseconds a call, on each vector unit the CPU has (the others are not printed).
@@ -35,7 +38,7 @@
 
 use simpler_aicore::{Portable, TileOps};
 use simpler_sim::tile_ops::lanes::{softmax_rows_on, Unit};
-use simpler_sim::tile_ops::{ahead, matmul_on_gemm, HostTileOps};
+use simpler_sim::tile_ops::{ahead, blocked, matmul_on_gemm, HostTileOps};
 use simpler_tests::measure::{report, sized};
 use simpler_tests::peak;
 use std::time::Instant;
@@ -49,6 +52,22 @@ fn tile_matmul(ops: &dyn TileOps, reps: usize) -> f64 {
     let start = Instant::now();
     for _ in 0..reps {
         ops.matmul(&a, std::hint::black_box(&b), &mut c, T, T);
+    }
+    std::hint::black_box(&c);
+    (2 * T * T * T * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// GFLOP/s of `reps` 128x128x128 products in `unit`'s register blocks
+/// (`simpler_sim::tile_ops::blocked`), which must be a unit this CPU has blocks for.
+fn tile_matmul_on(unit: Unit, reps: usize) -> f64 {
+    const T: usize = 128;
+    let a: Vec<f32> = (0..T * T).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+    let b: Vec<f32> = (0..T * T).map(|i| (i % 7) as f32 / 7.0 - 0.5).collect();
+    let mut c = vec![0f32; T * T];
+    let start = Instant::now();
+    for _ in 0..reps {
+        let ran = blocked::matmul_on(unit, &a, std::hint::black_box(&b), &mut c, T, T, T);
+        assert!(ran, "{unit:?} has no blocks here");
     }
     std::hint::black_box(&c);
     (2 * T * T * T * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
@@ -168,6 +187,12 @@ fn main() {
     let mut streamed = [Vec::new(), Vec::new(), Vec::new()];
     let units = units();
     let mut softmax: Vec<Vec<f64>> = vec![Vec::new(); units.len()];
+    let blocked_units: Vec<(Unit, &str)> = units
+        .iter()
+        .copied()
+        .filter(|&(u, _)| blocked::Block::of(u).is_some())
+        .collect();
+    let mut by_unit: Vec<Vec<f64>> = vec![Vec::new(); blocked_units.len()];
     // Interleaved: a drift of the machine's load moves every figure alike.
     for _ in 0..samples {
         one.push(peak::fma_gflops(1, sized(0.2, 0.01)));
@@ -177,6 +202,9 @@ fn main() {
         portable.push(tile_matmul(&Portable, sized(100, 1)));
         for (xs, &(unit, _)) in softmax.iter_mut().zip(&units) {
             xs.push(tile_softmax(unit, sized(20_000, 10)));
+        }
+        for (xs, &(unit, _)) in by_unit.iter_mut().zip(&blocked_units) {
+            xs.push(tile_matmul_on(unit, sized(2000, 2)));
         }
         for (xs, how) in
             streamed
@@ -216,6 +244,18 @@ fn main() {
         let s = simpler_tests::measure::summarize(&mut xs).expect("samples");
         report("peak", &format!("{figure}_median"), s.median, unit);
         report("peak", &format!("{figure}_max"), *xs.last().unwrap(), unit);
+        assert!(s.median > 0.0, "{figure}: {}", s.median);
+    }
+    for (mut xs, &(_, name)) in by_unit.into_iter().zip(&blocked_units) {
+        let s = simpler_tests::measure::summarize(&mut xs).expect("samples");
+        let figure = format!("tile_matmul_gflops_{name}");
+        report("peak", &format!("{figure}_median"), s.median, "GFLOP/s");
+        report(
+            "peak",
+            &format!("{figure}_max"),
+            *xs.last().unwrap(),
+            "GFLOP/s",
+        );
         assert!(s.median > 0.0, "{figure}: {}", s.median);
     }
     for (mut xs, &(_, name)) in softmax.into_iter().zip(&units) {

@@ -6,13 +6,13 @@
 //! parses a [`Topology`] from `--platform`, and the hbg runtime builds its mirror of the shared
 //! state from [`DeviceConfig::layouts`] so that the mirror's image imports without translation.
 
+use crate::pages::Pages;
 use simpler_aicpu::payloads::PayloadsLayout;
 use simpler_core::layout::LayoutError;
 use simpler_core::orchestrator::{OrchestratorConfig, OrchestratorLayout};
 use simpler_core::ring::{RingConfig, MAX_RINGS};
 use simpler_core::sched::SchedConfig;
 use std::time::Duration;
-use crate::pages::Pages;
 
 /// Device address of the first ring's heap. The four heaps sit back to back from here, and
 /// host allocations start where the last one ends.

@@ -11,9 +11,9 @@
 //! `n` floats apart, so for bgemm's `n = 128` they fall in a sixteenth (AVX2: an eighth) of
 //! the first-level cache's sets, more lines than those sets hold: each row block after the
 //! first found them evicted. Packed, the panel stays in the first-level cache across the row
-//! blocks. On AVX-512 the panel's first row block packs it, storing each row of `b` it loads;
-//! on AVX2 a copy of 8 KiB goes first. `peak`'s warm 128³ product measures the widest unit
-//! (`tests/benches/README.md`). `a` is not packed: each of its rows is read in order, and
+//! blocks. The panel's first row block packs it, storing each row of `b` as it loads it for
+//! its own multiply-adds: a separate copy pass cost about a tenth of a warm 128³ product.
+//! `peak`'s warm 128³ product measures each unit (`tests/benches/README.md`). `a` is not packed: each of its rows is read in order, and
 //! bgemm reads each slice of it for one product only. The depth loop issues one queued
 //! prefetch per [`MACS_PER_LINE`] multiply-adds on either unit: 2,048 lines (128 KiB, the next
 //! slice's `a` and `b`) over a 128x128x128 product.
@@ -99,7 +99,7 @@ fn whole_blocks(
 /// Rows of `b` a packed panel holds: products deeper than this read their panels in place.
 const PANEL_ROWS: usize = 256;
 
-/// One panel of `b` packed for the blocks ([`panel_rows`]): up to `PANEL_ROWS` rows of its 32
+/// One panel of `b` packed by its first row block: up to `PANEL_ROWS` rows of its 32
 /// columns (AVX-512) or 16 (AVX2) side by side, on a cache line; one per thread.
 #[repr(C, align(64))]
 struct Panel([f32; PANEL_ROWS * AVX512.nr]);
@@ -120,28 +120,6 @@ fn with_panel<R>(k: usize, blocks: impl FnOnce(Option<&mut Panel>) -> R) -> R {
     PANEL.with_borrow_mut(|panel| blocks(Some(panel)))
 }
 
-/// The `nr` columns of `b` (`k × n`) from `j0`, as rows `stride` apart from the first element
-/// of the returned slice: packed side by side into `panel` when given (`k <= PANEL_ROWS`,
-/// `nr <= 32`), else `b` itself from `j0`. Row `p`'s elements are `p * stride .. + nr`.
-#[inline(always)]
-fn panel_rows<'s>(
-    panel: Option<&'s mut Panel>,
-    b: &'s [f32],
-    (k, n): (usize, usize),
-    j0: usize,
-    nr: usize,
-) -> (&'s [f32], usize) {
-    match panel {
-        Some(panel) => {
-            for (p, row) in panel.0.chunks_exact_mut(nr).take(k).enumerate() {
-                row.copy_from_slice(&b[p * n + j0..][..nr]);
-            }
-            (&panel.0[..k * nr], nr)
-        }
-        None => (&b[j0..], n),
-    }
-}
-
 /// `c (m × n) = a (m × k) · b (k × n)` within [`fits`]' `m`, one 8x32 block at a time, on
 /// AVX-512F; `K` and `N`, when not 0, are `k` and `n` known at compile time (the scenes'
 /// shapes), so the strides are constants. Each 32-column panel of `b` is packed into the
@@ -159,13 +137,14 @@ fn product_avx512<const K: usize, const N: usize>(
     if !whole_blocks(AVX512, a, b, c, (k, n, m)) {
         return false;
     }
-    with_panel(k, |panel| blocks_avx512::<K, N>(a, b, c, (k, n, m), q, panel))
+    with_panel(k, |panel| {
+        blocks_avx512::<K, N>(a, b, c, (k, n, m), q, panel)
+    })
 }
 
 /// [`product_avx512`]'s blocks over a shape it checked. With a `panel`, each 32-column panel
 /// of `b` is packed into it by the panel's first row block, which reads `b` in place and
-/// stores each row it loads: the copy rides on loads the product makes anyway, where a
-/// separate copy pass cost about a tenth of a warm 128³ product.
+/// stores each row it loads (the module docs).
 ///
 /// Written with the unit's intrinsics rather than as lanes for the compiler to vectorise:
 /// left to itself, it vectorised the depth loop with gathers in one build and not in another.
@@ -183,12 +162,18 @@ fn blocks_avx512<const K: usize, const N: usize>(
     const NR: usize = AVX512.nr;
     let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
     for j0 in (0..n).step_by(NR) {
-        let in_b = Rows { first: &b[j0..], stride: n };
+        let in_b = Rows {
+            first: &b[j0..],
+            stride: n,
+        };
         match panel.as_deref_mut() {
             Some(panel) => {
                 let packed = &mut panel.0[..k * NR];
                 block_avx512::<K, true>(a, in_b, Some(&mut *packed), c, (k, n), (0, j0), q);
-                let in_panel = Rows { first: packed, stride: NR };
+                let in_panel = Rows {
+                    first: packed,
+                    stride: NR,
+                };
                 for i0 in (MR..m).step_by(MR) {
                     block_avx512::<K, false>(a, in_panel, None, c, (k, n), (i0, j0), q);
                 }
@@ -309,8 +294,9 @@ fn product_avx2<const K: usize, const N: usize>(
     with_panel(k, |panel| blocks_avx2::<K, N>(a, b, c, (k, n, m), q, panel))
 }
 
-/// [`product_avx2`]'s blocks over a shape it checked, each 16-column panel of `b` packed into
-/// `panel` first when one is given.
+/// [`product_avx2`]'s blocks over a shape it checked. With a `panel`, each 16-column panel of
+/// `b` is packed into it by the panel's first row block, as on AVX-512
+/// ([`blocks_avx512`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn blocks_avx2<const K: usize, const N: usize>(
@@ -325,14 +311,61 @@ fn blocks_avx2<const K: usize, const N: usize>(
     let (k, n) = (if K == 0 { k } else { K }, if N == 0 { n } else { N });
     // The rows in blocks of 6: all but the `(m / 4) % 3` blocks of 4 that make up the rest.
     let tall = m - 4 * (m / 4 % 3);
+    // The first row block: of 6 rows when there are any such, else of 4.
+    let first = if tall > 0 { 6 } else { 4 };
     let mut credit = 0;
     for j0 in (0..n).step_by(NR) {
-        let (rows, stride) = panel_rows(panel.as_deref_mut(), b, (k, n), j0, NR);
-        for i0 in (0..tall).step_by(6) {
-            block_avx2::<6>(a, (rows, stride), c, (k, n), (i0, j0), q, &mut credit);
+        let in_b = Rows {
+            first: &b[j0..],
+            stride: n,
+        };
+        let packed = panel.as_deref_mut().map(|p| &mut p.0[..k * NR]);
+        let rows = match packed {
+            Some(packed) => {
+                let at = (0, j0);
+                if tall > 0 {
+                    block_avx2::<6, true>(
+                        a,
+                        in_b,
+                        Some(&mut *packed),
+                        c,
+                        (k, n),
+                        at,
+                        q,
+                        &mut credit,
+                    );
+                } else {
+                    block_avx2::<4, true>(
+                        a,
+                        in_b,
+                        Some(&mut *packed),
+                        c,
+                        (k, n),
+                        at,
+                        q,
+                        &mut credit,
+                    );
+                }
+                Rows {
+                    first: packed,
+                    stride: NR,
+                }
+            }
+            None => {
+                let at = (0, j0);
+                if tall > 0 {
+                    block_avx2::<6, false>(a, in_b, None, c, (k, n), at, q, &mut credit);
+                } else {
+                    block_avx2::<4, false>(a, in_b, None, c, (k, n), at, q, &mut credit);
+                }
+                in_b
+            }
+        };
+        for i0 in (first..tall).step_by(6) {
+            block_avx2::<6, false>(a, rows, None, c, (k, n), (i0, j0), q, &mut credit);
         }
-        for i0 in (tall..m).step_by(4) {
-            block_avx2::<4>(a, (rows, stride), c, (k, n), (i0, j0), q, &mut credit);
+        for i0 in (tall.max(first)..m).step_by(4) {
+            block_avx2::<4, false>(a, rows, None, c, (k, n), (i0, j0), q, &mut credit);
         }
     }
     true
@@ -340,15 +373,17 @@ fn blocks_avx2<const K: usize, const N: usize>(
 
 /// The `MR x 16` block of `c` at rows `i0..`, columns `j0..` (`MR <= 6`), inside the shapes
 /// [`product_avx2`] checked: `i0 + MR <= m`, `j0 + 16 <= n`, `a` of `m × k`, `c` of `m × n`
-/// at least; `panel` is `b`'s 16 columns from `j0`, row `p` at `p * stride` (in `b` itself,
-/// or packed). `credit` carries the multiply-adds since the last prefetch.
+/// at least; over the panel `rows` (in `b`, or packed), each row stored into `pack` as it is
+/// loaded with `PACK`. `credit` carries the multiply-adds since the last prefetch.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 #[allow(unsafe_code)] // unaligned vector loads and stores: see the SAFETY comments
-fn block_avx2<const MR: usize>(
+#[allow(clippy::too_many_arguments)] // the block's operands, place and prefetch state
+fn block_avx2<const MR: usize, const PACK: bool>(
     a: &[f32],
-    (panel, stride): (&[f32], usize),
+    rows: Rows<'_>,
+    pack: Option<&mut [f32]>,
     c: &mut [f32],
     (k, n): (usize, usize),
     (i0, j0): (usize, usize),
@@ -358,23 +393,34 @@ fn block_avx2<const MR: usize>(
     use std::arch::x86_64::{_mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps};
     use std::arch::x86_64::{_mm256_setzero_ps, _mm256_storeu_ps};
     const NR: usize = AVX2.nr;
-    // The last row's and column's elements exist (the caller's checks, restated so that an
-    // out-of-range call panics here instead of reading past the slices below).
-    assert!(MR <= 6 && (i0 + MR) * k <= a.len() && (k - 1) * stride + NR <= panel.len());
+    // The last row of `a`, of the panel and of the pack exist (the caller's checks, restated
+    // so that an out-of-range call panics here instead of touching memory past the slices).
+    assert!(MR <= 6 && (i0 + MR) * k <= a.len() && (k - 1) * rows.stride + NR <= rows.first.len());
+    let pack = pack.map(|p| &mut p[..k * NR]);
+    assert_eq!(pack.is_some(), PACK);
+    let pack = pack.map_or(core::ptr::null_mut(), |p| p.as_mut_ptr());
     let mut acc = [_mm256_setzero_ps(); 12];
-    let (a_rows, b_panel) = (a[i0 * k..].as_ptr(), panel.as_ptr());
+    let (a_rows, b_rows) = (a[i0 * k..].as_ptr(), rows.first.as_ptr());
     for p in 0..k {
         *credit += MR * NR;
         if *credit >= MACS_PER_LINE {
             *credit -= MACS_PER_LINE;
             q.step();
         }
-        // SAFETY: `p < k`, so elements `p * stride .. + NR` of `panel` are within the
-        // length asserted above; `b_panel` is `panel`'s first element.
+        // SAFETY: `p < k`, so elements `p * stride .. + NR` of the panel are within the
+        // length asserted above; `b_rows` is its first element.
         let (lo, hi) = unsafe {
-            let row = b_panel.add(p * stride);
+            let row = b_rows.add(p * rows.stride);
             (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)))
         };
+        if PACK {
+            // SAFETY: with `PACK`, `pack` is the first of `k * NR` elements of a unique
+            // borrow (asserted above), and `p * NR + NR <= k * NR`.
+            unsafe {
+                _mm256_storeu_ps(pack.add(p * NR), lo);
+                _mm256_storeu_ps(pack.add(p * NR + 8), hi);
+            }
+        }
         for r in 0..MR {
             // SAFETY: `(i0 + r) * k + p < (i0 + MR) * k <= a.len()` (asserted above);
             // `a_rows` is `a` from `i0 * k`.

@@ -649,7 +649,9 @@ mod tests {
                 })
                 .collect();
             // Longer than `x` (only `x`'s elements change) and shorter (its tail is kept).
-            let long: Vec<f32> = (0..len + 3).map(|i| (i as f32).cos() * 7.0 - 3.0e38).collect();
+            let long: Vec<f32> = (0..len + 3)
+                .map(|i| (i as f32).cos() * 7.0 - 3.0e38)
+                .collect();
             let short = &long[..len / 2];
             for unit in Unit::available() {
                 let check = |name: &str, want: fn(&mut [f32]), got: &dyn Fn(&mut [f32])| {
@@ -661,7 +663,9 @@ mod tests {
                 check("add_scalar", |v| Portable.add_scalar(v, -1e-38), &|v| {
                     add_scalar_on(unit, v, -1e-38)
                 });
-                check("scale", |v| Portable.scale(v, 3.0), &|v| scale_on(unit, v, 3.0));
+                check("scale", |v| Portable.scale(v, 3.0), &|v| {
+                    scale_on(unit, v, 3.0)
+                });
                 for y in [&long[..], short] {
                     let (mut w, mut g) = (x.clone(), x.clone());
                     Portable.add(&mut w, y);
