@@ -43,34 +43,35 @@ use simpler_tests::measure::{report, sized};
 use simpler_tests::peak;
 use std::time::Instant;
 
-/// GFLOP/s of `reps` 128x128x128 products on `ops`.
-fn tile_matmul(ops: &dyn TileOps, reps: usize) -> f64 {
+/// GFLOP/s of `reps` warm 128x128x128 products, each `product(a, b, c, t)` with `t = 128`.
+fn tile_matmul_with(
+    reps: usize,
+    mut product: impl FnMut(&[f32], &[f32], &mut [f32], usize),
+) -> f64 {
     const T: usize = 128;
     let a: Vec<f32> = (0..T * T).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
     let b: Vec<f32> = (0..T * T).map(|i| (i % 7) as f32 / 7.0 - 0.5).collect();
     let mut c = vec![0f32; T * T];
     let start = Instant::now();
     for _ in 0..reps {
-        ops.matmul(&a, std::hint::black_box(&b), &mut c, T, T);
+        product(&a, std::hint::black_box(&b), &mut c, T);
     }
     std::hint::black_box(&c);
     (2 * T * T * T * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
+/// GFLOP/s of `reps` 128x128x128 products on `ops`.
+fn tile_matmul(ops: &dyn TileOps, reps: usize) -> f64 {
+    tile_matmul_with(reps, |a, b, c, t| ops.matmul(a, b, c, t, t))
+}
+
 /// GFLOP/s of `reps` 128x128x128 products in `unit`'s register blocks
 /// (`simpler_sim::tile_ops::blocked`), which must be a unit this CPU has blocks for.
 fn tile_matmul_on(unit: Unit, reps: usize) -> f64 {
-    const T: usize = 128;
-    let a: Vec<f32> = (0..T * T).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
-    let b: Vec<f32> = (0..T * T).map(|i| (i % 7) as f32 / 7.0 - 0.5).collect();
-    let mut c = vec![0f32; T * T];
-    let start = Instant::now();
-    for _ in 0..reps {
-        let ran = blocked::matmul_on(unit, &a, std::hint::black_box(&b), &mut c, T, T, T);
+    tile_matmul_with(reps, |a, b, c, t| {
+        let ran = blocked::matmul_on(unit, a, b, c, t, t, t);
         assert!(ran, "{unit:?} has no blocks here");
-    }
-    std::hint::black_box(&c);
-    (2 * T * T * T * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+    })
 }
 
 /// The vector units this CPU has, with their figures' names.
