@@ -20,6 +20,12 @@
 //! fp32 FMA peak ([`simpler_tests::peak`]), measured in this run before the cases and again
 //! after them, the higher of the two (printed as `fp32_fma_gflops_all_cores`).
 //!
+//! For each bgemm case, `<case>_traffic_ms`: the median of three replays of the case's memory
+//! traffic with no arithmetic on every CPU ([`simpler_tests::peak::bgemm_traffic_ms`], over
+//! buffers of the entry tensors' sizes on huge pages, as GM is, allocated after the case's
+//! resident-memory figure), a floor under its device time on this machine; and
+//! `<case>_share_of_peak_bound`, the share of the peak a run as fast as that floor would reach.
+//!
 //! After each case, `<case>_max_rss_mb`: the process's peak resident memory so far (`VmHWM`),
 //! a high-water mark over the cases run before it too (the first case, vector_example, is
 //! alone in its figure but for the process's own start-up); run a case alone
@@ -108,6 +114,7 @@ fn main() {
     let peak_secs = sized(0.3, 0.01);
     let mut peak = simpler_tests::peak::fma_gflops(simpler_tests::peak::cpus(), peak_secs);
     let mut shares = Vec::new();
+    let mut bounds = Vec::new();
     for &(scene, case, cap) in CASES {
         let name = format!("{scene}_{case}");
         if only
@@ -216,7 +223,21 @@ fn main() {
         );
         if let Some(s) = simpler_tests::measure::summarize(&mut rate) {
             report_summary("scene", &format!("{name}_gflops"), &mut rate, "GFLOP/s");
-            shares.push((name, s.median));
+            shares.push((name.clone(), s.median));
+        }
+        if let Some(flop) = flop {
+            let shape: Vec<usize> = tensors[0].shapes.iter().map(|&d| d as usize).collect();
+            let Ok(shape) = <[usize; 5]>::try_from(shape) else {
+                panic!("{name}: A is [groups, grid_k, loop, tile, tile]");
+            };
+            let ms = traffic_ms(
+                shape,
+                tensors[2].data.len(),
+                config.ring.heap_bytes as usize,
+            );
+            report("scene", &format!("{name}_traffic_ms"), ms, "ms");
+            let gflop = (shape[0] * shape[1]) as f64 * flop / 1e9;
+            bounds.push((name, gflop / (ms / 1e3)));
         }
     }
     peak = peak.max(simpler_tests::peak::fma_gflops(
@@ -232,4 +253,32 @@ fn main() {
             "fraction",
         );
     }
+    for (name, gflops) in bounds {
+        report(
+            "scene",
+            &format!("{name}_share_of_peak_bound"),
+            gflops / peak,
+            "fraction",
+        );
+    }
+}
+
+/// The median of three replays of a bgemm case's traffic on every CPU: `A` and `B` of
+/// `shape`, `C` of `c_bytes`, products in a ring of `heap` bytes. Its buffers are its own,
+/// written once before (so their pages are committed, on huge pages where the kernel grants
+/// them, as GM's are) and freed after.
+fn traffic_ms(shape: [usize; 5], c_bytes: usize, heap: usize) -> f64 {
+    let ab = shape.iter().product::<usize>() * 4;
+    let buffer = |bytes: usize| {
+        let mut v = vec![0u8; bytes];
+        simpler_sim::Pages::Huge.apply(&v);
+        v.fill(1);
+        v
+    };
+    let (a, b, mut c) = (buffer(ab), buffer(ab), buffer(c_bytes));
+    let threads = simpler_tests::peak::cpus();
+    let mut ms: Vec<f64> = (0..3)
+        .map(|_| simpler_tests::peak::bgemm_traffic_ms(&a, &b, &mut c, shape, heap, threads))
+        .collect();
+    simpler_tests::measure::summarize(&mut ms).map_or(0.0, |s| s.median)
 }

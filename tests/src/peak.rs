@@ -213,9 +213,120 @@ impl CopyBuffers {
     }
 }
 
+/// bgemm's memory traffic with no arithmetic: how long `threads` threads take to move what a
+/// bgemm run moves, a floor under its device time on this machine.
+///
+/// `a` and `b` are the entry tensors' bytes, `[groups, grid_k, loop, tile, tile]` f32 each, `c`
+/// the `[groups · loop, tile, tile]` output's (overwritten with meaningless bytes). Per GEMM
+/// task `(g, k)`, as the scene's: every cache line of the `loop` slices of `a[g, k]` and
+/// `b[g, k]` read once, a product of `loop` tiles written whole into a ring of the heap's
+/// bytes (each thread its share, wrapping as the heap's claims do), then the ADD: the
+/// product added into `c[g]`, read and written whole. Thread `t` takes the groups
+/// `g ≡ t (mod threads)`, so each owns the `c` rows it adds into. The stores are ordinary
+/// ones, so an output line missing from the cache is read for ownership, as the kernels'
+/// are.
+///
+/// Not shown: the order the runtime runs the tasks in, and the compute the run overlaps
+/// with its misses; so a run can come close to this time, not below it.
+pub fn bgemm_traffic_ms(
+    a: &[u8],
+    b: &[u8],
+    c: &mut [u8],
+    [groups, grid_k, lp, tile, cols]: [usize; 5],
+    heap: usize,
+    threads: usize,
+) -> f64 {
+    let slice = tile * cols * 4;
+    let product = lp * slice;
+    let threads = threads.max(1);
+    assert!(
+        a.len() >= groups * grid_k * product && b.len() == a.len(),
+        "a and b are [groups, grid_k, loop, tile, tile] f32"
+    );
+    assert!(
+        c.len() >= groups * product,
+        "c is [groups · loop, tile, tile] f32"
+    );
+    let ring = (heap / threads).max(product);
+    let mut owned: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (g, c_g) in c.chunks_exact_mut(product).take(groups).enumerate() {
+        owned[g % threads].push((g, c_g));
+    }
+    let barrier = Barrier::new(threads);
+    // From the first thread's start to the last one's end, each read on its own thread (a
+    // thread's start-up and join are not traffic).
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let workers: Vec<_> = owned
+            .into_iter()
+            .map(|mine| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    // Written before the clock starts, so no page of it faults in the replay.
+                    let mut heap = vec![1u8; ring];
+                    let mut top = 0;
+                    let mut seen = 0u64;
+                    barrier.wait();
+                    let start = Instant::now();
+                    for (g, c_g) in mine {
+                        for k in 0..grid_k {
+                            let at = (g * grid_k + k) * product;
+                            for src in [&a[at..at + product], &b[at..at + product]] {
+                                // One byte per line: the line is what moves.
+                                seen += src.iter().step_by(64).map(|&x| x as u64).sum::<u64>();
+                            }
+                            if ring - top < product {
+                                top = 0;
+                            }
+                            let p = &mut heap[top..top + product];
+                            top += product;
+                            let salt = seen as u8;
+                            for (i, o) in p.iter_mut().enumerate() {
+                                *o = i as u8 ^ salt;
+                            }
+                            for (x, y) in c_g.iter_mut().zip(p.iter()) {
+                                *x = x.wrapping_add(*y);
+                            }
+                        }
+                    }
+                    std::hint::black_box(seen);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a replay thread"))
+            .collect()
+    });
+    let first = spans.iter().map(|s| s.0).min();
+    let last = spans.iter().map(|s| s.1).max();
+    match (first, last) {
+        (Some(first), Some(last)) => last.duration_since(first).as_secs_f64() * 1e3,
+        _ => 0.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bgemm_replay_adds_every_product_into_its_own_group() {
+        // Two groups of two K steps, one 16 × 16 slice each: `c[g]` gets two products added,
+        // each byte `i ^ salt`; with the inputs zero the salt is 0, so every byte of `c` ends
+        // as `2 · (i mod 256)` whichever thread ran the group.
+        let shape = [2, 2, 1, 16, 16];
+        let n = 2 * 2 * 16 * 16 * 4;
+        let (a, b) = (vec![0u8; n], vec![0u8; n]);
+        let mut c = vec![0u8; 2 * 16 * 16 * 4];
+        let ms = bgemm_traffic_ms(&a, &b, &mut c, shape, 4096, 2);
+        assert!(ms >= 0.0);
+        for g in c.chunks_exact(1024) {
+            for (i, &x) in g.iter().enumerate() {
+                assert_eq!(x, (2 * i) as u8, "byte {i}");
+            }
+        }
+    }
 
     #[test]
     fn every_isa_the_cpu_has_computes_the_same_recurrence() {
