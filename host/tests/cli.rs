@@ -39,6 +39,54 @@ fn zero_rounds_are_refused() {
 }
 
 #[test]
+fn an_observed_round_past_the_last_is_refused() {
+    let msg = "--observe 2 is past the last round: --rounds 2 runs rounds 0 to 1";
+    refused(
+        &["run", "vector_example", "--rounds", "2", "--observe", "2"],
+        msg,
+    );
+    refused(
+        &[
+            "run",
+            "vector_example",
+            "--runtime",
+            "hbg",
+            "--rounds",
+            "2",
+            "--observe",
+            "2",
+        ],
+        msg,
+    );
+}
+
+#[test]
+fn a_later_round_is_traced_when_observed() {
+    // The trace of round 2, not the first: written (its events and the graph that names
+    // them are both gathered for the observed round) and naming each of the five tasks.
+    let dir = std::env::temp_dir().join(format!("simpler-observe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join("t.json");
+    let path_str = path.to_str().expect("a UTF-8 path");
+    let out = Command::new(env!("CARGO_BIN_EXE_simpler"))
+        .args(["run", "vector_example", "--rounds", "3", "--observe", "2"])
+        .args(["--trace", path_str])
+        .output()
+        .expect("the simpler binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&path).expect("the trace was written");
+    let tasks = (0..5)
+        .filter(|t| text.contains(&format!("\"task {t} k")))
+        .count();
+    assert_eq!(tasks, 5, "every task of the observed round in the trace");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn clusters_outside_the_platform_are_refused_with_its_range() {
     refused(
         &["run", "vector_example", "--clusters", "25"],

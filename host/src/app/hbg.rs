@@ -1,6 +1,6 @@
 //! `run` on the hbg runtime: per round, one bind (host orchestration into the mirror, the image
 //! shipped, the device scheduling), a table line per round; optionally the phase table over
-//! the warm binds, the first bind's trace, or host-only binds.
+//! the warm binds, the observed bind's trace, or host-only binds.
 
 use super::{round_tensors, say, setup, RunArgs, Scene};
 use crate::chip_worker::ChipWorker;
@@ -26,6 +26,7 @@ pub(super) fn run(
         verify_graphs,
         no_retain_graphs,
         no_replay,
+        observe,
         ..
     } = args;
     let (rounds, host_only) = (*rounds, *host_only);
@@ -74,7 +75,7 @@ pub(super) fn run(
         } else {
             round_tensors(&prepared, &mut kept)
         };
-        let sink = (round == 0 && trace.is_some()).then(|| Arc::new(Mutex::new(Vec::new())));
+        let sink = (round == *observe && trace.is_some()).then(|| Arc::new(Mutex::new(Vec::new())));
         let options = RunOptions {
             runtime: Runtime::Hbg,
             host_only,

@@ -335,21 +335,26 @@ struct RunArgs {
     /// Clusters of 1 AIC + 2 AIV (default 8; a2a3sim has up to 24, a5sim up to 36).
     #[arg(long)]
     clusters: Option<u32>,
-    /// Write the first round's task graph to this file.
+    /// Write the observed round's task graph to this file.
     #[arg(long)]
     dag: Option<PathBuf>,
     /// The graph's format: `json` or `dot`.
     #[arg(long, default_value = "json")]
     dag_format: String,
-    /// Write the first round's trace (Chrome trace-event JSON, for Perfetto) to this file.
+    /// Write the observed round's trace (Chrome trace-event JSON, for Perfetto) to this file.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Draw the first round as an SVG swimlane (one lane per core) to this file.
+    /// Draw the observed round as an SVG swimlane (one lane per core) to this file.
     #[arg(long)]
     swimlane: Option<PathBuf>,
-    /// Print a scheduler report for the first round.
+    /// Print a scheduler report for the observed round.
     #[arg(long)]
     report: bool,
+    /// The round `--dag`, `--trace`, `--swimlane` and `--report` describe, from 0: the first
+    /// round by default, which starts from cold caches and untouched pages; a later one shows
+    /// a warm round.
+    #[arg(long, default_value_t = 0)]
+    observe: usize,
     /// The runtime: `tmr` (graph built on the device while it runs) or `hbg` (built on
     /// the host into a mirror, shipped once).
     #[arg(long, default_value = "tmr")]
@@ -407,6 +412,12 @@ fn run_command(
             Ok(true)
         }
         Command::Run(RunArgs { rounds: 0, .. }) => Err(ROUNDS_ZERO.into()),
+        Command::Run(RunArgs {
+            rounds, observe, ..
+        }) if observe >= rounds => Err(format!(
+            "--observe {observe} is past the last round: --rounds {rounds} runs rounds 0 to {}",
+            rounds - 1
+        )),
         Command::Run(args) => match runtime(&args.runtime)? {
             Runtime::Tmr => tmr::run(scenes, program, &args, out, err),
             Runtime::Hbg => hbg::run(scenes, program, &args, out),

@@ -1,4 +1,4 @@
-//! `run` on the tmr runtime: the rounds on one chip, the first one's graph, trace, swimlane
+//! `run` on the tmr runtime: the rounds on one chip, the observed one's graph, trace, swimlane
 //! and scheduler report written when asked, a table line per round.
 
 use super::{round_tensors, say, setup, RunArgs, Scene};
@@ -24,6 +24,7 @@ pub(super) fn run(
         trace,
         swimlane,
         report: want_report,
+        observe,
         ..
     } = args;
     let rounds = *rounds;
@@ -53,10 +54,10 @@ pub(super) fn run(
     let mut kept = Vec::new();
     for round in 0..rounds {
         let tensors = round_tensors(&prepared, &mut kept);
-        let recorder = (round == 0 && (dag.is_some() || traced))
+        let recorder = (round == *observe && (dag.is_some() || traced))
             .then(|| Arc::new(Mutex::new(DagRecorder::new())));
         let sink: Option<TraceSink> =
-            (round == 0 && traced).then(|| Arc::new(Mutex::new(Vec::new())));
+            (round == *observe && traced).then(|| Arc::new(Mutex::new(Vec::new())));
         let options = RunOptions {
             hook: recorder.clone().map(|r| r as SharedHook),
             trace: sink.clone(),
