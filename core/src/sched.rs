@@ -17,7 +17,7 @@ use crate::layout::{Carver, Layout, LayoutError, Line, Span};
 use crate::ready_queue::{ReadyQueue, ReadyQueueLayout};
 use crate::ring::{RingConfig, RingFlow, MAX_RINGS};
 use crate::slot::{SlotRef, SlotState, SlotStatus, FANIN_READY, SCOPE_BIT, SELF_REF};
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 use crate::task_tensor::TaskId;
 
 /// Number of ready queues: AIC, AIV, MIX, DUMMY (indexed by [`ResourceShape`]).
@@ -631,8 +631,35 @@ impl<'a> SchedState<'a> {
             done
         };
         if consumed {
-            self.advance(r.ring());
+            self.advance_from(r);
         }
+    }
+
+    /// After `r`'s task was consumed: asks for a watermark pass ([`Self::advance`]) if the
+    /// watermark stands at `r`, the only consumption a pass can be waiting for. A task behind
+    /// an older live one is passed over by whoever consumes the oldest, so most consumptions
+    /// touch neither the pass's request word nor the orchestrator's task index, which every
+    /// consumption used to.
+    ///
+    /// The CONSUMED store before this call and the watermark load are a store-buffering pair
+    /// with a pass's watermark store and its look at the slot where it stopped (in
+    /// [`Self::advance`]), each side fenced: either this load sees the watermark at `r` and
+    /// asks for a pass, or the pass sees `r` CONSUMED and goes on over it.
+    #[inline]
+    fn advance_from(&self, r: SlotRef) {
+        let ring = r.ring().min(MAX_RINGS - 1);
+        fence(Ordering::SeqCst);
+        let alive = self.flow(ring).last_task_alive.load(Ordering::Relaxed);
+        if self.slot_index(ring, alive) == r.index() {
+            self.advance(ring);
+        }
+    }
+
+    /// The slot index of `ring`'s task `local`.
+    #[inline(always)]
+    fn slot_index(&self, ring: usize, local: u32) -> usize {
+        let window = self.config.rings[ring.min(MAX_RINGS - 1)].window;
+        (local & window.wrapping_sub(1)) as usize
     }
 
     /// Releases the scope reference of `task` (at the end of its scope).
@@ -648,9 +675,11 @@ impl<'a> SchedState<'a> {
     /// Transition 9: moves `ring`'s watermark over every CONSUMED task at its head, resetting
     /// their slots to FREE before publishing the new watermark.
     ///
-    /// Whoever consumes a task asks for a pass by adding one to `advance_requests`; the caller
-    /// that finds none outstanding makes the passes, for everyone, until a pass ends with no
-    /// request newer than the ones it read. Every request is a read-modify-write of the one
+    /// Whoever consumes the task the watermark stands at asks for a pass
+    /// ([`Self::advance_from`]) by adding one to `advance_requests`; the caller that finds none
+    /// outstanding makes the passes, for everyone, until a pass ends with no request newer than
+    /// the ones it read and no CONSUMED task where it stopped (whose consumer may have read the
+    /// watermark before this pass moved it there, and asked for nothing). Every request is a read-modify-write of the one
     /// word, so the passer's reads of it acquire every requester's CONSUMED store, and a
     /// request made during a pass makes the passer's final compare-and-swap fail and pass once
     /// more. (A lock word beside a "pending" flag needed store-load ordering across the two,
@@ -677,6 +706,17 @@ impl<'a> SchedState<'a> {
                 alive = alive.wrapping_add(1);
             }
             flow.last_task_alive.store(alive, Ordering::Release);
+            // The other half of `advance_from`'s pair: the consumer of the task at `alive`
+            // either sees this store and asks, or is seen here.
+            fence(Ordering::SeqCst);
+            if self
+                .slot_at(ring, alive as usize)
+                .status
+                .load(Ordering::Acquire)
+                == SlotStatus::Consumed as u32
+            {
+                continue;
+            }
             match flow.advance_requests.compare_exchange(
                 seen,
                 0,
