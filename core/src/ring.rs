@@ -64,7 +64,9 @@ impl RingConfig {
 /// initialised. A scheduler advancing the watermark resets the passed slots, then publishes
 /// `last_task_alive` (Release); the orchestrator loads it (Acquire) before reusing any slot or
 /// byte below it. `advance_requests` counts the passes asked for since the passer last let go;
-/// only read-modify-writes and acquiring loads touch it (`SchedState::advance`).
+/// only read-modify-writes and acquiring loads touch it (`SchedState::advance`). A consumer
+/// asks only when `last_task_alive` stands at its own task, reading it after a `SeqCst` fence;
+/// a pass fences after its store and looks again at the slot it stopped at.
 #[repr(C, align(64))]
 #[cfg_attr(loom, derive(Default))]
 pub struct RingFlow {
@@ -76,8 +78,9 @@ pub struct RingFlow {
     /// `advance_requests`).
     pub last_task_alive: AtomicU32,
     _pad1: [u32; 15],
-    /// Watermark passes asked for and not yet made: each thread that consumes a task adds
-    /// one; the one that finds it 0 makes passes until it can set it back to 0.
+    /// Watermark passes asked for and not yet made: each thread that consumes the task the
+    /// watermark stands at adds one; the one that finds it 0 makes passes until it can set it
+    /// back to 0.
     pub(crate) advance_requests: AtomicU32,
     _pad2: [u32; 15],
 }
