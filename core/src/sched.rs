@@ -650,6 +650,9 @@ impl<'a> SchedState<'a> {
         let ring = r.ring().min(MAX_RINGS - 1);
         fence(Ordering::SeqCst);
         let alive = self.flow(ring).last_task_alive.load(Ordering::Relaxed);
+        // Equal slots: the watermark's task is this one (a live task's slot holds no other
+        // live task), or the watermark has since gone a whole window on, and the pass asked
+        // for finds nothing to do.
         if self.slot_index(ring, alive) == r.index() {
             self.advance(ring);
         }
@@ -679,10 +682,11 @@ impl<'a> SchedState<'a> {
     /// ([`Self::advance_from`]) by adding one to `advance_requests`; the caller that finds none
     /// outstanding makes the passes, for everyone, until a pass ends with no request newer than
     /// the ones it read and no CONSUMED task where it stopped (whose consumer may have read the
-    /// watermark before this pass moved it there, and asked for nothing). Every request is a read-modify-write of the one
-    /// word, so the passer's reads of it acquire every requester's CONSUMED store, and a
-    /// request made during a pass makes the passer's final compare-and-swap fail and pass once
-    /// more. (A lock word beside a "pending" flag needed store-load ordering across the two,
+    /// watermark before this pass moved it there, and asked for nothing). Every request is a
+    /// read-modify-write of the one word, so the passer's reads of it acquire every
+    /// requester's CONSUMED store, and a request made during a pass makes the passer's final
+    /// compare-and-swap fail and pass once more; the CONSUMED stores of consumers that did not
+    /// ask are acquired by the pass's loads of their slots. (A lock word beside a "pending" flag needed store-load ordering across the two,
     /// and lost a pass when the holder's clearing store overwrote a raise it had not read:
     /// the loom models found both.)
     pub(crate) fn advance(&self, ring: usize) {
