@@ -26,6 +26,13 @@
 //! resident-memory figure), a floor under its device time on this machine; and
 //! `<case>_share_of_peak_bound`, the share of the peak a run as fast as that floor would reach.
 //!
+//! Per case also `<case>_sched_cpu_ms` and `<case>_device_thread_cpu_ms`: the median CPU
+//! time per warm `run` call of the scheduler threads together and of the device thread (the
+//! orchestrator during the run, and the run's setup and reset), from
+//! `/proc/self/task/*/schedstat` (not printed where the kernel has no such file). On a machine
+//! with fewer CPUs than these threads the device time is bound by their sum, so a change
+//! that moves work rather than removing it shows here.
+//!
 //! After each case, `<case>_max_rss_mb`: the process's peak resident memory so far (`VmHWM`),
 //! a high-water mark over the cases run before it too (the first case, vector_example, is
 //! alone in its figure but for the process's own start-up); run a case alone
@@ -75,6 +82,14 @@ fn flop_per_gemm(p: &Prepared) -> f64 {
     };
     assert_eq!(tile, cols, "bgemm's tiles are square");
     2.0 * incore_loop as f64 * (tile as f64).powi(3)
+}
+
+/// CPU nanoseconds so far of the scheduler threads together and of the device thread.
+fn thread_cpu() -> [Option<u64>; 2] {
+    [
+        simpler_tests::measure::threads_cpu_ns("simpler-sched"),
+        simpler_tests::measure::threads_cpu_ns("simpler-device"),
+    ]
 }
 
 /// Minor faults of the whole process but hbg's Graph recorder threads: registration starts
@@ -141,6 +156,7 @@ fn main() {
         rss_point(&name, "device up");
         let (mut device, mut host, mut rate) = (Vec::new(), Vec::new(), Vec::new());
         let (mut overhead, mut faults) = (Vec::new(), Vec::new());
+        let (mut sched_cpu, mut device_cpu) = (Vec::new(), Vec::new());
         // The round's tensors are the prepared ones; only those a run writes keep a fresh copy
         // to reset from between rounds (an input is never written back, so it needs none),
         // so the host holds each input once.
@@ -157,6 +173,7 @@ fn main() {
                 }
             }
             let faults_before = run_faults();
+            let cpu_before = thread_cpu();
             let call = Instant::now();
             let r = worker
                 .run(
@@ -167,6 +184,7 @@ fn main() {
                 )
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let call = call.elapsed();
+            let cpu_after = thread_cpu();
             let faults_in_run = run_faults().saturating_sub(faults_before);
             rss_point(&name, "run");
             assert!(
@@ -183,6 +201,11 @@ fn main() {
             host.push(r.host.as_secs_f64() * 1e3);
             overhead.push((call.as_secs_f64() - d) * 1e3);
             faults.push(faults_in_run as f64);
+            for (i, samples) in [&mut sched_cpu, &mut device_cpu].into_iter().enumerate() {
+                if let (Some(a), Some(b)) = (cpu_before[i], cpu_after[i]) {
+                    samples.push(b.saturating_sub(a) as f64 / 1e6);
+                }
+            }
             if let Some(flop) = flop {
                 // Every K step of a group submits one GEMM and one ADD, one subtask each.
                 assert_eq!(r.outcome.dispatched, r.outcome.tasks, "{name}: dispatched");
@@ -214,6 +237,14 @@ fn main() {
                 "{name}: {} minor faults per warm round, more than {bound}",
                 s.median
             );
+        }
+        for (figure, samples) in [
+            ("sched_cpu_ms", &mut sched_cpu),
+            ("device_thread_cpu_ms", &mut device_cpu),
+        ] {
+            if let Some(s) = simpler_tests::measure::summarize(samples) {
+                report("scene", &format!("{name}_{figure}"), s.median, "ms");
+            }
         }
         report(
             "scene",

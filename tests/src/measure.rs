@@ -90,6 +90,31 @@ pub fn threads_minor_faults(prefix: &str) -> u64 {
     faults
 }
 
+/// CPU time, in nanoseconds, the live threads of this process whose name starts with
+/// `prefix` have run (the first field of `/proc/self/task/*/schedstat`); `None` when no such
+/// thread's figure could be read (no thread of that name, or a kernel without the file).
+pub fn threads_cpu_ns(prefix: &str) -> Option<u64> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut total = None;
+    for task in tasks.flatten() {
+        let path = task.path();
+        let named = std::fs::read_to_string(path.join("comm"))
+            .is_ok_and(|comm| comm.trim_end().starts_with(prefix));
+        if !named {
+            continue;
+        }
+        let ns = std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .as_deref()
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|f| f.parse::<u64>().ok());
+        if let Some(ns) = ns {
+            total = Some(total.unwrap_or(0) + ns);
+        }
+    }
+    total
+}
+
 /// Median and minimum of a set of samples.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Summary {
@@ -143,6 +168,43 @@ pub fn report_summary(name: &str, figure: &str, samples: &mut [f64], unit: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_threads_cpu_time_is_counted_and_an_unknown_name_has_none() {
+        // A thread that spins on the CPU for 20 ms of wall time has run for some of it (all
+        // of it on an idle machine) and for no longer than the wall time it was alive.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let wall = std::time::Instant::now();
+        let t = std::thread::Builder::new()
+            .name("measure-spin".into())
+            .spawn(move || {
+                let start = std::time::Instant::now();
+                while start.elapsed() < std::time::Duration::from_millis(20) {
+                    std::hint::spin_loop();
+                }
+                tx.send(()).unwrap();
+                // Alive until read, so its figure is there to read.
+                let _ = done_rx.recv();
+            })
+            .unwrap();
+        rx.recv().unwrap();
+        let ns = threads_cpu_ns("measure-spin");
+        let alive = wall.elapsed().as_nanos() as u64;
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        if std::path::Path::new("/proc/self/task").exists()
+            && std::fs::read_dir("/proc/self/task")
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(|e| e.ok())
+                .is_some_and(|e| e.path().join("schedstat").exists())
+        {
+            let ns = ns.expect("the spinning thread's CPU time");
+            assert!(ns > 0 && ns <= alive, "{ns} ns of CPU in {alive} ns alive");
+        }
+        assert_eq!(threads_cpu_ns("no-such-thread"), None);
+    }
 
     #[test]
     fn process_faults_count_another_threads_first_touches() {
