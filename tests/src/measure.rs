@@ -63,56 +63,52 @@ fn status_kb(field: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
 }
 
+/// The `/proc/self/task/<tid>` directories of the live threads of this process whose name
+/// starts with `prefix` (a name is cut to 15 bytes there); none where unreadable.
+fn named_threads(prefix: &str) -> impl Iterator<Item = std::path::PathBuf> + '_ {
+    std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|task| task.path())
+        .filter(move |path| {
+            std::fs::read_to_string(path.join("comm"))
+                .is_ok_and(|comm| comm.trim_end().starts_with(prefix))
+        })
+}
+
 /// Minor page faults the live threads of this process whose name starts with `prefix` have
-/// taken (`/proc/self/task/*/stat`; a name is cut to 15 bytes there), 0 where unreadable.
-/// Subtracted from [`process_minor_faults`], it leaves out threads that work beside a measured
-/// span rather than for it (threads that ended are in neither count).
+/// taken (`/proc/self/task/*/stat`), 0 where unreadable. Subtracted from
+/// [`process_minor_faults`], it leaves out threads that work beside a measured span rather
+/// than for it (threads that ended are in neither count).
 pub fn threads_minor_faults(prefix: &str) -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    let mut faults = 0;
-    for task in tasks.flatten() {
-        let path = task.path();
-        let named = std::fs::read_to_string(path.join("comm"))
-            .is_ok_and(|comm| comm.trim_end().starts_with(prefix));
-        if !named {
-            continue;
-        }
-        faults += std::fs::read_to_string(path.join("stat"))
-            .ok()
-            .as_deref()
-            .and_then(|stat| stat.rsplit_once(')'))
-            .and_then(|(_, rest)| rest.split_whitespace().nth(7))
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    faults
+    named_threads(prefix)
+        .map(|path| {
+            std::fs::read_to_string(path.join("stat"))
+                .ok()
+                .as_deref()
+                .and_then(|stat| stat.rsplit_once(')'))
+                .and_then(|(_, rest)| rest.split_whitespace().nth(7))
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// CPU time, in nanoseconds, the live threads of this process whose name starts with
 /// `prefix` have run (the first field of `/proc/self/task/*/schedstat`); `None` when no such
 /// thread's figure could be read (no thread of that name, or a kernel without the file).
 pub fn threads_cpu_ns(prefix: &str) -> Option<u64> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    let mut total = None;
-    for task in tasks.flatten() {
-        let path = task.path();
-        let named = std::fs::read_to_string(path.join("comm"))
-            .is_ok_and(|comm| comm.trim_end().starts_with(prefix));
-        if !named {
-            continue;
-        }
-        let ns = std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .as_deref()
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|f| f.parse::<u64>().ok());
-        if let Some(ns) = ns {
-            total = Some(total.unwrap_or(0) + ns);
-        }
-    }
-    total
+    named_threads(prefix)
+        .filter_map(|path| {
+            std::fs::read_to_string(path.join("schedstat"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .reduce(|a, b| a + b)
 }
 
 /// Median and minimum of a set of samples.
