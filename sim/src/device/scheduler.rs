@@ -12,16 +12,17 @@ use super::config::DeviceConfig;
 use super::regs::{CoreBlock, SimCores};
 use super::state::{RunState, ABORT_SCHED};
 use super::trace::{TraceBuf, TraceSink};
-use crate::gm::GmArena;
-use crate::tile_ops::ahead;
+use crate::gm::{GmArena, PREFETCH_MAX};
+use crate::tile_ops::{ahead, blocked};
 use simpler_aicore::core_loop::{CoreLoop, Step};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::scheduler::CoreSlot;
 use simpler_aicpu::{EventKind, OwnedCore, SchedError, Scheduler, TaskPayloads, TraceEvent};
+use simpler_core::gm::Gm;
 use simpler_core::handshake::AICPU_IDLE;
 use simpler_core::ring::MAX_RINGS;
 use simpler_core::sched::SchedState;
-use simpler_core::TaskId;
+use simpler_core::{TaskId, TaskTensor};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -144,6 +145,22 @@ fn wait_for_run(state: &RunState, seen_generation: &mut u64) -> Option<Arc<[Kern
         return None;
     }
     Some(kernels.unwrap_or_else(|| Arc::from(Vec::new())))
+}
+
+/// Bytes of a long tensor [`SchedThread::queue_next_cube`] queues: a 128x128 f32 slice, what
+/// a product reads of an operand first.
+const QUEUED_HEAD: usize = 64 << 10;
+
+/// Heads [`SchedThread::queue_next_cube`] queues: as many as one product of 128x128x128
+/// drains (a line per `MACS_PER_LINE` multiply-adds), two.
+const QUEUED_HEADS: usize =
+    (128 * 128 * 128 / blocked::MACS_PER_LINE) * ahead::LINE / QUEUED_HEAD;
+const _: () = assert!(QUEUED_HEADS == 2);
+
+/// Whether a tensor is longer than a hint covers (`PREFETCH_MAX`).
+#[inline(always)]
+fn long(t: &TaskTensor) -> bool {
+    t.extent_bytes() as usize > PREFETCH_MAX
 }
 
 /// What one scheduler thread owns and keeps from run to run: its cores (registers, loop
@@ -341,6 +358,7 @@ impl SchedThread {
         self.prefetch_task(gm, 1);
         for i in 0..self.loops.len() {
             self.prefetch_task(gm, i + 2);
+            self.queue_next_cube(gm, i);
             let t0 = now(epoch);
             let l = &mut self.loops[i];
             let step = l.step(
@@ -366,6 +384,46 @@ impl SchedThread {
             }
         }
         progress
+    }
+
+    /// When owned core `i` is a cube core about to run a task with a tensor too long for
+    /// [`Self::prefetch_task`]'s hints, queues the heads of the next such cube task's long
+    /// tensors on this thread's prefetch queue, beneath what `i`'s own kernel will queue (a
+    /// product queues its next slice's operands): only the cube's products drain the queue,
+    /// so the heads drain while `i`'s last product runs, just before the next task reads
+    /// them. Without them that task's first product started on cold operands, half again as
+    /// slow as its others.
+    ///
+    /// The heads are the first [`QUEUED_HEAD`] bytes of each long tensor, first tensor first,
+    /// up to what one product of [`QUEUED_HEAD`]-byte operands drains (a line per
+    /// `MACS_PER_LINE` multiply-adds): more would wait beneath for nothing to drain them.
+    #[inline(always)]
+    fn queue_next_cube(&self, gm: &GmArena<'_>, i: usize) {
+        let long_cube = |j: usize| -> Option<&[TaskTensor]> {
+            if self.owned.get(j)?.slot != CoreSlot::Aic {
+                return None;
+            }
+            let block = self.platform.blocks.get(j)?;
+            let token = self.loops.get(j)?.pending(block)?;
+            let tensors = block.payloads[(token & 1) as usize].args.tensors();
+            tensors.iter().any(long).then_some(tensors)
+        };
+        if long_cube(i).is_none() {
+            return;
+        }
+        let Some(next) = (i + 1..self.loops.len()).find_map(long_cube) else {
+            return;
+        };
+        let mut heads = [(0u64, 0usize); QUEUED_HEADS];
+        let mut count = 0;
+        for t in next.iter().filter(|t| long(t)).take(QUEUED_HEADS) {
+            heads[count] = (t.data_addr(), (t.extent_bytes() as usize).min(QUEUED_HEAD));
+            count += 1;
+        }
+        // The queue drains its newest range first: the first head goes on last.
+        for &(addr, len) in heads[..count].iter().rev() {
+            gm.prefetch(addr, len);
+        }
     }
 
     /// Hints the tensors of the task waiting on owned core `i` (if any) into the cache
