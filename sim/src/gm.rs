@@ -334,6 +334,13 @@ impl GmArena<'_> {
         }
     }
 
+    /// Where GM address `addr` lies in this process (for tests of what was prefetched).
+    #[cfg(test)]
+    pub(crate) fn host_ptr(&self, addr: u64) -> Option<*const u8> {
+        let off = self.offset(addr, 1).ok()?;
+        Some(self.byte_ptr(off).cast_const())
+    }
+
     /// A pointer to byte `off` of GM, with the provenance of the whole word slice.
     #[inline(always)]
     fn byte_ptr(&self, off: usize) -> *mut u8 {

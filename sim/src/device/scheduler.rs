@@ -153,8 +153,7 @@ const QUEUED_HEAD: usize = 64 << 10;
 
 /// Heads [`SchedThread::queue_next_cube`] queues: as many as one product of 128x128x128
 /// drains (a line per `MACS_PER_LINE` multiply-adds), two.
-const QUEUED_HEADS: usize =
-    (128 * 128 * 128 / blocked::MACS_PER_LINE) * ahead::LINE / QUEUED_HEAD;
+const QUEUED_HEADS: usize = (128 * 128 * 128 / blocked::MACS_PER_LINE) * ahead::LINE / QUEUED_HEAD;
 const _: () = assert!(QUEUED_HEADS == 2);
 
 /// Whether a tensor is longer than a hint covers (`PREFETCH_MAX`).
@@ -494,7 +493,92 @@ fn watermarks(shared: &SchedState<'_>) -> [u32; MAX_RINGS] {
 
 #[cfg(test)]
 mod tests {
-    use super::LocalBuffer;
+    use super::{LocalBuffer, SchedThread, QUEUED_HEAD};
+    use crate::device::config::{DeviceConfig, Topology};
+    use crate::gm::GmWords;
+    use crate::tile_ops::ahead::{self, LINE};
+    use simpler_core::buffer::AddressSpace;
+    use simpler_core::chip::BufferHandle;
+    use simpler_core::{DataType, TaskTensor};
+    use std::sync::atomic::Ordering;
+
+    const BASE: u64 = 0x1_0000_0000;
+
+    /// A dense f32 tensor of `shape` at GM address `BASE + at`.
+    fn tensor(at: u64, shape: &[u32]) -> TaskTensor {
+        let mut strides = [1u32; 3];
+        for d in (0..shape.len() - 1).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        let size = shape.iter().map(|&d| d as u64).product::<u64>() * 4;
+        let buffer = BufferHandle {
+            addr: BASE + at,
+            size,
+        };
+        TaskTensor::new(
+            buffer,
+            0,
+            shape,
+            &strides[..shape.len()],
+            DataType::Float32,
+            AddressSpace::Device,
+        )
+        .unwrap()
+    }
+
+    /// Gives owned core `i` of `t` a task with `tensors`, waiting to run (token 1).
+    fn give(t: &mut SchedThread, i: usize, tensors: &[TaskTensor]) {
+        let block = &mut t.platform.blocks[i];
+        let args = &mut block.payloads[1].args;
+        args.clear();
+        for &x in tensors {
+            args.push_tensor(x).unwrap();
+        }
+        block.task.store(1, Ordering::Release);
+    }
+
+    #[test]
+    fn a_cube_task_queues_the_heads_of_the_next_cube_tasks_long_operands() {
+        const SLICES: u64 = 4 * 128 * 128 * 4;
+        let config = DeviceConfig::new(Topology::A2a3);
+        let mut t = SchedThread::new(0, 1, &config);
+        // Owned cores are whole clusters: AIC, AIV0, AIV1, AIC, ...
+        let (aic0, aiv, aic1, aic2) = (0, 1, 3, 6);
+        // Eight tensors of `SLICES` bytes, in words of 8.
+        let words = GmWords::zeroed((8 * SLICES / 8) as usize);
+        let gm = words.arena_at(BASE, 0);
+        let long = |n: u64| tensor(n * SLICES, &[4, 128, 128]);
+        let small = tensor(7 * SLICES, &[16, 16]);
+        let queued = |t: &SchedThread, i: usize| {
+            ahead::clear();
+            t.queue_next_cube(&gm, i);
+            let q = ahead::take();
+            (q.lines(), q.next_line())
+        };
+        give(&mut t, aic0, &[long(0), long(1), long(2)]);
+        // No cube task waits after it: nothing is queued.
+        assert_eq!(queued(&t, aic0), (0, None));
+        // A vector task with long tensors is not a cube task.
+        give(&mut t, aiv, &[long(3), long(4)]);
+        assert_eq!(queued(&t, aic0), (0, None));
+        // A cube task with only small tensors is not the next one either.
+        give(&mut t, aic1, &[small]);
+        assert_eq!(queued(&t, aic0), (0, None));
+        // The next long cube task's first two long tensors, a head each, the first on top;
+        // its small tensor is left to the hints.
+        give(&mut t, aic2, &[small, long(4), long(5), long(6)]);
+        let first = gm.host_ptr(BASE + 4 * SLICES);
+        assert_eq!(queued(&t, aic0), (2 * QUEUED_HEAD / LINE, first));
+        // Only a core about to run a long cube task queues: not one idle, not a vector core,
+        // not one whose task is all small tensors.
+        assert_eq!(queued(&t, aiv), (0, None));
+        assert_eq!(queued(&t, aic1), (0, None));
+        t.platform.blocks[aic0]
+            .task
+            .store(simpler_core::handshake::AICPU_IDLE, Ordering::Release);
+        assert_eq!(queued(&t, aic0), (0, None));
+        ahead::clear();
+    }
 
     #[test]
     fn a_local_buffer_has_its_words_and_starts_on_a_cache_line() {

@@ -69,6 +69,11 @@ impl Ahead {
         }
     }
 
+    /// The line the next [`Self::step`] prefetches, if any.
+    pub fn next_line(&self) -> Option<*const u8> {
+        self.len.checked_sub(1).map(|top| self.next[top])
+    }
+
     /// The lines still queued.
     pub fn lines(&self) -> usize {
         (0..self.len)
