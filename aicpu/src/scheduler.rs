@@ -532,6 +532,7 @@ impl Scheduler {
     fn next_task(
         &mut self,
         shape: ResourceShape,
+        platform: &impl Platform,
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
         gm: &dyn Gm,
@@ -549,6 +550,8 @@ impl Scheduler {
                         return Ok(None);
                     };
                     self.pop_hits += 1;
+                    // Its record's lines move in while its slot is claimed below.
+                    payloads.hint_record(task, |words| platform.hint_read(words));
                     task
                 }
             };
@@ -597,7 +600,7 @@ impl Scheduler {
             if shape == ResourceShape::Mix && !(0..self.count).any(|i| self.idle(i)) {
                 return Ok(progress);
             }
-            let Some(mut p) = self.next_task(shape, shared, payloads, gm)? else {
+            let Some(mut p) = self.next_task(shape, platform, shared, payloads, gm)? else {
                 return Ok(progress);
             };
             let (kernels, block_num) = payloads.kernels(p.task);
