@@ -402,9 +402,7 @@ impl SchedThread {
             if self.owned.get(j)?.slot != CoreSlot::Aic {
                 return None;
             }
-            let block = self.platform.blocks.get(j)?;
-            let token = self.loops.get(j)?.pending(block)?;
-            let tensors = block.payloads[(token & 1) as usize].args.tensors();
+            let tensors = self.waiting_tensors(j)?;
             tensors.iter().any(long).then_some(tensors)
         };
         if long_cube(i).is_none() {
@@ -429,15 +427,17 @@ impl SchedThread {
     /// ([`GmArena::prefetch_now`]): each view's range from its first addressed byte.
     #[inline(always)]
     fn prefetch_task(&self, gm: &GmArena<'_>, i: usize) {
-        let (Some(l), Some(block)) = (self.loops.get(i), self.platform.blocks.get(i)) else {
-            return;
-        };
-        let Some(token) = l.pending(block) else {
-            return;
-        };
-        for t in block.payloads[(token & 1) as usize].args.tensors() {
+        for t in self.waiting_tensors(i).unwrap_or(&[]) {
             gm.prefetch_now(t.data_addr(), t.extent_bytes() as usize);
         }
+    }
+
+    /// The tensors of the task waiting on owned core `i`, if one waits.
+    #[inline(always)]
+    fn waiting_tensors(&self, i: usize) -> Option<&[TaskTensor]> {
+        let block = self.platform.blocks.get(i)?;
+        let token = self.loops.get(i)?.pending(block)?;
+        Some(block.payloads[(token & 1) as usize].args.tensors())
     }
 
     /// Leaves the run: records the thread's loop and pop counters and flushes its trace (when
@@ -499,6 +499,8 @@ mod tests {
     use crate::tile_ops::ahead::{self, LINE};
     use simpler_core::buffer::AddressSpace;
     use simpler_core::chip::BufferHandle;
+    use simpler_core::geometry::row_major_strides;
+    use simpler_core::limits::MAX_TENSOR_DIMS;
     use simpler_core::{DataType, TaskTensor};
     use std::sync::atomic::Ordering;
 
@@ -506,10 +508,9 @@ mod tests {
 
     /// A dense f32 tensor of `shape` at GM address `BASE + at`.
     fn tensor(at: u64, shape: &[u32]) -> TaskTensor {
-        let mut strides = [1u32; 3];
-        for d in (0..shape.len() - 1).rev() {
-            strides[d] = strides[d + 1] * shape[d + 1];
-        }
+        let mut full = [0u32; MAX_TENSOR_DIMS];
+        full[..shape.len()].copy_from_slice(shape);
+        let strides = row_major_strides(shape.len() as u32, &full);
         let size = shape.iter().map(|&d| d as u64).product::<u64>() * 4;
         let buffer = BufferHandle {
             addr: BASE + at,
