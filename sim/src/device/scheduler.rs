@@ -390,8 +390,8 @@ impl SchedThread {
     /// tensors on this thread's prefetch queue, beneath what `i`'s own kernel will queue (a
     /// product queues its next slice's operands): only the cube's products drain the queue,
     /// so the heads drain while `i`'s last product runs, just before the next task reads
-    /// them. Without them that task's first product started on cold operands, half again as
-    /// slow as its others.
+    /// them. Without them that task's first product starts on cold operands, where its
+    /// others start on what the product before them queued.
     ///
     /// The heads are the first [`QUEUED_HEAD`] bytes of each long tensor, first tensor first,
     /// up to what one product of [`QUEUED_HEAD`]-byte operands drains (a line per
