@@ -23,9 +23,10 @@ use crate::task_tensor::TaskId;
 /// Number of ready queues: AIC, AIV, MIX, DUMMY (indexed by [`ResourceShape`]).
 pub const READY_QUEUES: usize = 4;
 
-/// Ready tasks a scheduler keeps for its own cores instead of queueing them: at most one of
-/// each single-core shape ([`ResourceShape::Aic`], [`ResourceShape::Aiv`]) that one of its
-/// completions made ready ([`SchedState::complete_subtask_keeping`]).
+/// Ready tasks a scheduler keeps for its own cores instead of queueing them: up to
+/// [`KEEP_PER_SHAPE`] of each single-core shape ([`ResourceShape::Aic`],
+/// [`ResourceShape::Aiv`]) that its completions made ready
+/// ([`SchedState::complete_subtask_keeping`]).
 ///
 /// A completion's consumer usually reads what the completed task wrote, so running it on the
 /// same thread finds that data, and the consumer's slot, in this CPU's cache; and the task
@@ -33,42 +34,53 @@ pub const READY_QUEUES: usize = 4;
 /// readiness decided by the same fanin count as a queued one's; it is only not yet visible to
 /// the other schedulers. Its keeper takes it ([`Kept::take`]) or queues it
 /// ([`SchedState::queue_kept`]) before its pass ends.
+///
+/// One pass polls the completions of every core its thread stepped since the last, so it
+/// can ready a consumer for each of them: room for one of a shape sent all but the first to
+/// the queues, and most of paged attention's chains crossed to the other thread's cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
-    tasks: [Option<TaskId>; 2],
+    /// Per kept shape (in the order of [`Kept::SHAPES`]), its tasks; `None` is a free entry.
+    tasks: [[Option<TaskId>; KEEP_PER_SHAPE]; 2],
     /// Since [`Kept::take_queued`] last looked, a completion made through this keeper queued
     /// a task it had no room for, or [`SchedState::queue_kept`] queued one.
     queued: bool,
 }
 
+/// Tasks of one shape a [`Kept`] holds: as many vector cores as one scheduler thread owns
+/// when it runs the default eight clusters alone, so a pass's completions on those cores
+/// can all keep their consumers. Past that, a pass holds more than it can place; what it
+/// does not place it queues at its end anyway.
+pub const KEEP_PER_SHAPE: usize = 16;
+
 impl Kept {
     /// The shapes kept, in the order of `tasks`.
     const SHAPES: [ResourceShape; 2] = [ResourceShape::Aic, ResourceShape::Aiv];
 
-    /// The entry of `shape`, if it is a kept shape.
-    fn entry(&mut self, shape: ResourceShape) -> Option<&mut Option<TaskId>> {
+    /// The entries of `shape`, if it is a kept shape.
+    fn entries(&mut self, shape: ResourceShape) -> Option<&mut [Option<TaskId>; KEEP_PER_SHAPE]> {
         let i = Self::SHAPES.iter().position(|&s| s == shape)?;
         self.tasks.get_mut(i)
     }
 
-    /// The empty entry for `shape`, if it is kept and its entry is free.
+    /// A free entry for `shape`, if it is kept and has room.
     fn room(&mut self, shape: ResourceShape) -> Option<&mut Option<TaskId>> {
-        self.entry(shape).filter(|t| t.is_none())
+        self.entries(shape)?.iter_mut().find(|t| t.is_none())
     }
 
-    /// Takes the kept task of `shape`, if any.
+    /// Takes a kept task of `shape`, if any.
     pub fn take(&mut self, shape: ResourceShape) -> Option<TaskId> {
-        self.entry(shape)?.take()
+        self.entries(shape)?.iter_mut().find_map(Option::take)
     }
 
     /// The tasks kept.
     pub fn tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
-        self.tasks.iter().flatten().copied()
+        self.tasks.iter().flatten().flatten().copied()
     }
 
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
-        self.tasks.iter().all(Option::is_none)
+        self.tasks.iter().flatten().all(Option::is_none)
     }
 
     /// Whether a task was queued for every scheduler through this keeper since the last call
@@ -511,8 +523,8 @@ impl<'a> SchedState<'a> {
     /// one. A keeper calls this before its pass ends, so no ready task waits unseen.
     pub fn queue_kept(&self, kept: &mut Kept) -> bool {
         let mut any = false;
-        for (shape, task) in Kept::SHAPES.into_iter().zip(&mut kept.tasks) {
-            if let Some(task) = task.take() {
+        for (shape, entries) in Kept::SHAPES.into_iter().zip(&mut kept.tasks) {
+            for task in entries.iter_mut().filter_map(Option::take) {
                 self.push_ready(shape, task);
                 any = true;
             }

@@ -455,6 +455,44 @@ fn kept_tasks_run_once_and_a_pass_leaves_none_kept() {
     });
 }
 
+/// A completion that readies two consumers of one shape keeps both: the thread that ran the
+/// producer takes one in the same pass and queues the other at the pass's end, where either
+/// thread may take it. Each consumer must run exactly once, after the producer, and nothing
+/// may stay kept or queued.
+#[test]
+fn two_kept_tasks_of_one_shape_run_once_each() {
+    model("kept_two_of_a_shape", Some(1), || {
+        with_state(|orch, shared| {
+            orch.scope_begin(ScopeMode::Auto).unwrap();
+            let (p, c1, c2) = (TaskId::new(0, 0), TaskId::new(0, 1), TaskId::new(0, 2));
+            let board = Board::new(&[(p, &[]), (c1, &[p]), (c2, &[p])]);
+            let mut pa = [output()];
+            assert_eq!(
+                orch.submit(task(ActiveMask::AIC, &mut pa, &[]), &mut Yield),
+                Ok(p)
+            );
+            for c in [c1, c2] {
+                let mut ca = [arg(pa[0].tensor, TensorArgType::Input)];
+                assert_eq!(
+                    orch.submit(task(ActiveMask::AIV0, &mut ca, &[]), &mut Yield),
+                    Ok(c)
+                );
+            }
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let board = board.clone();
+                    loom::thread::spawn(move || keeping_scheduler(shared, board))
+                })
+                .collect();
+            orch.scope_end().unwrap();
+            for t in threads {
+                t.join().unwrap();
+            }
+            check_drained(shared, orch, &board);
+        });
+    });
+}
+
 /// `fanout_released` (what an element write waits for) reads true only once every retaining
 /// consumer has released the producer, and then sees everything the consumer did before it
 /// completed: the slot lock it reads under orders it after each release.

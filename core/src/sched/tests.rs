@@ -18,11 +18,16 @@ use std::vec;
 use std::vec::Vec;
 
 fn with_state(f: impl FnOnce(&mut Orchestrator<'_>, &SchedState<'_>)) {
+    with_window(8, f);
+}
+
+/// [`with_state`] with rings of `window` slots (a power of two) and twice as many edges.
+fn with_window(window: u32, f: impl FnOnce(&mut Orchestrator<'_>, &SchedState<'_>)) {
     let config = OrchestratorConfig {
         sched: SchedConfig::uniform(RingConfig {
-            window: 8,
+            window,
             heap_bytes: 1 << 14,
-            edges: 16,
+            edges: 2 * window,
         }),
         map_buckets: 8,
         map_entries: 16,
@@ -573,67 +578,80 @@ fn slot_names_round_trip() {
 }
 
 #[test]
-fn a_completion_keeps_one_readied_task_per_core_shape_and_queues_the_rest() {
-    with_state(|orch, shared| {
+fn a_completion_keeps_readied_tasks_while_their_shape_has_room_and_queues_the_rest() {
+    with_window(64, |orch, shared| {
         orch.scope_begin(ScopeMode::Auto).unwrap();
         let mut pa = [output()];
         let p = submit(orch, ActiveMask::AIC, &mut pa, &[]);
-        // Four consumers of p: two AIV, one AIC, one MIX (AIC + AIV0).
+        // Consumers of p: one AIV more than a keeper has room for, two AIC, one MIX
+        // (AIC + AIV0).
         let consumer = |orch: &mut Orchestrator<'_>, mask| {
             let mut args = [input(pa[0].tensor)];
             submit(orch, mask, &mut args, &[])
         };
-        let v1 = consumer(orch, ActiveMask::AIV0);
-        let v2 = consumer(orch, ActiveMask::AIV0);
-        let c = consumer(orch, ActiveMask::AIC);
+        let vector: Vec<TaskId> = (0..=KEEP_PER_SHAPE)
+            .map(|_| consumer(orch, ActiveMask::AIV0))
+            .collect();
+        let cube = [
+            consumer(orch, ActiveMask::AIC),
+            consumer(orch, ActiveMask::AIC),
+        ];
         let mix = consumer(orch, ActiveMask::AIC | ActiveMask::AIV0);
         assert_eq!(shared.pop_ready(ResourceShape::Aic), Some(p));
         assert!(shared.mark_running(p));
         let mut kept = Kept::default();
         assert!(kept.is_empty());
         assert!(shared.complete_subtask_keeping(p, Some(&mut kept)));
-        // Every consumer is READY; one AIV and the AIC task are kept, the rest queued.
-        for t in [v1, v2, c, mix] {
+        for &t in vector.iter().chain(&cube).chain([&mix]) {
             assert_eq!(status(shared, t), SlotStatus::Ready, "{t:?}");
         }
-        let (kept_aiv, kept_aic) = (
-            kept.take(ResourceShape::Aiv).unwrap(),
-            kept.take(ResourceShape::Aic),
-        );
-        assert_eq!(kept_aic, Some(c));
-        assert!([v1, v2].contains(&kept_aiv));
-        let queued_aiv = shared.pop_ready(ResourceShape::Aiv).unwrap();
-        assert_eq!(
-            [kept_aiv, queued_aiv].iter().filter(|&&t| t == v1).count(),
-            1
-        );
+        assert!(kept.take_queued(), "one AIV consumer found no room");
+        assert_eq!(kept.tasks().count(), KEEP_PER_SHAPE + 2);
+        // Every AIV consumer but one is kept and the last queued; both AIC ones are kept.
+        let mut aiv: Vec<TaskId> = core::iter::from_fn(|| kept.take(ResourceShape::Aiv)).collect();
+        assert_eq!(aiv.len(), KEEP_PER_SHAPE);
+        aiv.push(shared.pop_ready(ResourceShape::Aiv).unwrap());
+        aiv.sort_by_key(|t| t.0);
+        assert_eq!(aiv, vector, "each AIV consumer once, kept or queued");
+        let mut aic = [kept.take(ResourceShape::Aic), kept.take(ResourceShape::Aic)];
+        aic.sort_by_key(|t| t.map(|t| t.0));
+        assert_eq!(aic, cube.map(Some));
+        assert_eq!(kept.take(ResourceShape::Aic), None);
         assert_eq!(shared.pop_ready(ResourceShape::Aiv), None);
         assert_eq!(shared.pop_ready(ResourceShape::Aic), None);
         assert_eq!(shared.pop_ready(ResourceShape::Mix), Some(mix));
         assert_eq!(kept.take(ResourceShape::Mix), None, "MIX is never kept");
-        // What a pass does not run, queue_kept queues.
         assert!(kept.is_empty());
         assert!(!shared.queue_kept(&mut kept));
+        // What a pass does not run, queue_kept queues: every task kept, once.
+        for &t in &vector {
+            run(shared, t);
+        }
         let mut again = Kept::default();
-        run(shared, kept_aiv);
-        run(shared, queued_aiv);
-        assert!(shared.mark_running(c));
         let mut qa = [output()];
         let q = submit(orch, ActiveMask::AIV0, &mut qa, &[]);
-        let mut ra = [input(qa[0].tensor)];
-        let r = submit(orch, ActiveMask::AIV0, &mut ra, &[]);
+        let r: Vec<TaskId> = (0..2)
+            .map(|_| {
+                let mut ra = [input(qa[0].tensor)];
+                submit(orch, ActiveMask::AIV0, &mut ra, &[])
+            })
+            .collect();
         assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(q));
         assert!(shared.mark_running(q));
         assert!(shared.complete_subtask_keeping(q, Some(&mut again)));
-        assert!(!again.is_empty());
+        assert!(!again.take_queued(), "both consumers fit");
         assert_eq!(
             shared.pop_ready(ResourceShape::Aiv),
             None,
-            "r is kept, not queued"
+            "the consumers are kept, not queued"
         );
         assert!(shared.queue_kept(&mut again));
         assert!(again.is_empty());
-        assert_eq!(shared.pop_ready(ResourceShape::Aiv), Some(r));
+        assert!(again.take_queued());
+        let mut queued: Vec<TaskId> =
+            core::iter::from_fn(|| shared.pop_ready(ResourceShape::Aiv)).collect();
+        queued.sort_by_key(|t| t.0);
+        assert_eq!(queued, r);
         orch.scope_end().unwrap();
     });
 }
