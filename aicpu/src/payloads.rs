@@ -121,7 +121,14 @@ pub struct TaskPayloads<'a> {
     /// Per ring, where the next body goes: the ring's writer's own state, read and written
     /// only by it (an atomic because the structure is shared with the schedulers).
     cursors: [AtomicUsize; MAX_RINGS],
+    /// Told the arena words a coming record will be written into ([`Self::with_write_hint`]).
+    write_hint: fn(&[AtomicU64]),
 }
+
+/// How far past the end of the record just written [`TaskPayloads::write`] hints the arena,
+/// and how much of it: a window one typical record long (five tensors and a few scalars),
+/// one record ahead, so each line is hinted about one record before its stores.
+pub const WRITE_AHEAD_WORDS: usize = 64;
 
 /// One record: its head's fields and its body (used tensors, then used scalars).
 struct PayloadRecord<'r> {
@@ -210,7 +217,18 @@ impl<'a> TaskPayloads<'a> {
             bodies,
             masks: layout.windows.map(|w| w.wrapping_sub(1)),
             cursors: Default::default(),
+            write_hint: |_| {},
         })
+    }
+
+    /// Has [`Self::write`], after each record, hand `hint` the arena words one record further
+    /// on, where the record after next will likely go (the platform's prefetch for writing,
+    /// where it has one). The schedulers on other cores last read those lines, so without it
+    /// each store of a record waits for its line to be given up; with it, that happens while
+    /// the orchestrator builds the next task. By default, nothing is hinted.
+    pub fn with_write_hint(mut self, hint: fn(&[AtomicU64])) -> Self {
+        self.write_hint = hint;
+        self
     }
 
     /// Carves the records out of `region`, zeroed.
@@ -317,6 +335,9 @@ impl<'a> TaskPayloads<'a> {
                 cell.store(w, Ordering::Relaxed);
             }
         }
+        let ahead = (start + len + WRITE_AHEAD_WORDS).min(arena.len());
+        let window = arena.get(ahead..(ahead + WRITE_AHEAD_WORDS).min(arena.len()));
+        (self.write_hint)(window.unwrap_or(&[]));
     }
 
     /// `task`'s dispatch predicate, if its record carries one.

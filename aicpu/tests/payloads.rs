@@ -3,12 +3,16 @@
 //! round-trips into a
 //! fresh region; and an image whose records break the caps is refused with the field at fault.
 
-use simpler_aicpu::payloads::{MixedKernels, PayloadsLayout, TaskPayloads, TENSOR_WORDS};
+use simpler_aicpu::payloads::{
+    MixedKernels, PayloadsLayout, TaskPayloads, TENSOR_WORDS, WRITE_AHEAD_WORDS,
+};
 use simpler_core::image::{ImageError, Reader, Writer};
 use simpler_core::layout::Line;
 use simpler_core::limits::{CORE_MAX_SCALAR_ARGS, CORE_MAX_TENSOR_ARGS};
 use simpler_core::predicate::DispatchPredicate;
+use simpler_core::sync::AtomicU64;
 use simpler_core::{AddressSpace, BufferHandle, CoreTaskArgs, DataType, TaskId, TaskTensor};
+use std::cell::RefCell;
 
 const WINDOW: u32 = 8;
 
@@ -127,6 +131,58 @@ fn every_live_record_reads_back_as_written_while_the_arena_wraps() {
     write(&p, TaskId::new(0, 5), &w);
     assert_reads(&p, TaskId::new(0, 5), &w);
     assert_reads(&p, TaskId::new(1, tasks - 1), &log[tasks as usize - 1]);
+}
+
+std::thread_local! {
+    /// The word ranges the write hint was given, as (first word's address, words).
+    static HINTED: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn note_hint(words: &[AtomicU64]) {
+    HINTED.with(|h| h.borrow_mut().push((words.as_ptr() as usize, words.len())));
+}
+
+#[test]
+fn each_write_hints_the_arena_one_window_past_its_record() {
+    let layout = layout();
+    let mut mem = region(&layout);
+    let p = TaskPayloads::init(bytemuck::cast_slice_mut(&mut mem), &layout)
+        .unwrap()
+        .with_write_hint(note_hint);
+    let (mut inside, mut clipped) = (0, 0);
+    for local in 0..40 * WINDOW {
+        let (nt, ns) = sizes(local);
+        let id = TaskId::new(1, local);
+        write(&p, id, &written(local, nt, ns));
+        let hinted = HINTED.with(|h| h.borrow_mut().drain(..).collect::<Vec<_>>());
+        assert_eq!(hinted.len(), 1, "one hint per write, task {local}");
+        let (at, words) = hinted[0];
+        let mut body = (0, 0);
+        p.hint_record(id, |w| body = (w.as_ptr() as usize, w.len()));
+        let past = body.0 + 8 * (body.1 + WRITE_AHEAD_WORDS);
+        assert!(
+            words <= WRITE_AHEAD_WORDS,
+            "task {local}: {words} words hinted"
+        );
+        if words == WRITE_AHEAD_WORDS {
+            assert_eq!(
+                at, past,
+                "task {local}: the window starts one window past the record"
+            );
+            inside += 1;
+        } else {
+            // Near the arena's end the window is cut short there (or empty past it).
+            assert!(
+                words == 0 || at == past,
+                "task {local}: a cut window starts where a whole one would"
+            );
+            clipped += 1;
+        }
+    }
+    assert!(
+        inside > 0 && clipped > 0,
+        "{inside} whole windows, {clipped} cut short"
+    );
 }
 
 #[test]

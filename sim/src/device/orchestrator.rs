@@ -173,7 +173,7 @@ pub(super) fn device_main(
     // The region is fresh zeroed pages, which need no formatting: attaching leaves them
     // untouched until a record is written into them.
     let payloads = match TaskPayloads::attach(payload_mem.bytes_mut(), &payloads_layout) {
-        Ok(p) => p,
+        Ok(p) => p.with_write_hint(crate::tile_ops::ahead::hint_write),
         Err(e) => {
             let _ = ready.send(Err(e.into()));
             return;

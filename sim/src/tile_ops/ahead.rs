@@ -121,6 +121,76 @@ fn prefetch<const L2: bool>(line: *const u8) {
     let _ = line;
 }
 
+/// Hints that `words` will be written soon, by this thread: each of their cache lines is
+/// prefetched for writing where the CPU has the instruction (x86-64's PREFETCHW, which takes
+/// the line exclusive, so the stores that follow find it owned instead of first asking the
+/// core that last read it to give it up); elsewhere, nothing. Reads and changes nothing.
+pub fn hint_write(words: &[simpler_core::sync::AtomicU64]) {
+    if !has_prefetchw() {
+        return;
+    }
+    let bytes = words.as_ptr_range();
+    let (first, end) = (bytes.start.cast::<u8>(), bytes.end.cast::<u8>());
+    let mut line = first.wrapping_sub(first as usize % LINE);
+    while (line as usize) < end as usize {
+        prefetch_for_write(line);
+        line = line.wrapping_add(LINE);
+    }
+}
+
+/// Whether this CPU has PREFETCHW, asked once.
+fn has_prefetchw() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(cpu_has_prefetchw)
+}
+
+/// CPUID leaf 0x8000_0001, ECX bit 8 (PRFCHW, "3DNowPrefetch").
+#[allow(unsafe_code)] // CPUID: see its SAFETY comment
+fn cpu_has_prefetchw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        #[allow(unused_unsafe)] // `__cpuid` is a safe function on newer toolchains
+        // SAFETY: CPUID exists on every x86-64 CPU; leaf 0x8000_0000 reports the highest
+        // extended leaf, and 0x8000_0001 is asked only when it is there.
+        let (top, ecx) = unsafe {
+            let top = __cpuid(0x8000_0000).eax;
+            (
+                top,
+                if top >= 0x8000_0001 {
+                    __cpuid(0x8000_0001).ecx
+                } else {
+                    0
+                },
+            )
+        };
+        top >= 0x8000_0001 && ecx & (1 << 8) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// One PREFETCHW of the line at `line`; only called where [`has_prefetchw`] said the CPU has
+/// it.
+#[inline(always)]
+#[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
+fn prefetch_for_write(line: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU has the instruction (the caller checked CPUID). Like every prefetch it
+    // is a hint: it never faults, whatever the address, reads into no register and writes
+    // nothing, so it is no access in the language's sense and cannot race with any. (The
+    // standard library's intrinsic for it needs a target feature that is not yet stable.)
+    unsafe {
+        std::arch::asm!(
+            "prefetchw byte ptr [{0}]",
+            in(reg) line,
+            options(nostack, preserves_flags, readonly)
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = line;
+}
+
 std::thread_local! {
     /// This thread's queue.
     static AHEAD: Cell<Ahead> = const { Cell::new(Ahead::EMPTY) };
@@ -166,6 +236,19 @@ mod tests {
 
     fn lines_buf() -> Box<Lines> {
         Box::new(Lines([0; 4096]))
+    }
+
+    #[test]
+    fn a_write_hint_runs_on_this_cpu_and_changes_no_word() {
+        use simpler_core::sync::{AtomicU64, Ordering};
+        let words: Vec<AtomicU64> = (0..100).map(AtomicU64::new).collect();
+        // Ranges that start and end mid-line, and an empty one.
+        for (from, to) in [(0, 100), (3, 17), (9, 9), (63, 100)] {
+            hint_write(&words[from..to]);
+        }
+        for (i, w) in words.iter().enumerate() {
+            assert_eq!(w.load(Ordering::Relaxed), i as u64);
+        }
     }
 
     #[test]
