@@ -47,10 +47,11 @@ pub struct Kept {
     queued: bool,
 }
 
-/// Tasks of one shape a [`Kept`] holds: as many vector cores as one scheduler thread owns
-/// when it runs the default eight clusters alone, so a pass's completions on those cores
-/// can all keep their consumers. Past that, a pass holds more than it can place; what it
-/// does not place it queues at its end anyway.
+/// Tasks of one shape a [`Kept`] holds: as many vector cores as one scheduler owns at the
+/// most clusters a2a3 has (24 over its three schedulers: 8 clusters, 16 vector cores), so a
+/// pass's completions on all its cores can keep their consumers (in the default eight
+/// clusters a scheduler owns at most three, six vector cores). Past its cores, a pass holds
+/// more than it can place; what it does not place it queues at its end anyway.
 pub const KEEP_PER_SHAPE: usize = 16;
 
 impl Kept {
