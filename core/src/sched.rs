@@ -36,8 +36,8 @@ pub const READY_QUEUES: usize = 4;
 /// ([`SchedState::queue_kept`]) before its pass ends.
 ///
 /// One pass polls the completions of every core its thread stepped since the last, so it
-/// can ready a consumer for each of them: room for one of a shape sent all but the first to
-/// the queues, and most of paged attention's chains crossed to the other thread's cache.
+/// can ready a consumer for each of them: room for one of a shape sent all but the first
+/// through the shared queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
     /// Per kept shape (in the order of [`Kept::SHAPES`]), its tasks; `None` is a free entry.

@@ -240,6 +240,26 @@ fn keeping_scheduler(shared: &'static SchedState<'static>, board: Arc<Board>) {
     }
 }
 
+/// Two [`keeping_scheduler`]s run the tasks submitted so far while the orchestrator closes
+/// its scope; then every task must have run once and the rings drained.
+fn run_keeping_schedulers(
+    orch: &mut Orchestrator<'static>,
+    shared: &'static SchedState<'static>,
+    board: &Arc<Board>,
+) {
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let board = board.clone();
+            loom::thread::spawn(move || keeping_scheduler(shared, board))
+        })
+        .collect();
+    orch.scope_end().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    check_drained(shared, orch, board);
+}
+
 /// Checks a task just popped from the `shape` queue (popped once, READY, every producer it
 /// waits for completed) and runs it at once, as a scheduler would.
 fn run_popped(shared: &SchedState<'_>, board: &Board, id: TaskId, shape: ResourceShape) {
@@ -440,17 +460,7 @@ fn kept_tasks_run_once_and_a_pass_leaves_none_kept() {
                 orch.submit(task(ActiveMask::AIV0, &mut da, &[]), &mut Yield),
                 Ok(d)
             );
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    let board = board.clone();
-                    loom::thread::spawn(move || keeping_scheduler(shared, board))
-                })
-                .collect();
-            orch.scope_end().unwrap();
-            for t in threads {
-                t.join().unwrap();
-            }
-            check_drained(shared, orch, &board);
+            run_keeping_schedulers(orch, shared, &board);
         });
     });
 }
@@ -478,17 +488,7 @@ fn two_kept_tasks_of_one_shape_run_once_each() {
                     Ok(c)
                 );
             }
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    let board = board.clone();
-                    loom::thread::spawn(move || keeping_scheduler(shared, board))
-                })
-                .collect();
-            orch.scope_end().unwrap();
-            for t in threads {
-                t.join().unwrap();
-            }
-            check_drained(shared, orch, &board);
+            run_keeping_schedulers(orch, shared, &board);
         });
     });
 }

@@ -9,7 +9,7 @@
 //! acquire on each read of one) are what make a payload written before dispatch, and a
 //! kernel's GM writes before FIN, visible to the other side.
 
-use crate::tile_ops::ahead::{prefetch_line, LINE};
+use crate::tile_ops::ahead::{for_each_line, prefetch_line};
 use crate::tile_ops::HostTileOps;
 use simpler_aicore::core_loop::CorePort;
 use simpler_aicore::TileOps;
@@ -104,12 +104,6 @@ impl Platform for SimCores {
         self.epoch.elapsed().as_nanos() as u64
     }
     fn hint_read(&self, words: &[AtomicU64]) {
-        let bytes = words.as_ptr_range();
-        let (first, end) = (bytes.start.cast::<u8>(), bytes.end.cast::<u8>());
-        let mut line = first.wrapping_sub(first as usize % LINE);
-        while (line as usize) < end as usize {
-            prefetch_line(line);
-            line = line.wrapping_add(LINE);
-        }
+        for_each_line(words, prefetch_line);
     }
 }

@@ -126,14 +126,20 @@ fn prefetch<const L2: bool>(line: *const u8) {
 /// the line exclusive, so the stores that follow find it owned instead of first asking the
 /// core that last read it to give it up); elsewhere, nothing. Reads and changes nothing.
 pub fn hint_write(words: &[simpler_core::sync::AtomicU64]) {
-    if !has_prefetchw() {
-        return;
+    if has_prefetchw() {
+        for_each_line(words, prefetch_for_write);
     }
+}
+
+/// Calls `f` with the start of each cache line `words` touch, first to last. The pointers
+/// are for prefetches: the first may lie before `words` (its line's start).
+#[inline(always)]
+pub(crate) fn for_each_line(words: &[simpler_core::sync::AtomicU64], mut f: impl FnMut(*const u8)) {
     let bytes = words.as_ptr_range();
     let (first, end) = (bytes.start.cast::<u8>(), bytes.end.cast::<u8>());
     let mut line = first.wrapping_sub(first as usize % LINE);
     while (line as usize) < end as usize {
-        prefetch_for_write(line);
+        f(line);
         line = line.wrapping_add(LINE);
     }
 }
