@@ -6,8 +6,10 @@
 //! it. Loom reports a plain access that is not ordered with another access to the same cell, so
 //! an admission the ledger should have refused fails the model; the ledger's own atomics are
 //! loom's (through `simpler_core::sync`), and under loom the ledger has two lines of two entries.
-//! Loom treats `SeqCst` loads and stores as acquire and release only: the models check the
-//! ledger's argument as its module docs state it, resting on its `SeqCst` fence.
+//! Loom treats `SeqCst` loads and stores as acquire and release only, without their single
+//! order, so under loom the ledger puts a `SeqCst` fence between publishing an entry and
+//! reading the others, where the real build relies on that order (the ledger's module docs):
+//! the models check the rest of its argument, resting on the fence.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p
 //! simpler-sim --test loom_ledger -- --nocapture`
