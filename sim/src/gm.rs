@@ -105,7 +105,38 @@ impl GmWords {
             words: self.slice(),
             ledger: self.ledger.as_deref(),
             home: home % LINES,
+            owned: None,
         }
+    }
+
+    /// [`Self::arena_at`] for the calling thread's own use: its small (atomic) accesses on
+    /// this thread register in a ledger entry held for the arena's life, without a locked
+    /// instruction while the ledger is light ([`crate::ledger`]); on any other thread, or
+    /// when the ledger has no entry to spare, it registers as [`Self::arena_at`]'s does.
+    pub fn arena_owned(&self, base: u64, home: usize) -> GmArena<'_> {
+        let mut arena = self.arena_at(base, home);
+        arena.owned = self
+            .ledger
+            .as_deref()
+            .and_then(|l| l.own(home % LINES))
+            .map(|entry| Owned {
+                entry,
+                thread: thread_token(),
+            });
+        arena
+    }
+
+    /// Returns the ledger to light mode (a new epoch): meant for the start of a run, after
+    /// the host's copies made it heavy ([`Ledger::lighten`]).
+    pub fn lighten(&self) {
+        if let Some(l) = &self.ledger {
+            l.lighten();
+        }
+    }
+
+    /// Whether the ledger is in light mode now (for tests); false without a ledger.
+    pub fn is_light(&self) -> bool {
+        self.ledger.as_ref().is_some_and(|l| l.is_light())
     }
 
     /// Entries of the ledger held right now: accesses and leases in progress.
@@ -176,6 +207,40 @@ pub struct GmArena<'a> {
     ledger: Option<&'a Ledger>,
     /// The ledger line this arena claims entries in first.
     home: usize,
+    /// The ledger entry this arena's thread registers its atomic accesses in
+    /// ([`GmWords::arena_owned`]).
+    owned: Option<Owned>,
+}
+
+/// An atomic ledger entry held for one thread's accesses through one arena.
+struct Owned {
+    /// The entry's index.
+    entry: usize,
+    /// The thread that may register in it ([`thread_token`]).
+    thread: usize,
+}
+
+std::thread_local! {
+    /// A byte whose address names its thread among the threads alive.
+    static TOKEN: u8 = const { 0 };
+}
+
+/// The calling thread's token: the address of its [`TOKEN`], distinct between threads alive
+/// at once (a thread started after another ended may get the ended one's, which no live
+/// thread then has).
+#[inline(always)]
+fn thread_token() -> usize {
+    TOKEN.with(|t| t as *const u8 as usize)
+}
+
+impl Drop for GmArena<'_> {
+    fn drop(&mut self) {
+        if let (Some(ledger), Some(o)) = (self.ledger, &self.owned) {
+            // No access of this arena is in progress: each ends before its call returns, and
+            // dropping takes the arena from every borrow.
+            ledger.disown(o.entry);
+        }
+    }
 }
 
 /// A copy's turn at its words ([`GmArena::begin_copy`]): where they start, and whether the
@@ -190,17 +255,30 @@ struct CopyTurn<'a> {
 struct Registered<'a> {
     ledger: &'a Ledger,
     held: Option<Held>,
+    /// Whether the entry is an owned one ([`Ledger::register_owned`]), left idle, not freed.
+    owned: bool,
 }
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
-            self.ledger.release_own(held);
+            if self.owned {
+                self.ledger.release_owned(held);
+            } else {
+                self.ledger.release_own(held);
+            }
         }
     }
 }
 
 impl GmArena<'_> {
+    /// [`GmWords::lighten`] for the words this arena is over.
+    pub fn lighten(&self) {
+        if let Some(l) = self.ledger {
+            l.lighten();
+        }
+    }
+
     /// The first device address (the one the first word's first byte has).
     pub fn base(&self) -> u64 {
         self.base
@@ -235,6 +313,7 @@ impl GmArena<'_> {
     /// Registers `access` to the words bytes `off..off + len` touch (in range, `len > 0`);
     /// `None` when GM has no ledger. A conflict, or a full ledger, is a
     /// [`GmFaultKind::Conflict`] at `addr`.
+    #[inline(always)]
     fn register(
         &self,
         addr: u64,
@@ -245,11 +324,19 @@ impl GmArena<'_> {
         let Some(ledger) = self.ledger else {
             return Ok(None);
         };
-        let (start, end) = (off / 8, (off + len).div_ceil(8));
-        match ledger.register(self.home, start as u64, end as u64, access) {
+        let (start, end) = ((off / 8) as u64, (off + len).div_ceil(8) as u64);
+        let atomic = matches!(access, Access::AtomicRead | Access::AtomicWrite);
+        let (registered, owned) = match &self.owned {
+            Some(o) if atomic && o.thread == thread_token() => {
+                (ledger.register_owned(o.entry, start, end, access), true)
+            }
+            _ => (ledger.register(self.home, start, end, access), false),
+        };
+        match registered {
             Ok(held) => Ok(Some(Registered {
                 ledger,
                 held: Some(held),
+                owned,
             })),
             Err(why) => Err((GmFault::conflict(addr, len as u64), why)),
         }
@@ -288,6 +375,7 @@ impl GmArena<'_> {
     /// What a copy of `len` bytes at `addr` starts with: the range checked (its offset) and
     /// registered in the ledger, as a bulk access when it is whole words of at least
     /// [`BULK_MIN`] bytes, else as an atomic one. `None` for an empty copy.
+    #[inline(always)]
     fn begin_copy(
         &self,
         addr: u64,
@@ -711,6 +799,88 @@ mod tests {
             });
         });
         assert_eq!(words.accesses_in_progress(), 0);
+    }
+
+    #[test]
+    fn a_read_lease_never_sees_an_owned_arenas_light_writes() {
+        // As above, with the writer's atomic writes in an entry its thread owns, and the ledger
+        // made light again before every lease, so that each lease's registration switches it
+        // while light writes are in flight. Each write is long (4,003 bytes, not whole words)
+        // and the leases cover its last bytes, so that a lease often begins while a write is
+        // on its way to them.
+        let words = GmWords::zeroed(1024);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (granted, leases) = (AtomicU64::new(0), AtomicU64::new(0));
+        let start = Barrier::new(2);
+        std::thread::scope(|s| {
+            let (words, done, granted, leases, start) = (&words, &done, &granted, &leases, &start);
+            s.spawn(move || {
+                let gm = words.arena_at(0x1000, 1);
+                start.wait();
+                // At least 4,000 leases, and on until the writer has had writes admitted.
+                for i in 0.. {
+                    if i >= 4_000 && granted.load(Ordering::Relaxed) > 0 {
+                        break;
+                    }
+                    words.lighten();
+                    if let Some(Ok(lease)) = gm.lend(0x1F80, 8) {
+                        // Held long enough for the writer to get several writes in, were
+                        // they admitted.
+                        let seen: Vec<u32> = lease.iter().map(|v| v.to_bits()).collect();
+                        for _ in 0..64 {
+                            std::hint::spin_loop();
+                            let now: Vec<u32> = lease.iter().map(|v| v.to_bits()).collect();
+                            assert_eq!(seen, now);
+                        }
+                        leases.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            s.spawn(move || {
+                let gm = words.arena_owned(0x1000, 2);
+                start.wait();
+                let mut n = 0u8;
+                while !done.load(Ordering::Relaxed) {
+                    n = n.wrapping_add(1);
+                    if gm.write(0x1004, &[n; 4003]).is_ok() {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        });
+        assert!(leases.load(Ordering::Relaxed) > 0 && granted.load(Ordering::Relaxed) > 0);
+        assert_eq!(words.accesses_in_progress(), 0);
+    }
+
+    #[test]
+    fn an_owned_arena_on_another_thread_registers_as_a_shared_one() {
+        let words = GmWords::zeroed(64);
+        let (owned, holder) = (words.arena_owned(0x1000, 1), words.arena_at(0x1000, 2));
+        let lease = holder.lend_mut(0x1000, 4).unwrap().unwrap();
+        // On its own thread and on another, a small write under the lease is refused and one
+        // beside it admitted.
+        std::thread::scope(|s| {
+            let owned = &owned;
+            for _ in 0..2 {
+                let conflict = Err(GmFault::conflict(0x1008, 4));
+                assert_eq!(owned.write(0x1008, &[1; 4]), conflict);
+                owned.write(0x1010, &[1; 4]).unwrap();
+                s.spawn(move || {
+                    assert_eq!(owned.write(0x1008, &[1; 4]), conflict);
+                    owned.write(0x1010, &[1; 4]).unwrap();
+                })
+                .join()
+                .unwrap();
+            }
+        });
+        drop(lease);
+        assert_eq!(words.accesses_in_progress(), 0);
+        let mut out = [0u8; 8];
+        owned.read(0x1008, &mut out).unwrap();
+        assert_eq!(out, [0, 0, 0, 0, 0, 0, 0, 0]);
+        owned.read(0x1010, &mut out).unwrap();
+        assert_eq!(out, [1, 1, 1, 1, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -51,6 +51,30 @@
 //! thread does after its scan. So a bulk access either is refused or is ordered with every
 //! conflicting access, before or after it: never concurrent with it.
 //!
+//! ## Light mode
+//!
+//! A device thread's small accesses register in an entry it *owns* ([`Ledger::own`], through
+//! [`GmWords::arena_owned`](crate::gm::GmWords::arena_owned)): claimed once, idle between
+//! accesses, written only by its thread, so publishing a range there is a store, not a
+//! claim. While the ledger is *light* ([`Ledger::lighten`], at each run's start) that store
+//! is published with no barrier at all: the owned registration reads the mode, stores its
+//! entry and reads the mask, with nothing but the compiler kept from reordering them. Before
+//! a bulk registration reads the entries, it makes the ledger heavy: it marks the mode
+//! switching and runs Linux's `membarrier` (private expedited), which makes every thread of
+//! the process that is running execute a full barrier, and only then marks it heavy. For a
+//! light registration, that barrier falls either after its entry store, and the bulk scan
+//! (which follows the `membarrier` call, its own or the one that made the mode heavy) reads
+//! the entry; or before its mask load, which then reads the bulk entry's bit, set before
+//! the call, unless the mode load before it already read the switch and took the heavy path.
+//! While the mode is not light, an owned registration publishes its entry with a `SeqCst`
+//! swap (a locked instruction) and reads as every other registration does. Resetting the mode
+//! to light starts a new epoch; a bulk registration checks after its scan that the epoch it
+//! relied on is still current and not light, and otherwise scans again the same way: a light
+//! registration of a later epoch read that reset, which in the `SeqCst` order of the mode's
+//! and the mask's accesses comes after the bulk registration's check, and so after its bit.
+//! Where `membarrier` is missing (another OS, an old kernel, or a sandbox that refuses it)
+//! and under the model checker, the ledger is never light.
+//!
 //! No fence stands between publishing and reading: on x86-64 the claim's compare-and-swap is
 //! a locked instruction, itself a full barrier, and a fence after it would put a second one on
 //! every small access, the most frequent kind. The model checker cannot check this
@@ -65,6 +89,7 @@
 #[cfg(loom)]
 use simpler_core::sync::fence;
 use simpler_core::sync::{AtomicU64, Ordering};
+use std::sync::atomic::compiler_fence;
 
 /// Cache lines of entries: one per thread of a device (its orchestrator, up to six scheduler
 /// threads, the host) with no two sharing a line.
@@ -88,6 +113,21 @@ pub const MAX_WORDS: u64 = 1 << 31;
 const WRITE: u64 = 1;
 /// The entry bit of a bulk (non-atomic) access.
 const BULK: u64 = 2;
+
+/// An owned entry while its owner has no access in progress: not zero, so no claim takes it,
+/// and a range that overlaps nothing (it starts past its end).
+const IDLE: u64 = (MAX_WORDS - 1) << 33;
+
+/// [`Ledger::mode`]'s state, its low two bits; the bits above count the times it was made
+/// light (its epoch).
+const STATE: u64 = 3;
+/// Owned atomic registrations need no barrier: a bulk registration first makes every thread
+/// run one ([`heavy_barrier`]).
+const LIGHT: u64 = 0;
+/// A bulk registration is making the mode heavy: owned registrations take the barrier.
+const SWITCHING: u64 = 1;
+/// Owned atomic registrations take a barrier, as every other registration does.
+const HEAVY: u64 = 2;
 
 /// How an access touches its words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,13 +171,17 @@ pub struct Ledger {
     /// Which bulk entries are held: bit `i` for entry `SIDE + i`, set after the entry is
     /// claimed and cleared after it is freed, so an atomic registration reads this one word
     /// and only the bulk entries it names (usually none).
-    bulk_held: BulkMask,
+    bulk_held: LineWord,
+    /// Whether owned atomic registrations may skip their barrier (the module docs' *light
+    /// mode*): the state and epoch, alone on a cache line, read by every owned registration
+    /// and written only as the mode changes.
+    mode: LineWord,
 }
 
-/// [`Ledger::bulk_held`], alone on its cache line: written only as bulk accesses start and
-/// end, read by every registration.
+/// A word alone on its cache line ([`Ledger::bulk_held`], written only as bulk accesses start
+/// and end and read by every registration; [`Ledger::mode`]).
 #[repr(align(64))]
-struct BulkMask(AtomicU64);
+struct LineWord(AtomicU64);
 
 /// Entries in each of the two tables.
 const SIDE: usize = LINES * ENTRIES;
@@ -203,7 +247,12 @@ impl Ledger {
         Self {
             atomic: table(),
             bulk: table(),
-            bulk_held: BulkMask(AtomicU64::new(0)),
+            bulk_held: LineWord(AtomicU64::new(0)),
+            mode: LineWord(AtomicU64::new(if heavy_barrier_available() {
+                LIGHT
+            } else {
+                HEAVY
+            })),
         }
     }
 
@@ -246,25 +295,156 @@ impl Ledger {
         // takes a fence for it (module docs).
         #[cfg(loom)]
         fence(Ordering::SeqCst);
-        // A bulk access can conflict with anything: it reads every entry. An atomic one can
-        // conflict only with bulk ones: it reads those the mask names.
+        // A bulk access can conflict with anything: it reads every entry, once every light
+        // registration in flight is published (module docs), and again if the mode was made
+        // light meanwhile. An atomic one can conflict only with bulk ones: it reads those the
+        // mask names.
         let conflict = if bulk {
-            (0..2 * SIDE).any(|other| other != index && self.conflicts_with(other, value))
-        } else {
-            let mut mask = self.bulk_held.0.load(Ordering::SeqCst);
-            let mut found = false;
-            while mask != 0 && !found {
-                let bit = mask.trailing_zeros() as usize;
-                mask &= mask - 1;
-                found = self.conflicts_with(SIDE + bit, value);
+            loop {
+                let relied = self.make_heavy();
+                let found =
+                    (0..2 * SIDE).any(|other| other != index && self.conflicts_with(other, value));
+                let now = self.mode.0.load(Ordering::SeqCst);
+                if now >> 2 == relied >> 2 && now & STATE != LIGHT {
+                    break found;
+                }
             }
-            found
+        } else {
+            self.bulk_conflict(value)
         };
         if conflict {
             self.release(held);
             return Err(Refusal::Conflict);
         }
         Ok(held)
+    }
+
+    /// Whether a bulk entry the held-bulk mask names conflicts with `value`.
+    #[inline(always)]
+    fn bulk_conflict(&self, value: u64) -> bool {
+        let mut mask = self.bulk_held.0.load(Ordering::SeqCst);
+        let mut found = false;
+        while mask != 0 && !found {
+            let bit = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            found = self.conflicts_with(SIDE + bit, value);
+        }
+        found
+    }
+
+    /// Makes the mode heavy if it is not, after every thread has run a barrier (so every
+    /// light registration made before is published); the mode it relied on, whose epoch a
+    /// bulk scan checks again after it has read the entries.
+    fn make_heavy(&self) -> u64 {
+        let m = self.mode.0.load(Ordering::SeqCst);
+        if m & STATE == HEAVY {
+            return m;
+        }
+        let epoch = m & !STATE;
+        if m & STATE == LIGHT {
+            // Losing the race to another switch, or to a reset, is fine: the barrier below is
+            // run either way, and the caller checks the epoch after its scan.
+            let _ = self.mode.0.compare_exchange(
+                m,
+                epoch | SWITCHING,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+        heavy_barrier();
+        let _ = self.mode.0.compare_exchange(
+            epoch | SWITCHING,
+            epoch | HEAVY,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        epoch | HEAVY
+    }
+
+    /// Returns the mode to light (a new epoch), where the platform has the barrier that
+    /// light registrations need; the next bulk registration pays for it with one
+    /// [`heavy_barrier`]. Correct at any time; meant for the start of a run, after the host's
+    /// copies made the mode heavy.
+    pub fn lighten(&self) {
+        if !heavy_barrier_available() {
+            return;
+        }
+        let mut m = self.mode.0.load(Ordering::SeqCst);
+        loop {
+            if m & STATE == LIGHT {
+                return;
+            }
+            let next = (m & !STATE).wrapping_add(STATE + 1) | LIGHT;
+            match self
+                .mode
+                .0
+                .compare_exchange(m, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return,
+                Err(now) => m = now,
+            }
+        }
+    }
+
+    /// Whether owned atomic registrations skip their barrier right now (for tests).
+    pub fn is_light(&self) -> bool {
+        self.mode.0.load(Ordering::SeqCst) & STATE == LIGHT
+    }
+
+    /// Claims an atomic entry for one thread's atomic accesses, line `home` first, holding
+    /// it idle until [`Ledger::disown`]; `None` when the atomic table is full. Only that
+    /// thread may register through it ([`Ledger::register_owned`]).
+    pub fn own(&self, home: usize) -> Option<usize> {
+        self.claim(home, false, IDLE)
+    }
+
+    /// Frees an entry [`Ledger::own`] claimed, with no access of its owner in progress.
+    pub fn disown(&self, index: usize) {
+        self.entry(index).store(0, Ordering::Release);
+    }
+
+    /// Registers an atomic `access` (not bulk) to words `start..end` in the owned entry
+    /// `index`. In light mode the entry is published with a plain store and no barrier: a
+    /// bulk registration makes every thread run one first. Only the thread that owns the
+    /// entry calls this, and never with one of its own registrations in it still held
+    /// (accesses do not nest), so no other store to the entry can be lost; freed with
+    /// [`Ledger::release_owned`].
+    #[inline(always)]
+    pub fn register_owned(
+        &self,
+        index: usize,
+        start: u64,
+        end: u64,
+        access: Access,
+    ) -> Result<Held, Refusal> {
+        debug_assert!(
+            start < end && end < MAX_WORDS && access.bits() & BULK == 0,
+            "words {start}..{end} for an owned entry"
+        );
+        let value = pack(start, end, access);
+        let entry = self.entry(index);
+        if self.mode.0.load(Ordering::SeqCst) & STATE == LIGHT {
+            entry.store(value, Ordering::Relaxed);
+            // Only the compiler is kept from moving the store past the mask's load; the CPU
+            // may, and a bulk registration's barrier on this thread covers that (module docs).
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            entry.swap(value, Ordering::SeqCst);
+            #[cfg(loom)]
+            fence(Ordering::SeqCst);
+        }
+        let held = Held { index, value };
+        if self.bulk_conflict(value) {
+            self.release_owned(held);
+            return Err(Refusal::Conflict);
+        }
+        Ok(held)
+    }
+
+    /// Ends an access registered with [`Ledger::register_owned`]: its entry idle again.
+    #[inline(always)]
+    pub fn release_owned(&self, held: Held) {
+        self.entry(held.index).store(IDLE, Ordering::Release);
     }
 
     /// Whether entry `other` holds an access that conflicts with `value`.
@@ -322,11 +502,61 @@ impl Ledger {
         }
     }
 
-    /// Entries held right now (for tests and diagnostics).
+    /// Entries holding an access right now (for tests and diagnostics); an owned entry
+    /// while idle holds none.
     pub fn held(&self) -> usize {
         (0..2 * SIDE)
-            .filter(|&i| self.entry(i).load(Ordering::SeqCst) != 0)
+            .filter(|&i| !matches!(self.entry(i).load(Ordering::SeqCst), 0 | IDLE))
             .count()
+    }
+}
+
+/// Whether [`heavy_barrier`] works here: on Linux, once the process has registered for
+/// `membarrier`'s private expedited command (asked once); never under the model checker,
+/// which cannot model it, so there the mode stays heavy.
+fn heavy_barrier_available() -> bool {
+    #[cfg(all(target_os = "linux", not(loom)))]
+    {
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVAILABLE.get_or_init(|| {
+            membarrier(MEMBARRIER_REGISTER_PRIVATE_EXPEDITED)
+                && membarrier(MEMBARRIER_PRIVATE_EXPEDITED)
+        })
+    }
+    #[cfg(not(all(target_os = "linux", not(loom))))]
+    false
+}
+
+/// Runs a full memory barrier on every thread of the process that is running now (the
+/// others run one when next scheduled): what lets light registrations skip theirs. Only
+/// called where [`heavy_barrier_available`] said it works, which a failure here contradicts.
+fn heavy_barrier() {
+    #[cfg(all(target_os = "linux", not(loom)))]
+    assert!(
+        membarrier(MEMBARRIER_PRIVATE_EXPEDITED),
+        "membarrier failed after it had worked"
+    );
+}
+
+/// `membarrier`'s commands (Linux's `MEMBARRIER_CMD_*`).
+#[cfg(all(target_os = "linux", not(loom)))]
+const MEMBARRIER_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+#[cfg(all(target_os = "linux", not(loom)))]
+const MEMBARRIER_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+/// Whether Linux's `membarrier(cmd, 0, 0)` succeeded.
+#[cfg(all(target_os = "linux", not(loom)))]
+#[allow(unsafe_code)] // the system call: see its SAFETY comment
+fn membarrier(cmd: libc::c_int) -> bool {
+    // SAFETY: `membarrier` takes a command and two integer arguments and reads or writes no
+    // memory of the caller's; an unknown command or a kernel without it returns an error.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            cmd,
+            0 as libc::c_uint,
+            0 as libc::c_int,
+        ) == 0
     }
 }
 
@@ -367,6 +597,77 @@ mod tests {
             l.release(h);
         }
         assert_eq!(l.held(), 0);
+    }
+
+    #[test]
+    fn an_owned_entry_meets_bulk_accesses_as_a_claimed_one_does_light_or_heavy() {
+        use Access::*;
+        let l = Ledger::new();
+        let own = l.own(1).unwrap();
+        // Idle, it holds no access and blocks nothing.
+        assert_eq!(l.held(), 0);
+        let bulk = l.register(2, 0, 100, BulkWrite).unwrap();
+        l.release(bulk);
+        // A bulk registration made the ledger heavy; a new run's reset makes it light again
+        // where the platform has the barrier.
+        assert!(!l.is_light());
+        l.lighten();
+        assert_eq!(l.is_light(), heavy_barrier_available());
+        for round in 0..2 {
+            if round == 1 {
+                // The same checks with the ledger heavy.
+                l.release(l.register(2, 500, 600, BulkRead).unwrap());
+                assert!(!l.is_light());
+            }
+            let w = l.register_owned(own, 10, 20, AtomicWrite).unwrap();
+            assert_eq!(l.held(), 1);
+            // A bulk read over the owned write races with it: refused; a read beside it
+            // and an atomic access over it are not.
+            assert_eq!(l.register(2, 15, 25, BulkRead), Err(Refusal::Conflict));
+            l.release(l.register(2, 20, 30, BulkRead).unwrap());
+            l.release(l.register(3, 0, 30, AtomicWrite).unwrap());
+            l.release_owned(w);
+            assert_eq!(l.held(), 0);
+            // Idle again: the bulk read is admitted, and an owned write under it refused.
+            let r = l.register(2, 15, 25, BulkRead).unwrap();
+            assert_eq!(
+                l.register_owned(own, 24, 40, AtomicWrite),
+                Err(Refusal::Conflict)
+            );
+            // An owned read beside a bulk read is fine.
+            l.release_owned(l.register_owned(own, 24, 40, AtomicRead).unwrap());
+            l.release(r);
+            assert_eq!(l.held(), 0);
+        }
+        // Disowned, the entry is free for any claim.
+        l.disown(own);
+        let all: Vec<Held> = (0..SIDE)
+            .map(|i| l.register(1, i as u64, i as u64 + 1, AtomicRead).unwrap())
+            .collect();
+        assert_eq!(l.held(), SIDE);
+        all.into_iter().for_each(|h| l.release(h));
+    }
+
+    #[test]
+    fn owned_entries_are_taken_from_the_claims_and_a_light_reset_starts_an_epoch() {
+        let l = Ledger::new();
+        let owned: Vec<usize> = (0..SIDE).map(|_| l.own(0).unwrap()).collect();
+        // Every atomic entry owned: no claim or owner finds one, though none holds an access.
+        assert_eq!(l.own(0), None);
+        assert_eq!(l.register(0, 1, 2, Access::AtomicRead), Err(Refusal::Full));
+        assert_eq!(l.held(), 0);
+        l.disown(owned[SIDE - 1]);
+        l.release(l.register(0, 1, 2, Access::AtomicRead).unwrap());
+        // Each reset to light is a new epoch; one while light changes nothing.
+        if heavy_barrier_available() {
+            let before = l.mode.0.load(Ordering::SeqCst);
+            l.lighten();
+            assert_eq!(l.mode.0.load(Ordering::SeqCst), before);
+            l.release(l.register(0, 1, 2, Access::BulkRead).unwrap());
+            assert_eq!(l.mode.0.load(Ordering::SeqCst), before | HEAVY);
+            l.lighten();
+            assert_eq!(l.mode.0.load(Ordering::SeqCst), before + 4);
+        }
     }
 
     #[test]

@@ -179,7 +179,8 @@ pub(super) fn device_main(
             return;
         }
     };
-    let gm = gm_words.arena(GM_BASE);
+    // This thread's small GM accesses register in an entry of its own (line 0).
+    let gm = gm_words.arena_owned(GM_BASE, 0);
     let mut orch = match Orchestrator::init(orch_mem.bytes_mut(), &orch_layout, &shared) {
         Ok(o) => o,
         Err(e) => {
@@ -190,15 +191,17 @@ pub(super) fn device_main(
     let state = RunState::new();
     let nsched = config.topology.schedulers();
     let workers = config.scheduler_threads();
+    let words = &*gm_words;
     std::thread::scope(|s| {
         for t in 0..workers {
             let (state, shared, payloads) = (&state, &shared, &payloads);
-            // Each scheduler thread's cores register their GM accesses in a ledger line of
-            // their own (line 0 is the orchestrator's).
-            let gm = gm_words.arena_at(GM_BASE, 1 + t);
             let _ = std::thread::Builder::new()
                 .name(format!("simpler-sched-{t}"))
                 .spawn_scoped(s, move || {
+                    // Each scheduler thread's cores register their GM accesses in a ledger
+                    // line of their own (line 0 is the orchestrator's), the small ones in an
+                    // entry this thread owns.
+                    let gm = words.arena_owned(GM_BASE, 1 + t);
                     scheduler_main(t, workers, &config, state, shared, payloads, &gm)
                 });
         }
@@ -253,6 +256,9 @@ fn run_one<'a>(
     let init_start = Instant::now();
     shared.reset();
     orch.reset();
+    // The host's copies since the last run made the ledger heavy; the run's small accesses
+    // register without a barrier until a bulk one makes it heavy again.
+    gm.lighten();
     state.orch_done.store(false, Ordering::SeqCst);
     state.abort.store(0, Ordering::SeqCst);
     state.dispatched.store(0, Ordering::SeqCst);
