@@ -529,16 +529,25 @@ fn heavy_barrier_available() -> bool {
 
 /// Runs a full memory barrier on every thread of the process that is running now (the
 /// others run one when next scheduled): what lets light registrations skip theirs. Only
-/// called where [`heavy_barrier_available`] said it works, which a failure here contradicts.
+/// called where [`heavy_barrier_available`] said it works. A process forked from one that
+/// registered is not registered itself, so a refused command registers and tries again, and
+/// then falls back to the global command (slower, and needing no registration); a failure of
+/// that too means no barrier can be had, and light registrations may be in flight, so it
+/// panics rather than go on unsound.
 fn heavy_barrier() {
     #[cfg(all(target_os = "linux", not(loom)))]
-    assert!(
-        membarrier(MEMBARRIER_PRIVATE_EXPEDITED),
-        "membarrier failed after it had worked"
-    );
+    {
+        let done = membarrier(MEMBARRIER_PRIVATE_EXPEDITED)
+            || (membarrier(MEMBARRIER_REGISTER_PRIVATE_EXPEDITED)
+                && membarrier(MEMBARRIER_PRIVATE_EXPEDITED))
+            || membarrier(MEMBARRIER_GLOBAL);
+        assert!(done, "membarrier failed after it had worked");
+    }
 }
 
 /// `membarrier`'s commands (Linux's `MEMBARRIER_CMD_*`).
+#[cfg(all(target_os = "linux", not(loom)))]
+const MEMBARRIER_GLOBAL: libc::c_int = 1;
 #[cfg(all(target_os = "linux", not(loom)))]
 const MEMBARRIER_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
 #[cfg(all(target_os = "linux", not(loom)))]
