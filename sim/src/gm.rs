@@ -817,9 +817,12 @@ mod tests {
             s.spawn(move || {
                 let gm = words.arena_at(0x1000, 1);
                 start.wait();
-                // At least 4,000 leases, and on until the writer has had writes admitted.
-                for i in 0.. {
-                    if i >= 4_000 && granted.load(Ordering::Relaxed) > 0 {
+                // At least 4,000 tries, and on until both sides have had accesses admitted
+                // (or a bound that a working ledger does not reach, for the assert below).
+                for i in 0..1_000_000 {
+                    let both =
+                        granted.load(Ordering::Relaxed) > 0 && leases.load(Ordering::Relaxed) > 0;
+                    if i >= 4_000 && both {
                         break;
                     }
                     words.lighten();
@@ -846,6 +849,8 @@ mod tests {
                     if gm.write(0x1004, &[n; 4003]).is_ok() {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
+                    // A gap between writes, for leases to be admitted in.
+                    std::thread::yield_now();
                 }
             });
         });
