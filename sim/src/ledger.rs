@@ -362,9 +362,9 @@ impl Ledger {
     }
 
     /// Returns the mode to light (a new epoch), where the platform has the barrier that
-    /// light registrations need; the next bulk registration pays for it with one
-    /// [`heavy_barrier`]. Correct at any time; meant for the start of a run, after the host's
-    /// copies made the mode heavy.
+    /// light registrations need; the next bulk registration pays for it with one process-wide
+    /// barrier (the module docs). Correct at any time; meant for the start of a run, after
+    /// the host's copies made the mode heavy.
     pub fn lighten(&self) {
         if !heavy_barrier_available() {
             return;
