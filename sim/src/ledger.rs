@@ -21,7 +21,9 @@
 //! Two tables, one for atomic accesses and one for bulk ones, each of [`LINES`] cache lines of
 //! [`ENTRIES`] 64-bit entries. An arena handle has a home line in each (the device gives each of
 //! its threads its own) and claims a free entry there with a compare-and-swap, so claiming stays
-//! correct even when one handle is shared by threads; a full home line spills to the next ones. A
+//! correct even when one handle is shared by threads; a full home line spills to the next ones.
+//! A device thread's own arena also holds one atomic entry for its life (light mode, below),
+//! idle (a range that overlaps nothing) between its small accesses. A
 //! bulk registration reads both tables; an atomic one only the bulk table (two atomic accesses
 //! never conflict), which changes only as bulk accesses start and end, so a small atomic access
 //! does not read the lines other threads' atomic accesses keep writing. An entry packs `start word
