@@ -126,19 +126,6 @@ impl GmWords {
         arena
     }
 
-    /// Returns the ledger to light mode (a new epoch): meant for the start of a run, after
-    /// the host's copies made it heavy ([`Ledger::lighten`]).
-    pub fn lighten(&self) {
-        if let Some(l) = &self.ledger {
-            l.lighten();
-        }
-    }
-
-    /// Whether the ledger is in light mode now (for tests); false without a ledger.
-    pub fn is_light(&self) -> bool {
-        self.ledger.as_ref().is_some_and(|l| l.is_light())
-    }
-
     /// Entries of the ledger held right now: accesses and leases in progress.
     pub fn accesses_in_progress(&self) -> usize {
         self.ledger.as_ref().map_or(0, |l| l.held())
@@ -272,7 +259,8 @@ impl Drop for Registered<'_> {
 }
 
 impl GmArena<'_> {
-    /// [`GmWords::lighten`] for the words this arena is over.
+    /// Returns the ledger of the words this arena is over to light mode (a new epoch): meant
+    /// for the start of a run, after the host's copies made it heavy ([`Ledger::lighten`]).
     pub fn lighten(&self) {
         if let Some(l) = self.ledger {
             l.lighten();
@@ -825,7 +813,7 @@ mod tests {
                     if i >= 4_000 && both {
                         break;
                     }
-                    words.lighten();
+                    gm.lighten();
                     if let Some(Ok(lease)) = gm.lend(0x1F80, 8) {
                         // Held long enough for the writer to get several writes in, were
                         // they admitted.
