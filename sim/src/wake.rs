@@ -86,6 +86,63 @@ impl Wakeup {
     }
 }
 
+/// When a scheduler thread tells an orchestrator waiting for ring room that retirements
+/// freed some: the `room` [`Wakeup`]'s notices, kept per scheduler thread.
+///
+/// Not at every move of a watermark: on a host with fewer CPUs than the device's threads,
+/// each wakeup of the orchestrator takes a CPU from a scheduler thread in the middle of its
+/// kernels, and a heap that holds a few dozen tasks' outputs would wake it for every one that
+/// retires, to claim room for one more. Instead a thread gives notice once a ring's watermark
+/// has moved, since its last notice, by at least [`ROOM_SHARE`]'s share of the tasks still
+/// alive on that ring (claimed and not retired; at least one task), so the orchestrator
+/// wakes with that much room to fill while the rest of the tasks keep the cores busy; and at
+/// any move at all before the thread goes idle ([`RoomNotice::before_idle`]), so an
+/// orchestrator is never left waiting on room that was freed while every scheduler sleeps.
+/// The notice comes after the watermark's store either way, which is what the waiter relies
+/// on (`tests/loom_wake.rs` models both paths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoomNotice<const RINGS: usize> {
+    /// Each ring's watermark as this thread's last notice saw it.
+    marks: [u32; RINGS],
+}
+
+/// The share of a ring's alive tasks that must retire before a busy scheduler thread gives
+/// notice: a half, so the orchestrator refills half the ring at each wakeup while the other
+/// half runs.
+pub const ROOM_SHARE: u32 = 2;
+
+impl<const RINGS: usize> RoomNotice<RINGS> {
+    /// Notices counted from the watermarks `marks`.
+    pub fn new(marks: [u32; RINGS]) -> Self {
+        Self { marks }
+    }
+
+    /// After a round that completed tasks, with each ring's watermark `now` and its claimed
+    /// tasks `claimed` (the next task's local id): whether to notify the room wakeup now (a
+    /// ring's watermark moved by its share of the alive tasks). Task ids wrap as `u32`s do.
+    pub fn after_progress(&mut self, now: [u32; RINGS], claimed: [u32; RINGS]) -> bool {
+        let far = (0..RINGS).any(|r| {
+            let moved = now[r].wrapping_sub(self.marks[r]);
+            // A claimed count read before the watermark it trails reads as none alive.
+            let alive = claimed[r].wrapping_sub(now[r]);
+            let alive = if alive > u32::MAX / 2 { 0 } else { alive };
+            moved > 0 && moved >= (alive / ROOM_SHARE).max(1)
+        });
+        if far {
+            self.marks = now;
+        }
+        far
+    }
+
+    /// Before the thread goes idle, with each ring's watermark `now`: whether to notify the
+    /// room wakeup (a watermark moved since the last notice at all).
+    pub fn before_idle(&mut self, now: [u32; RINGS]) -> bool {
+        let moved = now != self.marks;
+        self.marks = now;
+        moved
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -118,5 +175,56 @@ mod tests {
         // A wait whose generation already moved does not block at all.
         w.wait(seen, Duration::from_secs(30));
         assert_eq!(blocked(&w), 0);
+    }
+
+    #[test]
+    fn a_busy_thread_gives_notice_once_half_the_alive_tasks_retired() {
+        // Ring 1 has tasks 0..100 claimed, none retired: 100 alive.
+        let mut n = RoomNotice::new([0, 0]);
+        // 20 retire, 80 alive: short of their half.
+        assert!(!n.after_progress([0, 20], [0, 100]), "20 retired, 80 alive");
+        assert!(
+            n.after_progress([0, 40], [0, 100]),
+            "40 retired, 60 alive: past their half"
+        );
+        // Counted from that notice: 10 more retire with 50 alive.
+        assert!(!n.after_progress([0, 50], [0, 100]));
+        assert!(
+            n.after_progress([0, 70], [0, 100]),
+            "30 since the notice, 30 alive"
+        );
+        // Nothing moved: no notice, however few are alive.
+        assert!(!n.after_progress([0, 70], [0, 70]));
+    }
+
+    #[test]
+    fn the_last_alive_task_retiring_gives_notice_and_any_ring_counts() {
+        let mut n = RoomNotice::new([5, 9]);
+        // Ring 0: one task alive, it retires.
+        assert!(n.after_progress([6, 9], [6, 200]));
+        // Ring 1 moves by one of 190 alive: not yet; ring 0's move of one of one: notice.
+        assert!(!n.after_progress([6, 10], [7, 200]));
+        assert!(n.after_progress([7, 10], [7, 200]));
+    }
+
+    #[test]
+    fn task_ids_that_wrap_count_their_moves_and_alive_tasks_across_the_wrap() {
+        let start = u32::MAX - 9;
+        let mut n = RoomNotice::new([start]);
+        // 20 claimed across the wrap; 12 retire across it, 8 alive.
+        assert!(n.after_progress([start.wrapping_add(12)], [start.wrapping_add(20)]));
+        assert!(!n.after_progress([start.wrapping_add(13)], [start.wrapping_add(20)]));
+        // A claimed count behind the watermark (read stale) counts as none alive.
+        assert!(n.after_progress([start.wrapping_add(14)], [start.wrapping_add(10)]));
+    }
+
+    #[test]
+    fn a_thread_going_idle_gives_notice_of_any_move_since_its_last() {
+        let mut n = RoomNotice::new([3, 0]);
+        assert!(!n.before_idle([3, 0]), "nothing moved");
+        // One retirement of many alive: too few for a busy thread, enough for an idle one.
+        assert!(!n.after_progress([4, 0], [1000, 0]));
+        assert!(n.before_idle([4, 0]));
+        assert!(!n.before_idle([4, 0]), "that notice counts");
     }
 }

@@ -15,7 +15,7 @@
 use loom::sync::atomic::{AtomicBool, AtomicU32};
 use loom::sync::Arc;
 use simpler_core::sync::Ordering;
-use simpler_sim::wake::Wakeup;
+use simpler_sim::wake::{RoomNotice, Wakeup};
 use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
 use std::time::Duration;
 
@@ -70,11 +70,14 @@ fn check(name: &str, consumers: usize, bound: Option<usize>) {
 /// The orchestrator's wait for room (`OrchWaiter::wait_for_room` in
 /// `sim/src/device/orchestrator.rs`): its claim reads the watermark and fails, then the waiter
 /// reads the room wakeup's generation and the watermark again, returns at once if the
-/// watermark moved since its last wait, and sleeps otherwise. A scheduler moves the watermark
-/// (a release store) and then notifies. The claim's read and the waiter's are separate, so
-/// the move may land between them: the model checks that no interleaving leaves the
-/// orchestrator asleep with the room free.
-fn check_room(name: &str) {
+/// watermark moved since its last wait, and sleeps otherwise. A scheduler retires tasks one
+/// by one (a release store of the watermark each) and gives notice as a scheduler thread does
+/// ([`RoomNotice`]): after a retirement only once its share of the alive tasks has retired,
+/// and before it goes idle at any move. With `claimed` tasks, 2 retire; 2 claimed makes the
+/// first retirement's notice the busy one, 8 leaves it to the idle one. The claim's read and
+/// the waiter's are separate, so a move may land between them: the model checks that no
+/// interleaving leaves the orchestrator asleep with the room free.
+fn check_room(name: &str, claimed: u32) {
     let runs = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
     loom::model::Builder::new().check(move || {
@@ -100,8 +103,16 @@ fn check_room(name: &str) {
                 }
             })
         };
-        s.watermark.store(1, Ordering::Release);
-        s.room.notify();
+        let mut notice = RoomNotice::new([0]);
+        for retired in 1..=2 {
+            s.watermark.store(retired, Ordering::Release);
+            if notice.after_progress([retired], [claimed]) {
+                s.room.notify();
+            }
+        }
+        if notice.before_idle([2]) {
+            s.room.notify();
+        }
         orchestrator.join().unwrap();
     });
     println!(
@@ -117,7 +128,12 @@ struct Room {
 
 #[test]
 fn a_watermark_move_wakes_the_orchestrator_waiting_for_room() {
-    check_room("sim_wakeup_room");
+    check_room("sim_wakeup_room", 2);
+}
+
+#[test]
+fn a_move_too_small_for_a_busy_notice_wakes_the_orchestrator_when_the_scheduler_idles() {
+    check_room("sim_wakeup_room_idle", 8);
 }
 
 #[test]

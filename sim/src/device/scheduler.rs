@@ -14,6 +14,7 @@ use super::state::{RunState, ABORT_SCHED};
 use super::trace::{TraceBuf, TraceSink};
 use crate::gm::{GmArena, PREFETCH_MAX};
 use crate::tile_ops::{ahead, blocked};
+use crate::wake::RoomNotice;
 use simpler_aicore::core_loop::{CoreLoop, Step};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::scheduler::CoreSlot;
@@ -73,8 +74,8 @@ fn dispatch_loop(
     kernels: &[KernelFn],
 ) {
     let epoch = runs.first().and_then(|r| r.epoch);
-    // The watermarks as this thread last saw them; read again only after a completion.
-    let mut marks = watermarks(shared);
+    // When this thread tells a waiting orchestrator that room was freed (`RoomNotice`).
+    let mut room = RoomNotice::new(watermarks(shared));
     loop {
         if state.abort.load(Ordering::Acquire) != 0 {
             break;
@@ -105,9 +106,7 @@ fn dispatch_loop(
                 state.completion.notify();
                 // Retiring tasks (the watermark moving) is what frees the room a blocked
                 // orchestrator waits for; the watermark's store comes before this bump.
-                let now = watermarks(shared);
-                if now != marks {
-                    marks = now;
+                if room.after_progress(watermarks(shared), claimed(shared)) {
                     state.room.notify();
                 }
             }
@@ -118,6 +117,10 @@ fn dispatch_loop(
             && !threads.iter().any(|t| t.sched.busy())
         {
             break;
+        }
+        // Room freed since this thread's last notice must not wait for it to wake.
+        if room.before_idle(watermarks(shared)) {
+            state.room.notify();
         }
         let t0 = now(epoch);
         state.wake.wait(seen, Duration::from_millis(5));
@@ -489,6 +492,11 @@ fn fail(state: &RunState, e: SchedError) {
 #[inline(always)]
 fn watermarks(shared: &SchedState<'_>) -> [u32; MAX_RINGS] {
     core::array::from_fn(|r| shared.flow(r).last_task_alive.load(Ordering::Relaxed))
+}
+
+/// Every ring's claimed tasks (`current_task_index`, the next task's local id).
+fn claimed(shared: &SchedState<'_>) -> [u32; MAX_RINGS] {
+    core::array::from_fn(|r| shared.flow(r).current_task_index.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
