@@ -15,7 +15,8 @@
 //! - [`ledger`]: the GM accesses in progress, which keep bulk copies and leases race-free.
 //! - [`pages`]: how GM is backed (transparent huge pages by default).
 //! - [`tile_ops`]: the cores' tile math on the host's vector units.
-//! - [`wake`]: the wakeup primitive idle threads block on.
+//! - [`wake`]: the wakeup primitive idle threads block on, and when a scheduler thread wakes
+//!   the orchestrator waiting for ring room.
 
 #[cfg(not(loom))]
 pub mod device;

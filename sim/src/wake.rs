@@ -3,7 +3,8 @@
 //!
 //! A waiter reads the generation, re-checks for work, and sleeps only if the generation is
 //! still the one it read; a notifier bumps the generation first, so a notification between the
-//! check and the sleep is never lost.
+//! check and the sleep is never lost. [`RoomNotice`] decides when a scheduler thread
+//! notifies the wakeup an orchestrator waiting for ring room sleeps on.
 //!
 //! ## Memory ordering
 //!
@@ -93,8 +94,8 @@ impl Wakeup {
 /// each wakeup of the orchestrator takes a CPU from a scheduler thread in the middle of its
 /// kernels, and a heap that holds a few dozen tasks' outputs would wake it for every one that
 /// retires, to claim room for one more. Instead a thread gives notice once a ring's watermark
-/// has moved, since its last notice, by at least [`ROOM_SHARE`]'s share of the tasks still
-/// alive on that ring (claimed and not retired; at least one task), so the orchestrator
+/// has moved, since its last notice, by at least the tasks still alive on that ring (claimed
+/// and not retired) over [`ROOM_SHARE`], and by one task at least, so the orchestrator
 /// wakes with that much room to fill while the rest of the tasks keep the cores busy; and at
 /// any move at all before the thread goes idle ([`RoomNotice::before_idle`]), so an
 /// orchestrator is never left waiting on room that was freed while every scheduler sleeps.
@@ -106,9 +107,10 @@ pub struct RoomNotice<const RINGS: usize> {
     marks: [u32; RINGS],
 }
 
-/// The share of a ring's alive tasks that must retire before a busy scheduler thread gives
-/// notice: a half, so the orchestrator refills half the ring at each wakeup while the other
-/// half runs.
+/// The divisor of a ring's alive tasks that a busy scheduler thread's notice waits for: it
+/// gives notice once half as many as are still alive have retired since its last (a third
+/// of those alive at that notice), so the orchestrator wakes to room for that many while
+/// twice as many keep the cores busy.
 pub const ROOM_SHARE: u32 = 2;
 
 impl<const RINGS: usize> RoomNotice<RINGS> {
