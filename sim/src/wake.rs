@@ -128,7 +128,7 @@ impl<const RINGS: usize> RoomNotice<RINGS> {
             // A claimed count read before the watermark it trails reads as none alive.
             let alive = claimed[r].wrapping_sub(now[r]);
             let alive = if alive > u32::MAX / 2 { 0 } else { alive };
-            moved > 0 && moved >= (alive / ROOM_SHARE).max(1)
+            moved >= (alive / ROOM_SHARE).max(1)
         });
         if far {
             self.marks = now;
