@@ -6,6 +6,8 @@
 //! threads. One [`Scheduler::step`] is one pass of the reference's loop: completions first,
 //! then DUMMY tasks, then dispatch with MIX before AIC and AIV so a cluster is not broken up
 //! while a MIX task waits, and idle cores only (a core runs one task at a time).
+//! [`Scheduler::after_kernel`] is a narrower pass for a thread that steps its cores in turn
+//! (the simulator): after one kernel, it places only what that completion made ready.
 
 use crate::graph_exec::{node_kernel, Expansion, GraphExecError, Submission, MAX_EXPANSIONS};
 use crate::payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
@@ -167,6 +169,24 @@ pub struct PassTimes {
     pub end: u64,
 }
 
+/// Where a pass takes its tasks from and where it starts placing them.
+#[derive(Clone, Copy, Debug)]
+struct Reach {
+    /// The owned core a placement looks at first; it goes on round to the ones before.
+    from: usize,
+    /// Whether the shared ready queues are popped (a round's pass) or only the tasks this
+    /// thread's completions kept are placed (a pass after a kernel).
+    queues: bool,
+}
+
+impl Reach {
+    /// A round's pass: every source, placement from the first core.
+    const ROUND: Self = Self {
+        from: 0,
+        queues: true,
+    };
+}
+
 /// An SPMD task some of whose blocks are not yet placed.
 #[derive(Clone, Copy, Debug)]
 struct Partial {
@@ -269,13 +289,40 @@ impl Scheduler {
         payloads: &TaskPayloads<'_>,
         gm: &dyn Gm,
     ) -> Result<bool, SchedError> {
-        let pass = self.pass(platform, shared, payloads, gm);
+        let pass = self.pass(Reach::ROUND, platform, shared, payloads, gm);
+        let queued = shared.queue_kept(&mut self.kept);
+        pass.map(|progress| progress || queued)
+    }
+
+    /// A pass between two cores' steps, where one thread steps its cores in turn (the
+    /// simulator), after owned core `i` ran a kernel: the completions are handled and the
+    /// tasks they made ready placed on this thread's idle cores, the first after `i` in step
+    /// order first, so that they run before the round ends, while what their producer wrote
+    /// is still in the cache. Nothing is taken from the shared queues (the next [`step`]
+    /// takes consecutive tasks for all the idle cores at once) and no dummy task or Graph
+    /// node is handled. What it could not place is queued before it returns, as in `step`.
+    ///
+    /// [`step`]: Self::step
+    pub fn after_kernel(
+        &mut self,
+        i: usize,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
+    ) -> Result<bool, SchedError> {
+        let reach = Reach {
+            from: i + 1,
+            queues: false,
+        };
+        let pass = self.pass(reach, platform, shared, payloads, gm);
         let queued = shared.queue_kept(&mut self.kept);
         pass.map(|progress| progress || queued)
     }
 
     fn pass(
         &mut self,
+        reach: Reach,
         platform: &mut impl Platform,
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
@@ -290,10 +337,40 @@ impl Scheduler {
             payloads.hint_record(task, |words| platform.hint_read(words));
         }
         let completed = if timed { platform.cycles() } else { 0 };
-        self.loops += 1;
+        if reach.queues {
+            self.loops += 1;
+            progress |= self.dummy_tasks(shared, payloads, gm)?;
+        }
+        let skipped = self.skipped;
+        for shape in [ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv] {
+            progress |= self.dispatch_shape(shape, reach, platform, shared, payloads, gm)?;
+        }
+        if reach.queues {
+            progress |= self.dispatch_graphs(platform, shared, gm)?;
+        }
+        // A task retired by its predicate is progress even if nothing was dispatched.
+        progress |= self.skipped != skipped;
+        if timed {
+            self.last_pass = PassTimes {
+                start,
+                completed,
+                end: platform.cycles(),
+            };
+        }
+        Ok(progress)
+    }
+
+    /// Takes kernel-less tasks off their queue: a Graph's outer task starts its expansion (one
+    /// only with a slot free: another thread, or this one after a Graph finishes, takes the
+    /// rest), any other completes at once.
+    fn dummy_tasks(
+        &mut self,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
+    ) -> Result<bool, SchedError> {
+        let mut progress = false;
         for _ in 0..8 {
-            // A kernel-less task may be a Graph to expand: take one only with a slot free
-            // (another thread, or this one after a Graph finishes, takes the rest).
             if self.expansions.iter().all(Option::is_some) {
                 break;
             }
@@ -313,20 +390,6 @@ impl Scheduler {
             }
             shared.complete_keeping(task, Some(&mut self.kept));
             self.completed += 1;
-        }
-        let skipped = self.skipped;
-        for shape in [ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv] {
-            progress |= self.dispatch_shape(shape, platform, shared, payloads, gm)?;
-        }
-        progress |= self.dispatch_graphs(platform, shared, gm)?;
-        // A task retired by its predicate is progress even if nothing was dispatched.
-        progress |= self.skipped != skipped;
-        if timed {
-            self.last_pass = PassTimes {
-                start,
-                completed,
-                end: platform.cycles(),
-            };
         }
         Ok(progress)
     }
@@ -527,11 +590,13 @@ impl Scheduler {
         self.cores.get(i).is_some_and(|c| c.running.is_none())
     }
 
-    /// The next task of `shape` to place: a partially placed SPMD task first. A popped task
-    /// whose dispatch predicate fails is retired here, without running, and the next popped.
+    /// The next task of `shape` to place: a partially placed SPMD task first, then a kept one,
+    /// then (with `queues`) one popped from the shared queue. A task whose dispatch predicate
+    /// fails is retired here, without running, and the next taken.
     fn next_task(
         &mut self,
         shape: ResourceShape,
+        queues: bool,
         platform: &impl Platform,
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
@@ -544,6 +609,7 @@ impl Scheduler {
         loop {
             let task = match self.kept.take(shape) {
                 Some(task) => task,
+                None if !queues => return Ok(None),
                 None => {
                     self.pops += 1;
                     let Some(task) = shared.pop_ready(shape) else {
@@ -577,6 +643,7 @@ impl Scheduler {
     fn dispatch_shape(
         &mut self,
         shape: ResourceShape,
+        reach: Reach,
         platform: &mut impl Platform,
         shared: &SchedState<'_>,
         payloads: &TaskPayloads<'_>,
@@ -585,12 +652,14 @@ impl Scheduler {
         let mut progress = false;
         loop {
             // Find a place before taking a task off the queue.
+            let from = reach.from.min(self.count);
+            let mut order = (from..self.count).chain(0..from);
             let place = match shape {
                 ResourceShape::Mix => None,
-                ResourceShape::Aic => (0..self.count)
+                ResourceShape::Aic => order
                     .find(|&i| self.idle(i) && self.cores[i].slot == CoreSlot::Aic)
                     .map(|i| [i, usize::MAX, usize::MAX]),
-                _ => (0..self.count)
+                _ => order
                     .find(|&i| self.idle(i) && self.cores[i].slot != CoreSlot::Aic)
                     .map(|i| [i, usize::MAX, usize::MAX]),
             };
@@ -600,7 +669,7 @@ impl Scheduler {
             if shape == ResourceShape::Mix && !(0..self.count).any(|i| self.idle(i)) {
                 return Ok(progress);
             }
-            let Some(mut p) = self.next_task(shape, platform, shared, payloads, gm)? else {
+            let Some(mut p) = self.next_task(shape, reach.queues, platform, shared, payloads, gm)? else {
                 return Ok(progress);
             };
             let (kernels, block_num) = payloads.kernels(p.task);

@@ -9,8 +9,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 fn traced(scene: &str, case: &str, topology: Topology) -> (Vec<TraceEvent>, DagRecorder, u64) {
+    traced_on(DeviceConfig::new(topology), scene, case)
+}
+
+fn traced_on(config: DeviceConfig, scene: &str, case: &str) -> (Vec<TraceEvent>, DagRecorder, u64) {
     let prepared = scenes::find(scene).unwrap().prepare(case).unwrap();
-    let mut worker = ChipWorker::init(DeviceConfig::new(topology)).unwrap();
+    let mut worker = ChipWorker::init(config).unwrap();
     let handle = worker.register(prepared.callable.clone());
     let dag = Arc::new(Mutex::new(DagRecorder::new()));
     let sink: TraceSink = Arc::new(Mutex::new(Vec::new()));
@@ -141,4 +145,59 @@ fn the_swimlane_has_one_box_per_execution_and_the_report_a_line_per_scheduler() 
         3
     );
     assert!(report.contains("critical path"));
+}
+
+/// Each task that waits on one cube task alone (bgemm's first ADD of a group, on its GEMM), by
+/// whether the thread ran another cube task between the two: `(checked, interleaved)`. On a
+/// chip of one cluster one thread steps every core, so the executions are one sequence.
+fn sole_consumers_after_another_cube_task(case: &str) -> (usize, usize) {
+    let mut config = DeviceConfig::new(Topology::A2a3);
+    config.clusters = 1;
+    let (events, dag, dropped) = traced_on(config, "bgemm", case);
+    assert_eq!(dropped, 0);
+    let mut execs: Vec<&TraceEvent> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Exec)
+        .collect();
+    execs.sort_by_key(|e| e.start_ns);
+    let order: Vec<usize> = execs
+        .iter()
+        .map(|e| dag.index_of(e.task).expect("an executed task was submitted"))
+        .collect();
+    let position: HashMap<usize, usize> = order.iter().enumerate().map(|(p, &t)| (t, p)).collect();
+    let cube = |t: usize| dag.tasks()[t].kernels.aic != simpler_aicpu::NO_KERNEL;
+    let (mut checked, mut interleaved) = (0, 0);
+    for t in dag.tasks() {
+        let producers: Vec<usize> = dag
+            .edges()
+            .iter()
+            .filter(|e| e.wait && e.to == t.index)
+            .map(|e| e.from)
+            .collect();
+        let &[p] = producers.as_slice() else {
+            continue;
+        };
+        if !cube(p) || cube(t.index) {
+            continue;
+        }
+        let (from, to) = (position[&p], position[&t.index]);
+        assert!(from < to, "{case}: task {} ran before its producer {p}", t.index);
+        checked += 1;
+        interleaved += order[from + 1..to].iter().any(|&x| cube(x)) as usize;
+    }
+    (checked, interleaved)
+}
+
+#[test]
+fn a_long_tasks_sole_consumer_runs_before_the_threads_next_cube_task() {
+    // Case1's tensors are 256 KiB: after each GEMM the scheduler passes at once, and the
+    // GEMM's ADD runs next, while the product is in the cache.
+    let (checked, interleaved) = sole_consumers_after_another_cube_task("Case1");
+    assert_eq!(checked, 32, "one first ADD per group");
+    assert_eq!(interleaved, 0, "a GEMM ran between a GEMM and its ADD");
+    // Bgemm64's are 16 KiB, short: the ADD waits for the round's pass, and the round's next
+    // GEMM, placed by the same pass on the cube core stepped first, runs before it.
+    let (checked, interleaved) = sole_consumers_after_another_cube_task("Bgemm64");
+    assert_eq!(checked, 8);
+    assert!(interleaved > 0, "short tasks have no pass after their kernels");
 }

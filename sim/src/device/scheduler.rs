@@ -308,8 +308,9 @@ impl SchedThread {
         }
     }
 
-    /// One round: a scheduler pass, then one step of every owned core. Whether it did
-    /// anything, and whether it completed a task (which may have freed what others wait for).
+    /// One round: a scheduler pass, then one step of every owned core, with a pass after each
+    /// long task's kernel ([`Self::step_cores`]). Whether it did anything, and whether it
+    /// completed a task (which may have freed what others wait for).
     #[inline(always)]
     fn round(
         &mut self,
@@ -325,7 +326,7 @@ impl SchedThread {
             self.trace_pass(run.track);
         }
         let mut progress = stepped?;
-        if self.step_cores(gm, kernels, run.epoch) {
+        if self.step_cores(shared, payloads, gm, kernels, run)? {
             progress = true;
         }
         Ok((progress, self.sched.completed != completed0))
@@ -344,14 +345,27 @@ impl SchedThread {
     }
 
     /// Steps every owned core's loop once (each runs a task it was given, if any); `true` when
-    /// some core did something. With `epoch`, records each task run as an `Exec` span.
+    /// some core did something. When traced, records each task run as an `Exec` span.
+    ///
+    /// After a kernel of a long task (a tensor over `PREFETCH_MAX`), the scheduler passes
+    /// over the completion at once ([`Scheduler::after_kernel`]) and places what it made ready
+    /// on the next idle cores in step order, so a consumer runs next, while its producer's
+    /// output is still in this CPU's cache (a 256 KiB product read from the cache, not from
+    /// memory or the other CPU). Left to the round's pass, it would run after every other
+    /// task the round holds, with a few MiB moved in between. Short tasks wait for the round's
+    /// pass: their data is a few lines, and a pass per kernel would cost more than it saves.
+    ///
+    /// [`Scheduler::after_kernel`]: simpler_aicpu::Scheduler::after_kernel
     #[inline(always)]
     fn step_cores(
         &mut self,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
         gm: &GmArena<'_>,
         kernels: &[KernelFn],
-        epoch: Option<Instant>,
-    ) -> bool {
+        run: &RunStart,
+    ) -> Result<bool, SchedError> {
+        let epoch = run.epoch;
         let mut progress = false;
         // Each core's task tensors are hinted into the cache two cores ahead, while the cores
         // before it run: a small tile's misses then overlap the kernels instead of stalling
@@ -361,6 +375,7 @@ impl SchedThread {
         for i in 0..self.loops.len() {
             self.prefetch_task(gm, i + 2);
             self.queue_next_cube(gm, i);
+            let long_task = self.waiting_tensors(i).is_some_and(|t| t.iter().any(long));
             let t0 = now(epoch);
             let l = &mut self.loops[i];
             let step = l.step(
@@ -383,9 +398,18 @@ impl SchedThread {
                         value: 0,
                     });
                 }
+                if long_task && matches!(step, Step::Ran(_)) {
+                    let passed =
+                        self.sched
+                            .after_kernel(i, &mut self.platform, shared, payloads, gm);
+                    if epoch.is_some() && matches!(passed, Ok(true)) {
+                        self.trace_pass(run.track);
+                    }
+                    passed?;
+                }
             }
         }
-        progress
+        Ok(progress)
     }
 
     /// When owned core `i` is a cube core about to run a task with a tensor too long for
