@@ -289,9 +289,7 @@ impl Scheduler {
         payloads: &TaskPayloads<'_>,
         gm: &dyn Gm,
     ) -> Result<bool, SchedError> {
-        let pass = self.pass(Reach::ROUND, platform, shared, payloads, gm);
-        let queued = shared.queue_kept(&mut self.kept);
-        pass.map(|progress| progress || queued)
+        self.pass(Reach::ROUND, platform, shared, payloads, gm)
     }
 
     /// A pass between two cores' steps, where one thread steps its cores in turn (the
@@ -315,12 +313,25 @@ impl Scheduler {
             from: i + 1,
             queues: false,
         };
-        let pass = self.pass(reach, platform, shared, payloads, gm);
+        self.pass(reach, platform, shared, payloads, gm)
+    }
+
+    /// A pass of either reach; whatever the completions kept and it did not place is queued
+    /// before it returns, error or not.
+    fn pass(
+        &mut self,
+        reach: Reach,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
+    ) -> Result<bool, SchedError> {
+        let pass = self.pass_placing(reach, platform, shared, payloads, gm);
         let queued = shared.queue_kept(&mut self.kept);
         pass.map(|progress| progress || queued)
     }
 
-    fn pass(
+    fn pass_placing(
         &mut self,
         reach: Reach,
         platform: &mut impl Platform,
