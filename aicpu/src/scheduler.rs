@@ -316,6 +316,26 @@ impl Scheduler {
         self.pass(reach, platform, shared, payloads, gm)
     }
 
+    /// The cube half of a round's dispatch, ahead of the round's pass, for a thread that steps
+    /// its cores in turn (the simulator): MIX tasks and then AIC tasks placed on the idle
+    /// cores, as the pass would (a waiting MIX task still takes its cluster first). Run before
+    /// the round's last cube task, it gives the cores that finished earlier in the round their
+    /// next tasks while that one still runs, so its kernel can fetch their first operands.
+    pub fn refill_cube(
+        &mut self,
+        platform: &mut impl Platform,
+        shared: &SchedState<'_>,
+        payloads: &TaskPayloads<'_>,
+        gm: &dyn Gm,
+    ) -> Result<bool, SchedError> {
+        let mut progress = false;
+        for shape in [ResourceShape::Mix, ResourceShape::Aic] {
+            progress |= self.dispatch_shape(shape, Reach::ROUND, platform, shared, payloads, gm)?;
+        }
+        let queued = shared.queue_kept(&mut self.kept);
+        Ok(progress || queued)
+    }
+
     /// A pass of either reach; whatever the completions kept and it did not place is queued
     /// before it returns, error or not.
     fn pass(
@@ -680,7 +700,9 @@ impl Scheduler {
             if shape == ResourceShape::Mix && !(0..self.count).any(|i| self.idle(i)) {
                 return Ok(progress);
             }
-            let Some(mut p) = self.next_task(shape, reach.queues, platform, shared, payloads, gm)? else {
+            let Some(mut p) =
+                self.next_task(shape, reach.queues, platform, shared, payloads, gm)?
+            else {
                 return Ok(progress);
             };
             let (kernels, block_num) = payloads.kernels(p.task);

@@ -162,7 +162,10 @@ fn sole_consumers_after_another_cube_task(case: &str) -> (usize, usize) {
     execs.sort_by_key(|e| e.start_ns);
     let order: Vec<usize> = execs
         .iter()
-        .map(|e| dag.index_of(e.task).expect("an executed task was submitted"))
+        .map(|e| {
+            dag.index_of(e.task)
+                .expect("an executed task was submitted")
+        })
         .collect();
     let position: HashMap<usize, usize> = order.iter().enumerate().map(|(p, &t)| (t, p)).collect();
     let cube = |t: usize| dag.tasks()[t].kernels.aic != simpler_aicpu::NO_KERNEL;
@@ -181,7 +184,11 @@ fn sole_consumers_after_another_cube_task(case: &str) -> (usize, usize) {
             continue;
         }
         let (from, to) = (position[&p], position[&t.index]);
-        assert!(from < to, "{case}: task {} ran before its producer {p}", t.index);
+        assert!(
+            from < to,
+            "{case}: task {} ran before its producer {p}",
+            t.index
+        );
         checked += 1;
         interleaved += order[from + 1..to].iter().any(|&x| cube(x)) as usize;
     }
@@ -199,5 +206,8 @@ fn a_long_tasks_sole_consumer_runs_before_the_threads_next_cube_task() {
     // GEMM, placed by the same pass on the cube core stepped first, runs before it.
     let (checked, interleaved) = sole_consumers_after_another_cube_task("Bgemm64");
     assert_eq!(checked, 8);
-    assert!(interleaved > 0, "short tasks have no pass after their kernels");
+    assert!(
+        interleaved > 0,
+        "short tasks have no pass after their kernels"
+    );
 }

@@ -374,8 +374,20 @@ impl SchedThread {
         self.prefetch_task(gm, 1);
         for i in 0..self.loops.len() {
             self.prefetch_task(gm, i + 2);
-            self.queue_next_cube(gm, i);
             let long_task = self.waiting_tensors(i).is_some_and(|t| t.iter().any(long));
+            if long_task && self.owned[i].slot == CoreSlot::Aic {
+                if self.last_long_cube(i) {
+                    // The cube cores that ran earlier in the round get their next tasks now,
+                    // so that this task's last product queues the first one's operands.
+                    if self
+                        .sched
+                        .refill_cube(&mut self.platform, shared, payloads, gm)?
+                    {
+                        progress = true;
+                    }
+                }
+                self.queue_next_cube(gm, i);
+            }
             let t0 = now(epoch);
             let l = &mut self.loops[i];
             let step = l.step(
@@ -414,7 +426,9 @@ impl SchedThread {
 
     /// When owned core `i` is a cube core about to run a task with a tensor too long for
     /// [`Self::prefetch_task`]'s hints, queues the heads of the next such cube task's long
-    /// tensors on this thread's prefetch queue, beneath what `i`'s own kernel will queue (a
+    /// tensors (the next in step order, round to the cores before `i`: for the round's last
+    /// one, the first of the next round, which [`Self::step_cores`] placed before it ran) on
+    /// this thread's prefetch queue, beneath what `i`'s own kernel will queue (a
     /// product queues its next slice's operands): only the cube's products drain the queue,
     /// so the heads drain while `i`'s last product runs, just before the next task reads
     /// them. Without them that task's first product starts on cold operands, where its
@@ -425,17 +439,11 @@ impl SchedThread {
     /// `MACS_PER_LINE` multiply-adds): more would wait beneath for nothing to drain them.
     #[inline(always)]
     fn queue_next_cube(&self, gm: &GmArena<'_>, i: usize) {
-        let long_cube = |j: usize| -> Option<&[TaskTensor]> {
-            if self.owned.get(j)?.slot != CoreSlot::Aic {
-                return None;
-            }
-            let tensors = self.waiting_tensors(j)?;
-            tensors.iter().any(long).then_some(tensors)
-        };
-        if long_cube(i).is_none() {
+        if self.long_cube(i).is_none() {
             return;
         }
-        let Some(next) = (i + 1..self.loops.len()).find_map(long_cube) else {
+        let mut after = (i + 1..self.loops.len()).chain(0..i);
+        let Some(next) = after.find_map(|j| self.long_cube(j)) else {
             return;
         };
         let mut heads = [(0u64, 0usize); QUEUED_HEADS];
@@ -448,6 +456,24 @@ impl SchedThread {
         for &(addr, len) in heads[..count].iter().rev() {
             gm.prefetch(addr, len);
         }
+    }
+
+    /// Whether owned core `i` runs the round's last long cube task: it is a cube core about to
+    /// run one, and none waits on the cores after it.
+    fn last_long_cube(&self, i: usize) -> bool {
+        self.long_cube(i).is_some()
+            && !(i + 1..self.loops.len()).any(|j| self.long_cube(j).is_some())
+    }
+
+    /// The tensors of the task waiting on owned core `j`, if `j` is a cube core and the task
+    /// has a long tensor.
+    #[inline(always)]
+    fn long_cube(&self, j: usize) -> Option<&[TaskTensor]> {
+        if self.owned.get(j)?.slot != CoreSlot::Aic {
+            return None;
+        }
+        let tensors = self.waiting_tensors(j)?;
+        tensors.iter().any(long).then_some(tensors)
     }
 
     /// Hints the tensors of the task waiting on owned core `i` (if any) into the cache
@@ -571,7 +597,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cube_task_queues_the_heads_of_the_next_cube_tasks_long_operands() {
+    fn a_cube_task_queues_the_heads_of_the_next_cube_tasks_long_operands_wrapping_round() {
         const SLICES: u64 = 4 * 128 * 128 * 4;
         let config = DeviceConfig::new(Topology::A2a3);
         let mut t = SchedThread::new(0, 1, &config);
@@ -602,6 +628,14 @@ mod tests {
         give(&mut t, aic2, &[small, long(4), long(5), long(6)]);
         let first = gm.host_ptr(BASE + 4 * SLICES);
         assert_eq!(queued(&t, aic0), (2 * QUEUED_HEAD / LINE, first));
+        // The last long cube task in step order queues the first one's heads (the next
+        // round's, placed before it runs), and only it is the round's last.
+        assert_eq!(
+            queued(&t, aic2),
+            (2 * QUEUED_HEAD / LINE, gm.host_ptr(BASE))
+        );
+        assert!(t.last_long_cube(aic2));
+        assert!(!t.last_long_cube(aic0) && !t.last_long_cube(aiv) && !t.last_long_cube(aic1));
         // Only a core about to run a long cube task queues: not one idle, not a vector core,
         // not one whose task is all small tensors.
         assert_eq!(queued(&t, aiv), (0, None));
@@ -610,6 +644,8 @@ mod tests {
             .task
             .store(simpler_core::handshake::AICPU_IDLE, Ordering::Release);
         assert_eq!(queued(&t, aic0), (0, None));
+        // With the first one idle, the last has none to queue for.
+        assert_eq!(queued(&t, aic2), (0, None));
         ahead::clear();
     }
 
