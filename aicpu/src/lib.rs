@@ -34,5 +34,5 @@ pub use payloads::{MixedKernels, PayloadSink, TaskPayloads, NO_KERNEL};
 pub use platform::Platform;
 pub use run::{RunError, RunOutcome};
 pub use runtime::{GraphBody, GraphRef, GraphSink, Rt, RtError, SubmitHook, SubmittedTask};
-pub use scheduler::{CoreSlot, OwnedCore, SchedError, Scheduler};
+pub use scheduler::{CoreSlot, OwnedCore, Reach, SchedError, Scheduler};
 pub use trace::{EventKind, TraceEvent};

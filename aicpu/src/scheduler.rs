@@ -6,8 +6,9 @@
 //! threads. One [`Scheduler::step`] is one pass of the reference's loop: completions first,
 //! then DUMMY tasks, then dispatch with MIX before AIC and AIV so a cluster is not broken up
 //! while a MIX task waits, and idle cores only (a core runs one task at a time).
-//! [`Scheduler::after_kernel`] is a narrower pass for a thread that steps its cores in turn
-//! (the simulator): after one kernel, it places only what that completion made ready.
+//! [`Reach`] names the narrower passes ([`Scheduler::pass`]) of a thread that steps its cores
+//! in turn (the simulator): after one kernel, only what it made ready; before the round's last
+//! cube task, the cube half of the round's dispatch.
 
 use crate::graph_exec::{node_kernel, Expansion, GraphExecError, Submission, MAX_EXPANSIONS};
 use crate::payloads::{MixedKernels, TaskPayloads, NO_KERNEL};
@@ -169,22 +170,51 @@ pub struct PassTimes {
     pub end: u64,
 }
 
-/// Where a pass takes its tasks from and where it starts placing them.
-#[derive(Clone, Copy, Debug)]
-struct Reach {
-    /// The owned core a placement looks at first; it goes on round to the ones before.
-    from: usize,
-    /// Whether the shared ready queues are popped (a round's pass) or only the tasks this
-    /// thread's completions kept are placed (a pass after a kernel).
-    queues: bool,
+/// Which pass [`Scheduler::pass`] runs: a round's, or one of the narrower passes a thread
+/// that steps its cores in turn (the simulator) runs between two cores' steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// The reference's pass ([`Scheduler::step`]): completions, kernel-less tasks, then MIX,
+    /// AIC and AIV tasks (kept ones first, then the shared queues'), then Graph nodes;
+    /// placement from the first owned core.
+    Round,
+    /// After owned core `i` ran a kernel: the completions, and only the tasks they kept,
+    /// placed on the idle cores after `i` in step order first, so that they run before the
+    /// round ends, while what their producer wrote is still in the cache. Nothing is taken
+    /// from the shared queues (the next round's pass takes consecutive tasks for all the idle
+    /// cores at once), and no kernel-less task or Graph node is handled.
+    AfterKernel(usize),
+    /// The cube half of a round's dispatch, ahead of the round's pass: MIX and then AIC
+    /// tasks on the idle cores, in the pass's order (a waiting MIX task still takes its
+    /// cluster first), no completions. Run before the round's last cube task, it gives the
+    /// cores that finished earlier in the round their next tasks while that one still runs,
+    /// so its kernel can fetch their first operands.
+    Cube,
 }
 
 impl Reach {
-    /// A round's pass: every source, placement from the first core.
-    const ROUND: Self = Self {
-        from: 0,
-        queues: true,
-    };
+    /// The owned core a placement looks at first; it goes on round to the ones before.
+    fn from(self) -> usize {
+        match self {
+            Self::AfterKernel(i) => i + 1,
+            Self::Round | Self::Cube => 0,
+        }
+    }
+
+    /// Whether the shared ready queues are popped, or only kept tasks placed.
+    fn queues(self) -> bool {
+        !matches!(self, Self::AfterKernel(_))
+    }
+
+    /// The shapes dispatched, in order.
+    fn shapes(self) -> &'static [ResourceShape] {
+        match self {
+            Self::Cube => &[ResourceShape::Mix, ResourceShape::Aic],
+            Self::Round | Self::AfterKernel(_) => {
+                &[ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv]
+            }
+        }
+    }
 }
 
 /// An SPMD task some of whose blocks are not yet placed.
@@ -289,56 +319,13 @@ impl Scheduler {
         payloads: &TaskPayloads<'_>,
         gm: &dyn Gm,
     ) -> Result<bool, SchedError> {
-        self.pass(Reach::ROUND, platform, shared, payloads, gm)
+        self.pass(Reach::Round, platform, shared, payloads, gm)
     }
 
-    /// A pass between two cores' steps, where one thread steps its cores in turn (the
-    /// simulator), after owned core `i` ran a kernel: the completions are handled and the
-    /// tasks they made ready placed on this thread's idle cores, the first after `i` in step
-    /// order first, so that they run before the round ends, while what their producer wrote
-    /// is still in the cache. Nothing is taken from the shared queues (the next [`step`]
-    /// takes consecutive tasks for all the idle cores at once) and no dummy task or Graph
-    /// node is handled. What it could not place is queued before it returns, as in `step`.
-    ///
-    /// [`step`]: Self::step
-    pub fn after_kernel(
-        &mut self,
-        i: usize,
-        platform: &mut impl Platform,
-        shared: &SchedState<'_>,
-        payloads: &TaskPayloads<'_>,
-        gm: &dyn Gm,
-    ) -> Result<bool, SchedError> {
-        let reach = Reach {
-            from: i + 1,
-            queues: false,
-        };
-        self.pass(reach, platform, shared, payloads, gm)
-    }
-
-    /// The cube half of a round's dispatch, ahead of the round's pass, for a thread that steps
-    /// its cores in turn (the simulator): MIX tasks and then AIC tasks placed on the idle
-    /// cores, as the pass would (a waiting MIX task still takes its cluster first). Run before
-    /// the round's last cube task, it gives the cores that finished earlier in the round their
-    /// next tasks while that one still runs, so its kernel can fetch their first operands.
-    pub fn refill_cube(
-        &mut self,
-        platform: &mut impl Platform,
-        shared: &SchedState<'_>,
-        payloads: &TaskPayloads<'_>,
-        gm: &dyn Gm,
-    ) -> Result<bool, SchedError> {
-        let mut progress = false;
-        for shape in [ResourceShape::Mix, ResourceShape::Aic] {
-            progress |= self.dispatch_shape(shape, Reach::ROUND, platform, shared, payloads, gm)?;
-        }
-        let queued = shared.queue_kept(&mut self.kept);
-        Ok(progress || queued)
-    }
-
-    /// A pass of either reach; whatever the completions kept and it did not place is queued
-    /// before it returns, error or not.
-    fn pass(
+    /// A pass of `reach` ([`Self::step`] is a round's); whatever the completions kept and it
+    /// did not place is queued before it returns, error or not. Returns whether anything
+    /// happened.
+    pub fn pass(
         &mut self,
         reach: Reach,
         platform: &mut impl Platform,
@@ -361,22 +348,25 @@ impl Scheduler {
     ) -> Result<bool, SchedError> {
         let timed = self.timed;
         let start = if timed { platform.cycles() } else { 0 };
-        let mut progress = self.poll_completions(platform, shared, gm)?;
-        // The tasks the completions kept are dispatched below: their records' misses overlap
-        // the rest of the pass.
-        for task in self.kept.tasks() {
-            payloads.hint_record(task, |words| platform.hint_read(words));
+        let mut progress = false;
+        if reach != Reach::Cube {
+            progress = self.poll_completions(platform, shared, gm)?;
+            // The tasks the completions kept are dispatched below: their records' misses
+            // overlap the rest of the pass.
+            for task in self.kept.tasks() {
+                payloads.hint_record(task, |words| platform.hint_read(words));
+            }
         }
         let completed = if timed { platform.cycles() } else { 0 };
-        if reach.queues {
+        if reach == Reach::Round {
             self.loops += 1;
             progress |= self.dummy_tasks(shared, payloads, gm)?;
         }
         let skipped = self.skipped;
-        for shape in [ResourceShape::Mix, ResourceShape::Aic, ResourceShape::Aiv] {
+        for &shape in reach.shapes() {
             progress |= self.dispatch_shape(shape, reach, platform, shared, payloads, gm)?;
         }
-        if reach.queues {
+        if reach == Reach::Round {
             progress |= self.dispatch_graphs(platform, shared, gm)?;
         }
         // A task retired by its predicate is progress even if nothing was dispatched.
@@ -683,7 +673,7 @@ impl Scheduler {
         let mut progress = false;
         loop {
             // Find a place before taking a task off the queue.
-            let from = reach.from.min(self.count);
+            let from = reach.from().min(self.count);
             let mut order = (from..self.count).chain(0..from);
             let place = match shape {
                 ResourceShape::Mix => None,
@@ -701,7 +691,7 @@ impl Scheduler {
                 return Ok(progress);
             }
             let Some(mut p) =
-                self.next_task(shape, reach.queues, platform, shared, payloads, gm)?
+                self.next_task(shape, reach.queues(), platform, shared, payloads, gm)?
             else {
                 return Ok(progress);
             };

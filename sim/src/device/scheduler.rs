@@ -18,7 +18,7 @@ use crate::wake::RoomNotice;
 use simpler_aicore::core_loop::{CoreLoop, Step};
 use simpler_aicore::KernelFn;
 use simpler_aicpu::scheduler::CoreSlot;
-use simpler_aicpu::{EventKind, OwnedCore, SchedError, Scheduler, TaskPayloads, TraceEvent};
+use simpler_aicpu::{EventKind, OwnedCore, Reach, SchedError, Scheduler, TaskPayloads, TraceEvent};
 use simpler_core::gm::Gm;
 use simpler_core::handshake::AICPU_IDLE;
 use simpler_core::ring::MAX_RINGS;
@@ -348,14 +348,16 @@ impl SchedThread {
     /// some core did something. When traced, records each task run as an `Exec` span.
     ///
     /// After a kernel of a long task (a tensor over `PREFETCH_MAX`), the scheduler passes
-    /// over the completion at once ([`Scheduler::after_kernel`]) and places what it made ready
+    /// over the completion at once ([`Reach::AfterKernel`]) and places what it made ready
     /// on the next idle cores in step order, so a consumer runs next, while its producer's
     /// output is still in this CPU's cache (a 256 KiB product read from the cache, not from
     /// memory or the other CPU). Left to the round's pass, it would run after every other
     /// task the round holds, with a few MiB moved in between. Short tasks wait for the round's
     /// pass: their data is a few lines, and a pass per kernel would cost more than it saves.
     ///
-    /// [`Scheduler::after_kernel`]: simpler_aicpu::Scheduler::after_kernel
+    /// Before the round's last long cube task, [`Reach::Cube`] gives the cube cores that ran
+    /// earlier in the round their next tasks, so its kernel queues the first one's operands
+    /// ([`Self::queue_next_cube`]).
     #[inline(always)]
     fn step_cores(
         &mut self,
@@ -381,7 +383,7 @@ impl SchedThread {
                     // so that this task's last product queues the first one's operands.
                     if self
                         .sched
-                        .refill_cube(&mut self.platform, shared, payloads, gm)?
+                        .pass(Reach::Cube, &mut self.platform, shared, payloads, gm)?
                     {
                         progress = true;
                     }
@@ -411,9 +413,10 @@ impl SchedThread {
                     });
                 }
                 if long_task && matches!(step, Step::Ran(_)) {
-                    let passed =
-                        self.sched
-                            .after_kernel(i, &mut self.platform, shared, payloads, gm);
+                    let reach = Reach::AfterKernel(i);
+                    let passed = self
+                        .sched
+                        .pass(reach, &mut self.platform, shared, payloads, gm);
                     if epoch.is_some() && matches!(passed, Ok(true)) {
                         self.trace_pass(run.track);
                     }
