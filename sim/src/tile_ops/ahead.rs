@@ -145,7 +145,7 @@ pub(crate) fn for_each_line(words: &[simpler_core::sync::AtomicU64], mut f: impl
 }
 
 /// Whether this CPU has PREFETCHW, asked once.
-fn has_prefetchw() -> bool {
+pub(crate) fn has_prefetchw() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(cpu_has_prefetchw)
 }
@@ -180,7 +180,7 @@ fn cpu_has_prefetchw() -> bool {
 /// it.
 #[inline(always)]
 #[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
-fn prefetch_for_write(line: *const u8) {
+pub(crate) fn prefetch_for_write(line: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU has the instruction (the caller checked CPUID). Like every prefetch it
     // is a hint: it never faults, whatever the address, reads into no register and writes

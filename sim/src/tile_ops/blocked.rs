@@ -18,6 +18,14 @@
 //! prefetch per [`MACS_PER_LINE`] multiply-adds on either unit: 2,048 lines (128 KiB, the next
 //! slice's `a` and `b`) over a 128x128x128 product.
 //!
+//! On AVX-512 each block also prefetches its own output lines for writing (PREFETCHW), one
+//! with each of its first 16 queued prefetches. A bgemm product goes to a fresh stretch of the
+//! heap, in no cache of this core, so each store of the block's results would first read its
+//! line for ownership when it got there; hinted, those reads run under the block's
+//! multiply-adds. They are spread rather than issued at once, as the queue's are, and do not
+//! change its pace. (The AVX2 blocks do not hint theirs: no AVX2 machine was at hand to
+//! measure it.)
+//!
 //! Results: each output is one fused multiply-add chain over `p = 0, 1, ..., k - 1` from
 //! zero on either unit (checked bit for bit against a scalar chain); the portable loop rounds
 //! each product before its add, so it may differ from these by that rounding (the bound in
@@ -249,10 +257,20 @@ fn block_avx512<const K: usize, const PACK: bool>(
             acc[2 * r + 1] = _mm512_fmadd_ps(x, hi, acc[2 * r + 1]);
         }
     };
+    // The block's output lines, taken for writing one per group of steps from the first, two
+    // a row (a row's 128 bytes; a third line, where `c` is not on a line, is left to its
+    // store): the module docs.
+    let outs = c[i0 * n + j0..].as_ptr().cast::<u8>();
+    let outs = outs.wrapping_sub(outs as usize % ahead::LINE);
+    let hint_outs = ahead::has_prefetchw();
     // Whole groups of steps, one queued prefetch each, then the rest with one more.
     let whole = k - k % AVX512_STEPS_PER_LINE;
-    for p0 in (0..whole).step_by(AVX512_STEPS_PER_LINE) {
+    for (g, p0) in (0..whole).step_by(AVX512_STEPS_PER_LINE).enumerate() {
         q.step();
+        if hint_outs && g < 2 * MR {
+            let line = (g / 2) * n * 4 + (g % 2) * ahead::LINE;
+            ahead::prefetch_for_write(outs.wrapping_add(line));
+        }
         for p in p0..p0 + AVX512_STEPS_PER_LINE {
             step(p, &mut acc);
         }
