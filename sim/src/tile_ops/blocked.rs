@@ -23,8 +23,8 @@
 //! heap, in no cache of this core, so each store of the block's results would first read its
 //! line for ownership when it got there; hinted, those reads run under the block's
 //! multiply-adds. They are spread rather than issued at once, as the queue's are, and do not
-//! change its pace. (The AVX2 blocks do not hint theirs: no AVX2 machine was at hand to
-//! measure it.)
+//! change its pace. (The AVX2 blocks do not hint theirs: on a Zen 4 made to run them, the same
+//! hints changed nothing measurable; `tests/benches/README.md`.)
 //!
 //! Results: each output is one fused multiply-add chain over `p = 0, 1, ..., k - 1` from
 //! zero on either unit (checked bit for bit against a scalar chain); the portable loop rounds
