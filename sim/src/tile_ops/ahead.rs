@@ -126,8 +126,8 @@ fn prefetch<const L2: bool>(line: *const u8) {
 /// the line exclusive, so the stores that follow find it owned instead of first asking the
 /// core that last read it to give it up); elsewhere, nothing. Reads and changes nothing.
 pub fn hint_write(words: &[simpler_core::sync::AtomicU64]) {
-    if has_prefetchw() {
-        for_each_line(words, prefetch_for_write);
+    if let Some(hints) = WriteHints::get() {
+        for_each_line(words, |line| hints.prefetch(line));
     }
 }
 
@@ -144,10 +144,38 @@ pub(crate) fn for_each_line(words: &[simpler_core::sync::AtomicU64], mut f: impl
     }
 }
 
-/// Whether this CPU has PREFETCHW, asked once.
-pub(crate) fn has_prefetchw() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(cpu_has_prefetchw)
+/// PREFETCHW, held only where this CPU has it: the instruction cannot be issued without
+/// asking first.
+#[derive(Clone, Copy)]
+pub(crate) struct WriteHints(());
+
+impl WriteHints {
+    /// The instruction where this CPU has it (CPUID asked once), else `None`.
+    pub(crate) fn get() -> Option<Self> {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        HAS.get_or_init(cpu_has_prefetchw).then_some(Self(()))
+    }
+
+    /// One PREFETCHW of the line at `line`.
+    #[inline(always)]
+    #[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
+    pub(crate) fn prefetch(self, line: *const u8) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has the instruction (a `WriteHints` exists only where CPUID said
+        // so). Like every prefetch it is a hint: it never faults, whatever the address, reads
+        // into no register and writes nothing, so it is no access in the language's sense and
+        // cannot race with any. (The standard library's intrinsic for it needs a target
+        // feature that is not yet stable.)
+        unsafe {
+            std::arch::asm!(
+                "prefetchw byte ptr [{0}]",
+                in(reg) line,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
 }
 
 /// CPUID leaf 0x8000_0001, ECX bit 8 (PRFCHW, "3DNowPrefetch").
@@ -174,27 +202,6 @@ fn cpu_has_prefetchw() -> bool {
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
-}
-
-/// One PREFETCHW of the line at `line`; only called where [`has_prefetchw`] said the CPU has
-/// it.
-#[inline(always)]
-#[allow(unsafe_code)] // the prefetch instruction: see its SAFETY comment
-pub(crate) fn prefetch_for_write(line: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: the CPU has the instruction (the caller checked CPUID). Like every prefetch it
-    // is a hint: it never faults, whatever the address, reads into no register and writes
-    // nothing, so it is no access in the language's sense and cannot race with any. (The
-    // standard library's intrinsic for it needs a target feature that is not yet stable.)
-    unsafe {
-        std::arch::asm!(
-            "prefetchw byte ptr [{0}]",
-            in(reg) line,
-            options(nostack, preserves_flags, readonly)
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = line;
 }
 
 std::thread_local! {

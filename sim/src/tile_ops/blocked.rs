@@ -262,14 +262,14 @@ fn block_avx512<const K: usize, const PACK: bool>(
     // store): the module docs.
     let outs = c[i0 * n + j0..].as_ptr().cast::<u8>();
     let outs = outs.wrapping_sub(outs as usize % ahead::LINE);
-    let hint_outs = ahead::has_prefetchw();
+    let hints = ahead::WriteHints::get();
     // Whole groups of steps, one queued prefetch each, then the rest with one more.
     let whole = k - k % AVX512_STEPS_PER_LINE;
     for (g, p0) in (0..whole).step_by(AVX512_STEPS_PER_LINE).enumerate() {
         q.step();
-        if hint_outs && g < 2 * MR {
+        if let Some(hints) = hints.filter(|_| g < 2 * MR) {
             let line = (g / 2) * n * 4 + (g % 2) * ahead::LINE;
-            ahead::prefetch_for_write(outs.wrapping_add(line));
+            hints.prefetch(outs.wrapping_add(line));
         }
         for p in p0..p0 + AVX512_STEPS_PER_LINE {
             step(p, &mut acc);
