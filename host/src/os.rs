@@ -5,7 +5,8 @@
 //! - memory, for level 3: [`Mapping`] (an owned `mmap`, unmapped on drop: anonymous shared
 //!   or private, or a POSIX shared-memory object) and [`Region`] (a window into memory its
 //!   owner keeps mapped); for hbg and the Graph recorder: [`PrivateMapping`] (zero pages
-//!   touched only where written, borrowed as plain bytes);
+//!   touched only where written, borrowed as plain bytes) and [`ZeroedArray`] (the same, as an
+//!   array of plain-data values);
 //! - POSIX shared-memory objects ([`shm_create`], [`shm_open`], [`shm_unlink`], [`fd_size`]);
 //! - processes, for level 3: [`fork`], [`die_with_parent`], [`exit_now`], [`try_reap`],
 //!   [`kill`], [`pid`];
@@ -196,6 +197,69 @@ impl PrivateMapping {
         // the borrow's duration (no `Region` into it exists, and no other process writes a
         // private mapping); `u8` has no validity invariant.
         unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr(), self.map.len) }
+    }
+}
+
+/// `len` zeroed `T`s on a [`PrivateMapping`]: fresh zero pages from the kernel, each committed
+/// only when first written. The allocator's zeroed allocation gives that only above its mmap
+/// threshold, which glibc raises as large blocks are freed; below it, and always on a thread's
+/// own arena, it clears the memory page by page and commits it all at once.
+pub struct ZeroedArray<T> {
+    map: Option<PrivateMapping>,
+    len: usize,
+    _elem: std::marker::PhantomData<T>,
+}
+
+impl<T> Default for ZeroedArray<T> {
+    /// No element, nothing mapped.
+    fn default() -> Self {
+        Self {
+            map: None,
+            len: 0,
+            _elem: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: bytemuck::Pod> ZeroedArray<T> {
+    /// Maps `len` zeroed elements (none for `len` 0, or a zero-sized `T`).
+    pub fn new(len: usize) -> io::Result<Self> {
+        // A mapping starts on a page, so a `T` aligned to a page or less can be cast onto it.
+        const { assert!(std::mem::align_of::<T>() <= 4096) };
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "array size overflows"))?;
+        let map = if bytes == 0 {
+            None
+        } else {
+            Some(PrivateMapping::new(bytes)?)
+        };
+        Ok(Self {
+            map,
+            len,
+            _elem: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<T: bytemuck::Pod> std::ops::Deref for ZeroedArray<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match &self.map {
+            Some(m) => bytemuck::cast_slice(&m.bytes()[..self.len * std::mem::size_of::<T>()]),
+            None => &[],
+        }
+    }
+}
+
+impl<T: bytemuck::Pod> std::ops::DerefMut for ZeroedArray<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        let bytes = self.len * std::mem::size_of::<T>();
+        match &mut self.map {
+            Some(m) => bytemuck::cast_slice_mut(&mut m.bytes_mut()[..bytes]),
+            None => &mut [],
+        }
     }
 }
 
@@ -554,5 +618,47 @@ pub fn yield_to_busier_threads() {
         let param = libc::sched_param { sched_priority: 0 };
         libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
         libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{minor_faults, ZeroedArray};
+
+    #[test]
+    fn a_zeroed_array_is_committed_only_where_written() {
+        // Two large blocks freed first: the first raises glibc's mmap threshold, the second
+        // then comes from this thread's heap and stays there, written. A zeroed allocation
+        // of the array's size would now be cleared page by page; the array must not be.
+        for _ in 0..2 {
+            let block = vec![1u8; 24 << 20];
+            drop(std::hint::black_box(block));
+        }
+        let before = minor_faults();
+        let mut words = ZeroedArray::<u64>::new(2 << 20).expect("16 MiB of address space");
+        let made = minor_faults() - before;
+        assert!(
+            made < 16,
+            "{made} faults making a 16 MiB array: its pages were touched"
+        );
+        assert!(words.iter().step_by(4099).all(|&w| w == 0));
+        let before = minor_faults();
+        for page in 0..8 {
+            words[page * 512 + 3] = page as u64 + 1;
+        }
+        let written = minor_faults() - before;
+        assert!(
+            (8..16).contains(&written),
+            "{written} faults writing 8 pages"
+        );
+        assert_eq!(words.len(), 2 << 20);
+        assert_eq!(words[7 * 512 + 3], 8);
+    }
+
+    #[test]
+    fn an_empty_zeroed_array_maps_nothing() {
+        let empty = ZeroedArray::<u64>::new(0).expect("nothing to map");
+        assert!(empty.is_empty());
+        assert!(ZeroedArray::<u32>::default().is_empty());
     }
 }

@@ -25,7 +25,7 @@
 //! accesses of different threads, from the ledger (its module docs).
 
 use crate::ledger::{Access, Held, Ledger, Refusal, LINES, MAX_WORDS};
-use crate::pages::Pages;
+use crate::pages::{Pages, ZeroPages};
 use simpler_core::gm::{Gm, GmFault, GmMut, GmRef, Lease};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -46,15 +46,14 @@ const LINE_WORDS: usize = 8;
 /// of accesses to them. The device's threads and the host's handle share one and reach it
 /// through a [`GmArena`] each, so the host copies in and out of GM on its own thread.
 ///
-/// The words come from the allocator's zeroed allocation (`calloc`), which for an arena of
-/// GM's size maps fresh pages the kernel supplies zeroed and commits on first touch: the
-/// resident memory follows what runs write (or read), not the arena's size. GM's first word
-/// is the first one of the allocation on a 64-byte boundary, so a device address that is a
-/// multiple of 64 bytes from the base (every device allocation is) starts a host cache line,
+/// The words are fresh zero pages from the kernel ([`ZeroPages`]), committed on first touch:
+/// the resident memory follows what runs write (or read), not the arena's size. GM's first
+/// word is the first one of the allocation on a 64-byte boundary, so a device address that is
+/// a multiple of 64 bytes from the base (every device allocation is) starts a host cache line,
 /// and two cores' tiles do not share one.
 pub struct GmWords {
     /// The allocation: `LINE_WORDS` more than GM has, for the alignment.
-    all: Box<[AtomicU64]>,
+    all: ZeroPages<AtomicU64>,
     /// Index in `all` of GM's first word.
     first: usize,
     /// Words GM has.
@@ -72,9 +71,9 @@ impl GmWords {
     /// `words` zeroed words, no page of them touched, backed as `pages` says (the device's
     /// GM asks for huge pages: [`crate::pages`]).
     pub fn zeroed_on(words: usize, pages: Pages) -> Self {
-        let all: Box<[AtomicU64]> = bytemuck::zeroed_slice_box(words + LINE_WORDS);
-        pages.apply(&all);
-        // Words to skip to the next 64-byte boundary (the allocation is 8-byte aligned).
+        let all = ZeroPages::<AtomicU64>::new(words + LINE_WORDS, pages);
+        // Words to skip to the next 64-byte boundary (a mapping starts on a page; the
+        // allocator's fallback elsewhere only on 8 bytes).
         let first = (64 - all.as_ptr() as usize % 64) % 64 / 8;
         let ledger = ((words as u64) < MAX_WORDS).then(|| Box::new(Ledger::new()));
         Self {

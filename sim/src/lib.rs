@@ -13,7 +13,8 @@
 //! - [`device`]: the device: its threads, registers, runs and host requests.
 //! - [`gm`]: GM as an arena of atomic words.
 //! - [`ledger`]: the GM accesses in progress, which keep bulk copies and leases race-free.
-//! - [`pages`]: how GM is backed (transparent huge pages by default).
+//! - [`pages`]: how the large arenas are backed: zero pages from the kernel, committed as
+//!   written; transparent huge pages for GM by default.
 //! - [`tile_ops`]: the cores' tile math on the host's vector units.
 //! - [`wake`]: the wakeup primitive idle threads block on, and when a scheduler thread wakes
 //!   the orchestrator waiting for ring room.

@@ -48,6 +48,13 @@ pub fn peak_rss_bytes() -> u64 {
     status_kb("VmHWM:").map_or(0, |kb| kb * 1024)
 }
 
+/// Starts the process's peak resident memory (`VmHWM`) again from its resident memory now,
+/// by writing `5` to `/proc/self/clear_refs` (Linux 4.0 and later); false where that file
+/// cannot be written, and the peak then keeps growing over the process's life.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// The process's resident memory in bytes now (`VmRSS` in `/proc/self/status`), 0 where
 /// unreadable.
 pub fn rss_bytes() -> u64 {

@@ -7,7 +7,7 @@
 use super::boundary::GraphBoundary;
 use super::node_sink::NodeSink;
 use super::{RecordError, RefusingWaiter, StandUpPart, GRAPH_RECORD_VIRTUAL_BASE};
-use crate::os::PrivateMapping;
+use crate::os::{PrivateMapping, ZeroedArray};
 use simpler_aicpu::payloads::{PayloadsLayout, TaskPayloads};
 use simpler_aicpu::{GraphBody, GraphRef, GraphSink, Rt};
 use simpler_core::gm::NoGm;
@@ -55,7 +55,7 @@ pub(super) struct Arrays {
     pub(super) nodes: Vec<RecordedNode>,
     /// The packed tensor region: `GRAPH_MAX_NODES * CORE_MAX_TENSOR_ARGS` tensors, allocated
     /// once, never grown (addresses into it stay valid through a recording).
-    pub(super) tensors: Vec<TaskTensor>,
+    pub(super) tensors: ZeroedArray<TaskTensor>,
     /// The next free slot of `tensors`.
     pub(super) tensor_cursor: usize,
     /// Per recorded tensor, where it comes from (parallel to `tensors[..tensor_cursor]`).
@@ -224,9 +224,14 @@ impl Recording {
             return Err(RecordError::StandUp(StandUpPart::PackedRegion));
         }
         let cap = GRAPH_MAX_NODES * CORE_MAX_TENSOR_ARGS;
+        // Zero pages from the kernel: a page is touched only when a body writes it.
+        let Ok(tensors) = ZeroedArray::new(cap) else {
+            drop(regions);
+            self.drop_storage();
+            return Err(RecordError::StandUp(StandUpPart::PackedRegion));
+        };
         let a = &mut self.arrays;
-        // Zeroed pages from the allocator: a page is touched only when a body writes it.
-        a.tensors = bytemuck::zeroed_vec(cap);
+        a.tensors = tensors;
         a.nodes = Vec::with_capacity(GRAPH_MAX_NODES);
         a.sources = Vec::with_capacity(cap);
         a.scalars = Vec::with_capacity(GRAPH_MAX_NODES * CORE_MAX_SCALAR_ARGS);
@@ -235,10 +240,11 @@ impl Recording {
         a.predicates = Vec::with_capacity(GRAPH_MAX_NODES);
         a.outputs = Vec::with_capacity(GRAPH_MAX_NODES);
         a.ids = core::array::from_fn(|_| vec![u32::MAX; RECORD_WINDOW as usize]);
-        // The Definition buffer at a size most bodies never exceed, from zeroed pages (touched
-        // only where an image is written), so recordings do not grow it.
-        if self.definition.len() < DEFINITION_PREWARM {
-            self.definition = bytemuck::zeroed_vec(DEFINITION_PREWARM);
+        // The Definition buffer reserved at a size most bodies never exceed, so recordings do
+        // not move it; its bytes are zeroed (and its pages touched) only as far as an image
+        // reaches.
+        if self.definition.capacity() < DEFINITION_PREWARM {
+            self.definition = Vec::with_capacity(DEFINITION_PREWARM);
         }
         self.regions = Some(regions);
         self.storage_ready = true;

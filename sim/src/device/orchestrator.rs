@@ -14,6 +14,7 @@ use super::state::{watchdog_main, RunState, ABORT_ORCH, ABORT_SCHED, ABORT_TIMEO
 use super::trace::{TraceBuf, TracingHook};
 use super::Msg;
 use crate::gm::{GmArena, GmWords};
+use crate::pages::{Pages, ZeroPages};
 use crate::wake::Wakeup;
 use simpler_aicpu::payloads::PayloadsLayout;
 use simpler_aicpu::{Rt, RunError, RunOutcome, TaskPayloads};
@@ -30,13 +31,11 @@ use std::time::{Duration, Instant};
 /// A zeroed region of at least `bytes` bytes, aligned to a cache line (what core's layouts
 /// carve).
 ///
-/// Its words come from the allocator's zeroed allocation (`calloc`), which for a region of a
-/// ring's or TensorMap's size maps fresh pages the kernel supplies zeroed and commits on first
-/// touch, so resident memory follows what runs use. (A zeroed allocation aligned past 16 bytes
-/// is cleared by the allocator page by page, so the alignment is found inside a few words of
-/// slack instead.)
+/// Its words are fresh zero pages from the kernel ([`ZeroPages`]), committed on first touch, so
+/// resident memory follows what runs use. (They start on a page where the kernel maps them;
+/// the allocator's fallback elsewhere is found a cache line inside a few words of slack.)
 struct Region {
-    all: Box<[u64]>,
+    all: ZeroPages<u64>,
     first: usize,
     words: usize,
 }
@@ -44,7 +43,7 @@ struct Region {
 impl Region {
     fn new(bytes: usize) -> Self {
         let words = bytes.div_ceil(size_of::<Line>()) * (size_of::<Line>() / 8);
-        let all: Box<[u64]> = bytemuck::zeroed_slice_box(words + size_of::<Line>() / 8);
+        let all = ZeroPages::<u64>::new(words + size_of::<Line>() / 8, Pages::Base);
         let align = align_of::<Line>();
         let first = (align - all.as_ptr() as usize % align) % align / 8;
         Self { all, first, words }

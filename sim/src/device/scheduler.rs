@@ -13,6 +13,7 @@ use super::regs::{CoreBlock, SimCores};
 use super::state::{RunState, ABORT_SCHED};
 use super::trace::{TraceBuf, TraceSink};
 use crate::gm::{GmArena, PREFETCH_MAX};
+use crate::pages::{Pages, ZeroPages};
 use crate::tile_ops::{ahead, blocked};
 use crate::wake::RoomNotice;
 use simpler_aicore::core_loop::{CoreLoop, Step};
@@ -190,8 +191,11 @@ struct SchedThread {
 /// between the two is then aligned alike on both sides; glibc's copy of a few KiB or more
 /// (`rep movsb`) ran at a third of its speed on this project's AMD machine when the two sides
 /// sat a few bytes apart, not a multiple of 32, modulo 4 KiB (`bench gm`'s module docs).
+///
+/// Its lines are fresh zero pages ([`ZeroPages`]), committed as the core's kernels first write
+/// them: a run of small tiles touches a few KiB of each core's buffer.
 pub struct LocalBuffer {
-    lines: Vec<LocalLine>,
+    lines: ZeroPages<LocalLine>,
     words: usize,
 }
 
@@ -204,7 +208,7 @@ impl LocalBuffer {
     /// `words` f32 words, zeroed.
     pub fn new(words: usize) -> Self {
         Self {
-            lines: vec![LocalLine([0.0; 16]); words.div_ceil(16)],
+            lines: ZeroPages::new(words.div_ceil(16), Pages::Base),
             words,
         }
     }
