@@ -205,8 +205,8 @@ impl PrivateMapping {
 /// threshold, which glibc raises as large blocks are freed; below it, and always on a thread's
 /// own arena, it clears the memory page by page and commits it all at once.
 pub struct ZeroedArray<T> {
+    /// Exactly the elements' bytes; `None` for no element.
     map: Option<PrivateMapping>,
-    len: usize,
     _elem: std::marker::PhantomData<T>,
 }
 
@@ -215,28 +215,25 @@ impl<T> Default for ZeroedArray<T> {
     fn default() -> Self {
         Self {
             map: None,
-            len: 0,
             _elem: std::marker::PhantomData,
         }
     }
 }
 
 impl<T: bytemuck::Pod> ZeroedArray<T> {
-    /// Maps `len` zeroed elements (none for `len` 0, or a zero-sized `T`).
+    /// Maps `len` zeroed elements (nothing for `len` 0).
     pub fn new(len: usize) -> io::Result<Self> {
-        // A mapping starts on a page, so a `T` aligned to a page or less can be cast onto it.
-        const { assert!(std::mem::align_of::<T>() <= 4096) };
+        // A mapping starts on a page, so a `T` aligned to a page or less can be cast onto it;
+        // the element count is the mapping's length over the element's size.
+        const { assert!(std::mem::align_of::<T>() <= 4096 && std::mem::size_of::<T>() > 0) };
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "array size overflows"))?;
-        let map = if bytes == 0 {
-            None
-        } else {
-            Some(PrivateMapping::new(bytes)?)
-        };
+        let map = (bytes > 0)
+            .then(|| PrivateMapping::new(bytes))
+            .transpose()?;
         Ok(Self {
             map,
-            len,
             _elem: std::marker::PhantomData,
         })
     }
@@ -246,18 +243,16 @@ impl<T: bytemuck::Pod> std::ops::Deref for ZeroedArray<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        match &self.map {
-            Some(m) => bytemuck::cast_slice(&m.bytes()[..self.len * std::mem::size_of::<T>()]),
-            None => &[],
-        }
+        self.map
+            .as_ref()
+            .map_or(&[], |m| bytemuck::cast_slice(m.bytes()))
     }
 }
 
 impl<T: bytemuck::Pod> std::ops::DerefMut for ZeroedArray<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        let bytes = self.len * std::mem::size_of::<T>();
         match &mut self.map {
-            Some(m) => bytemuck::cast_slice_mut(&mut m.bytes_mut()[..bytes]),
+            Some(m) => bytemuck::cast_slice_mut(m.bytes_mut()),
             None => &mut [],
         }
     }

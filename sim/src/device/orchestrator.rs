@@ -28,39 +28,27 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A zeroed region of at least `bytes` bytes, aligned to a cache line (what core's layouts
-/// carve).
-///
-/// Its words are fresh zero pages from the kernel ([`ZeroPages`]), committed on first touch, so
-/// resident memory follows what runs use. (They start on a page where the kernel maps them;
-/// the allocator's fallback elsewhere is found a cache line inside a few words of slack.)
-struct Region {
-    all: ZeroPages<u64>,
-    first: usize,
-    words: usize,
-}
+/// A zeroed region of at least `bytes` bytes in whole cache lines (what core's layouts carve):
+/// fresh zero pages from the kernel ([`ZeroPages`]), committed on first touch, so resident
+/// memory follows what runs use.
+struct Region(ZeroPages<Line>);
 
 impl Region {
     fn new(bytes: usize) -> Self {
-        let words = bytes.div_ceil(size_of::<Line>()) * (size_of::<Line>() / 8);
-        let all = ZeroPages::<u64>::new(words + size_of::<Line>() / 8, Pages::Base);
-        let align = align_of::<Line>();
-        let first = (align - all.as_ptr() as usize % align) % align / 8;
-        Self { all, first, words }
+        Self(ZeroPages::new(
+            bytes.div_ceil(size_of::<Line>()),
+            Pages::Base,
+        ))
     }
 
     /// The region's bytes, starting on a cache line.
     fn bytes_mut(&mut self) -> &mut [u8] {
-        bytemuck::cast_slice_mut(&mut self.all[self.first..self.first + self.words])
+        bytemuck::cast_slice_mut(&mut self.0[..])
     }
 }
 
 /// Pauses [`OrchWaiter`] spins before it blocks.
 const SPINS: u32 = 32;
-
-fn region(bytes: usize) -> Region {
-    Region::new(bytes)
-}
 
 /// The orchestrator's waiting policy: spin briefly, then block on the wakeup; give up when the
 /// run is aborted.
@@ -159,9 +147,9 @@ pub(super) fn device_main(
             return;
         }
     };
-    let mut sched_mem = region(orch_layout.sched().size());
-    let mut orch_mem = region(orch_layout.size());
-    let mut payload_mem = region(payloads_layout.size());
+    let mut sched_mem = Region::new(orch_layout.sched().size());
+    let mut orch_mem = Region::new(orch_layout.size());
+    let mut payload_mem = Region::new(payloads_layout.size());
     let shared = match SchedState::init(sched_mem.bytes_mut(), orch_layout.sched()) {
         Ok(s) => s,
         Err(e) => {

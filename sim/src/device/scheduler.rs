@@ -381,19 +381,17 @@ impl SchedThread {
         for i in 0..self.loops.len() {
             self.prefetch_task(gm, i + 2);
             let long_task = self.waiting_tensors(i).is_some_and(|t| t.iter().any(long));
-            if self.long_cube(i).is_some() {
-                if self.last_long_cube(i) {
-                    // The cube cores that ran earlier in the round get their next tasks now,
-                    // so that this task's last product queues the first one's operands.
-                    if self
-                        .sched
-                        .pass(Reach::Cube, &mut self.platform, shared, payloads, gm)?
-                    {
-                        progress = true;
-                    }
+            if self.last_long_cube(i) {
+                // The cube cores that ran earlier in the round get their next tasks now, so
+                // that this task's last product queues the first one's operands.
+                if self
+                    .sched
+                    .pass(Reach::Cube, &mut self.platform, shared, payloads, gm)?
+                {
+                    progress = true;
                 }
-                self.queue_next_cube(gm, i);
             }
+            self.queue_next_cube(gm, i);
             let t0 = now(epoch);
             let l = &mut self.loops[i];
             let step = l.step(
